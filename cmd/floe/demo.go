@@ -1,0 +1,209 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/floe-dev/floe/lakehouse"
+	"github.com/floe-dev/floe/pipeline"
+	"github.com/floe-dev/floe/pipeline/embedded"
+	"github.com/floe-dev/floe/schemas/clickgen"
+)
+
+type demoFlags struct {
+	dir        string
+	records    int
+	rate       int
+	sessions   int
+	malformed  float64
+	partitions int
+	interval   time.Duration
+	asJSON     bool
+}
+
+func demoCmd(g *globalFlags) *cobra.Command {
+	d := &demoFlags{}
+	cmd := &cobra.Command{
+		Use:   "demo",
+		Short: "Run the whole pipeline on an embedded broker, catalog and warehouse",
+		Long: `Starts an in-process Kafka-protocol broker (kfake), a clickstream generator, a SQLite
+Iceberg catalog and a local warehouse under --dir, and runs floe on them with a live progress
+line. With --records N it stops once N records are committed and prints the verify summary.
+Each run starts from an empty table: --dir's catalog.db and warehouse/ are replaced.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			log, err := g.logger()
+			if err != nil {
+				return err
+			}
+			return runDemo(cmd.Context(), d, log)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&d.dir, "dir", "./floe-demo", "directory for the catalog and warehouse")
+	f.IntVar(&d.records, "records", 0, "stop after this many records are committed (0: run until interrupted)")
+	f.IntVar(&d.rate, "rate", 50000, "records per second the generator produces (0: as fast as possible)")
+	f.IntVar(&d.sessions, "sessions", 10000, "distinct session ids")
+	f.Float64Var(&d.malformed, "malformed", 0.002, "share of malformed records (they go to the dead-letter topic)")
+	f.IntVar(&d.partitions, "partitions", 12, "partitions of the demo topic")
+	f.DurationVar(&d.interval, "commit-interval", 2*time.Second, "commit.interval")
+	f.BoolVar(&d.asJSON, "json", false, "print the verify summary as JSON")
+	return cmd
+}
+
+func runDemo(ctx context.Context, d *demoFlags, log *slog.Logger) error {
+	gcfg := clickgen.Config{Sessions: d.sessions, MalformedRate: d.malformed, Seed: time.Now().UnixNano()}
+	if err := gcfg.Validate(); err != nil {
+		return err
+	}
+	if d.records < 0 || d.rate < 0 || d.partitions < 1 {
+		return errors.New("--records and --rate must be >= 0, --partitions >= 1")
+	}
+
+	// Start from an empty table: the embedded broker is new each run, so a
+	// previous run's watermarks would point past its end.
+	if err := os.MkdirAll(d.dir, 0o755); err != nil {
+		return err
+	}
+	for _, p := range []string{"catalog.db", "catalog.db-wal", "catalog.db-shm", "warehouse"} {
+		if err := os.RemoveAll(filepath.Join(d.dir, p)); err != nil {
+			return err
+		}
+	}
+	abs, err := filepath.Abs(d.dir)
+	if err != nil {
+		return err
+	}
+
+	cluster, err := embedded.Start(1)
+	if err != nil {
+		return err
+	}
+	defer cluster.Close()
+	const topic = "clicks"
+	if err := cluster.CreateTopic(ctx, topic, d.partitions); err != nil {
+		return err
+	}
+	if err := cluster.CreateTopic(ctx, topic+".dlq", 1); err != nil {
+		return err
+	}
+
+	cfg := pipeline.Config{
+		Kafka:  pipeline.KafkaConfig{Brokers: cluster.Addrs(), Topic: topic, Group: "floe-demo"},
+		Schema: "clickstream",
+		Table: pipeline.TableConfig{Name: "demo.clicks", Catalog: map[string]string{
+			"type": "sql", "uri": "file:" + filepath.Join(abs, "catalog.db"),
+			"sql.dialect": "sqlite", "sql.driver": "sqlite",
+			"warehouse": "file://" + filepath.Join(abs, "warehouse"),
+		}},
+		Commit: pipeline.CommitConfig{Interval: pipeline.Duration(d.interval)},
+	}
+	if err := cfg.Finish(); err != nil {
+		return err
+	}
+	tbl, sc, err := openTable(ctx, cfg, log)
+	if err != nil {
+		return err
+	}
+	defer tbl.Close()
+	fmt.Fprintf(os.Stderr, "floe demo: broker %v, table demo.clicks in %s, %d partitions, generator at %d rec/s\n",
+		cluster.Addrs(), abs, d.partitions, d.rate)
+
+	runCtx, stopRun := context.WithCancel(ctx)
+	defer stopRun()
+	produced := make(chan error, 1)
+	go func() {
+		_, err := cluster.ProduceRate(runCtx, topic, clickgen.New(gcfg), d.records, d.rate)
+		produced <- err
+	}()
+	m := pipeline.NewMember(cfg, tbl, sc, pipeline.WithLogger(log))
+	ran := make(chan error, 1)
+	go func() { ran <- m.Run(runCtx) }()
+
+	started := time.Now()
+	var end map[int32]int64 // set once the generator is done
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	var lastCommitted int64
+	lastAt := started
+	for {
+		select {
+		case err := <-ran:
+			if err != nil {
+				return err
+			}
+			return errors.New("pipeline stopped unexpectedly")
+		case err := <-produced:
+			if err != nil && runCtx.Err() == nil {
+				return fmt.Errorf("generator: %w", err)
+			}
+			if end, err = cluster.EndOffsets(ctx, topic); err != nil {
+				return err
+			}
+			produced = nil
+		case <-ctx.Done():
+			stopRun()
+			<-ran
+			fmt.Fprintln(os.Stderr)
+			return nil
+		case now := <-tick.C:
+			hw, err := cluster.EndOffsets(ctx, topic)
+			if err != nil {
+				continue
+			}
+			wm := m.Stats().Offsets()
+			committed, lag := progress(wm, topic, hw)
+			rate := float64(committed-lastCommitted) / now.Sub(lastAt).Seconds()
+			lastCommitted, lastAt = committed, now
+			s := m.Stats()
+			fmt.Fprintf(os.Stderr, "\r%6.0fs  committed %9d  %8.0f rec/s  lag %8d  commits %4d  dead-lettered %6d  ",
+				now.Sub(started).Seconds(), committed, rate, lag, s.Commits.Load(), s.DeadLettered.Load())
+			if end != nil && reached(wm, topic, end) {
+				fmt.Fprintln(os.Stderr)
+				stopRun()
+				if err := <-ran; err != nil {
+					return err
+				}
+				return demoVerify(ctx, cfg, tbl, d.asJSON)
+			}
+		}
+	}
+}
+
+// progress sums committed offsets and lag over partitions.
+func progress(wm lakehouse.Offsets, topic string, hw map[int32]int64) (committed, lag int64) {
+	for p, end := range hw {
+		w, _ := wm.Get(topic, p)
+		committed += w
+		lag += end - w
+	}
+	return committed, lag
+}
+
+func reached(wm lakehouse.Offsets, topic string, end map[int32]int64) bool {
+	for p, e := range end {
+		if w, _ := wm.Get(topic, p); w < e {
+			return false
+		}
+	}
+	return true
+}
+
+func demoVerify(ctx context.Context, cfg pipeline.Config, tbl *lakehouse.Table, asJSON bool) error {
+	dl, err := pipeline.ReadDeadLetters(ctx, cfg.Kafka)
+	if err != nil {
+		return err
+	}
+	rep, err := tbl.Verify(ctx, cfg.Kafka.Topic, dl)
+	if err != nil {
+		return err
+	}
+	return printReport(rep, asJSON)
+}

@@ -1,0 +1,23 @@
+// Command floe reads a Kafka topic through a consumer group and commits it,
+// exactly once, to an Apache Iceberg table. See README.md.
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+func main() {
+	// Signals are caught before anything else runs, so a SIGTERM that
+	// arrives during start-up is a graceful stop too.
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	err := rootCmd().ExecuteContext(ctx)
+	stop()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "floe:", err)
+		os.Exit(exitCode(err))
+	}
+}

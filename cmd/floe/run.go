@@ -1,0 +1,64 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/floe-dev/floe/pipeline"
+)
+
+func runCmd(g *globalFlags) *cobra.Command {
+	var untilCaughtUp bool
+	cmd := &cobra.Command{
+		Use:   "run",
+		Short: "Consume the topic and commit it to the table until stopped",
+		Long: `Joins the consumer group and commits records to the Iceberg table, exactly once.
+SIGTERM or SIGINT flushes what is buffered (within commit.grace), commits it and leaves the group.
+With --until-caught-up it stops once the end offsets seen at start are committed (scheduled mode).`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			log, err := g.logger()
+			if err != nil {
+				return err
+			}
+			cfg, err := g.loadConfig()
+			if err != nil {
+				return err
+			}
+			ctx := cmd.Context()
+			tbl, sc, err := openTable(ctx, cfg, log)
+			if err != nil {
+				return err
+			}
+			defer tbl.Close()
+			opts := []pipeline.Option{pipeline.WithLogger(log)}
+			if untilCaughtUp {
+				endCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+				end, err := pipeline.EndOffsets(endCtx, cfg.Kafka)
+				cancel()
+				if err != nil {
+					return err
+				}
+				opts = append(opts, pipeline.UntilOffsets(end))
+				log.Info("scheduled run: stopping once these end offsets are committed", "end_offsets", end)
+			}
+			m := pipeline.NewMember(cfg, tbl, sc, opts...)
+			started := time.Now()
+			if err := m.Run(ctx); err != nil {
+				return err
+			}
+			s := m.Stats()
+			log.Info("stopped", "rows", s.Rows.Load(), "dead_lettered", s.DeadLettered.Load(),
+				"commits", s.Commits.Load(), "elapsed", time.Since(started).Round(time.Millisecond))
+			if untilCaughtUp && ctx.Err() != nil {
+				return &exitError{code: 3, err: fmt.Errorf("interrupted before catching up")}
+			}
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&untilCaughtUp, "until-caught-up", false, "stop once the end offsets seen at start are committed")
+	return cmd
+}

@@ -1,0 +1,240 @@
+package main
+
+import (
+	"context"
+	"log/slog"
+	"os"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/floe-dev/floe/lakehouse"
+	"github.com/floe-dev/floe/lakehouse/faultcat"
+	"github.com/floe-dev/floe/pipeline"
+	"github.com/floe-dev/floe/schemas"
+	"github.com/floe-dev/floe/schemas/clickgen"
+)
+
+// TestExactlyOnceTorture runs several members of one group over a
+// 12-partition topic while it is being produced to, and abuses them: a member
+// SIGKILLed mid-stream (no flush, no leave), members added and removed
+// (rebalances), a member SIGSTOPped past its session timeout and resumed (the
+// zombie), injected catalog conflicts, an ambiguous commit (applied, but
+// reported as failed), an unavailable catalog, and failing Kafka offset
+// commits. Then it checks the table independently: every produced offset is
+// a row or a dead letter exactly once, and per-session order holds.
+func TestExactlyOnceTorture(t *testing.T) {
+	if testing.Short() {
+		t.Skip("torture test skipped in -short mode")
+	}
+	e := newEnv(t, 12, "")
+	ctx := t.Context()
+	gen := clickgen.New(clickgen.Config{Sessions: 2000, MalformedRate: 0.01, Seed: 42})
+
+	// A backlog first, then a live stream while members come and go.
+	if _, err := e.cluster.ProduceRate(ctx, e.topic, gen, 40000, 0); err != nil {
+		t.Fatal(err)
+	}
+	produced := make(chan error, 1)
+	go func() {
+		_, err := e.cluster.ProduceRate(ctx, e.topic, gen, 40000, 2500)
+		produced <- err
+	}()
+
+	// Broker-side fault: the first offset commits fail as after a rebalance.
+	var failedKafkaCommits int
+	e.cluster.Kfake().ControlKey(kmsg.OffsetCommit.Int16(), func(r kmsg.Request) (kmsg.Response, error, bool) {
+		if failedKafkaCommits++; failedKafkaCommits < 5 {
+			e.cluster.Kfake().KeepControl()
+		}
+		req := r.(*kmsg.OffsetCommitRequest)
+		resp := req.ResponseKind().(*kmsg.OffsetCommitResponse)
+		for _, rt := range req.Topics {
+			st := kmsg.NewOffsetCommitResponseTopic()
+			st.Topic = rt.Topic
+			for _, rp := range rt.Partitions {
+				sp := kmsg.NewOffsetCommitResponseTopicPartition()
+				sp.Partition = rp.Partition
+				sp.ErrorCode = kerr.RebalanceInProgress.Code
+				st.Partitions = append(st.Partitions, sp)
+			}
+			resp.Topics = append(resp.Topics, st)
+		}
+		return resp, nil, true
+	})
+
+	a := e.start("a", "run")
+	b := e.start("b", "run")
+
+	// An in-process member whose catalog injects faults around real commits.
+	faulty, stopFaulty := startFaultyMember(t, e)
+
+	e.waitProgress(10000, 60*time.Second)
+	a.signal(t, syscall.SIGKILL) // killed without flushing or leaving
+	c := e.start("c", "run")     // a member added
+	e.waitProgress(30000, 60*time.Second)
+
+	// The zombie: paused past its session timeout while others take over.
+	b.signal(t, syscall.SIGSTOP)
+	time.Sleep(9 * time.Second)
+	b.signal(t, syscall.SIGCONT)
+
+	e.waitProgress(50000, 60*time.Second)
+	stopFaulty() // a member removed
+	if faulty.Injected(faultcat.Ambiguous) == 0 || faulty.Injected(faultcat.Conflict) == 0 {
+		t.Errorf("faulty member saw ambiguous %d, conflicts %d: the injected faults were never exercised",
+			faulty.Injected(faultcat.Ambiguous), faulty.Injected(faultcat.Conflict))
+	}
+	d := e.start("d", "run")
+	d.waitLog(t, "msg=assigned", 30*time.Second)
+
+	if err := <-produced; err != nil {
+		t.Fatal(err)
+	}
+	end, err := e.cluster.EndOffsets(ctx, e.topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.waitCommitted(end, 120*time.Second)
+	for _, p := range []*proc{b, c, d} {
+		p.signal(t, syscall.SIGTERM)
+	}
+	for _, p := range []*proc{b, c, d} {
+		if err := p.wait(t, 30*time.Second); err != nil {
+			t.Errorf("%s exited with %v after SIGTERM", p.name, err)
+		}
+	}
+	if failedKafkaCommits < 5 {
+		t.Errorf("only %d Kafka offset commits were failed", failedKafkaCommits)
+	}
+
+	_, malformed := gen.Counts()
+	rows, dead := e.check(end, malformed)
+	var total int64
+	for _, o := range end {
+		total += o
+	}
+	if rows+dead != total {
+		t.Fatalf("rows %d + dead letters %d != produced %d", rows, dead, total)
+	}
+	t.Logf("produced %d: %d rows, %d dead letters; faults: ambiguous %d, conflicts %d, unavailable %d, kafka commit failures %d",
+		total, rows, dead, faulty.Injected(faultcat.Ambiguous), faulty.Injected(faultcat.Conflict),
+		faulty.Injected(faultcat.Unavailable), failedKafkaCommits)
+}
+
+// startFaultyMember runs a pipeline member in this process through a
+// fault-injecting wrapper of the real SQLite catalog. The faults are planned
+// up front: a conflict, an ambiguous commit, an unavailable catalog, then
+// more of each while it runs.
+func startFaultyMember(t *testing.T, e *env) (*faultcat.Catalog, func()) {
+	t.Helper()
+	cfg, err := pipeline.LoadConfig(e.config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cfg.Finish(); err != nil {
+		t.Fatal(err)
+	}
+	cat, err := lakehouse.OpenCatalog(t.Context(), cfg.Table.Catalog)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fc := faultcat.Wrap(cat)
+	fc.Inject(faultcat.Conflict, faultcat.None, faultcat.Ambiguous, faultcat.None, faultcat.Unavailable,
+		faultcat.None, faultcat.Conflict, faultcat.Ambiguous)
+	sc, _ := schemas.Lookup(schemas.Clickstream)
+	tbl, err := lakehouse.OpenIn(t.Context(), fc, lakehouse.Config{Table: cfg.Table.Name, Group: cfg.Kafka.Group}, sc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	m := pipeline.NewMember(cfg, tbl, sc, pipeline.WithLogger(log))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- m.Run(ctx) }()
+	stopped := false
+	stop := func() {
+		if stopped {
+			return
+		}
+		stopped = true
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("faulty member: %v", err)
+		}
+		tbl.Close()
+	}
+	t.Cleanup(stop)
+	return fc, stop
+}
+
+// TestGracefulShutdown sends SIGTERM mid-stream: the member flushes, commits
+// and leaves the group at once (not after a session timeout); a restart then
+// finishes the topic with nothing lost and nothing duplicated.
+func TestGracefulShutdown(t *testing.T) {
+	e := newEnv(t, 12, "")
+	ctx := t.Context()
+	gen := clickgen.New(clickgen.Config{Sessions: 500, MalformedRate: 0.01, Seed: 7})
+	produced := make(chan error, 1)
+	go func() {
+		_, err := e.cluster.ProduceRate(ctx, e.topic, gen, 30000, 6000)
+		produced <- err
+	}()
+
+	p := e.start("first", "run")
+	e.waitProgress(5000, 60*time.Second)
+	p.signal(t, syscall.SIGTERM)
+	if err := p.wait(t, 20*time.Second); err != nil {
+		t.Fatalf("exit after SIGTERM: %v", err)
+	}
+	// A member that left cleanly leaves an empty group right away.
+	adm := kadm.NewClient(mustClient(t, e))
+	groups, err := adm.DescribeGroups(ctx, "floe-test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g := groups["floe-test"]; len(g.Members) != 0 || g.State != "Empty" {
+		t.Fatalf("after SIGTERM the group is %q with %d members, want Empty with 0", g.State, len(g.Members))
+	}
+	committedAtStop := e.watermarks(ctx)
+
+	if err := <-produced; err != nil {
+		t.Fatal(err)
+	}
+	end, err := e.cluster.EndOffsets(ctx, e.topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	second := e.start("second", "run", "--until-caught-up")
+	if err := second.wait(t, 90*time.Second); err != nil {
+		t.Fatalf("scheduled run: %v", err)
+	}
+	_, malformed := gen.Counts()
+	rows, dead := e.check(end, malformed)
+	var total, before int64
+	for p, o := range end {
+		total += o
+		before += committedAtStop[p]
+	}
+	if before == 0 {
+		t.Fatal("nothing was committed by the first member's final flush")
+	}
+	if rows+dead != total {
+		t.Fatalf("rows %d + dead letters %d != produced %d", rows, dead, total)
+	}
+}
+
+func mustClient(t *testing.T, e *env) *kgo.Client {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(e.cluster.Addrs()...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Close)
+	return cl
+}

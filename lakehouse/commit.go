@@ -1,0 +1,336 @@
+package lakehouse
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"iter"
+	"math/rand/v2"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/compute"
+	"github.com/apache/iceberg-go"
+	"github.com/apache/iceberg-go/table"
+	"github.com/google/uuid"
+)
+
+// ErrFenced means another member moved a partition's watermark after this
+// member resumed from it: this member is a zombie for that partition. The
+// flush's files are deleted and nothing is committed; the caller must drop
+// its buffers and re-seek from the table's watermarks.
+var ErrFenced = errors.New("fenced: another member advanced the watermark")
+
+// Special values of Part.Resume.
+const (
+	// NoWatermark: the table held no offset for the partition when the
+	// worker started.
+	NoWatermark int64 = -1
+	// Replay: the part backfills an old range. It is not fenced and does not
+	// move the watermark (which never goes backwards); the dedupe MERGE alone
+	// keeps it idempotent.
+	Replay int64 = -2
+)
+
+// maxAttempts bounds how often one flush retries after commit conflicts or
+// ambiguous failures before giving up (the buffers are then dropped and the
+// offsets re-read, which is always safe).
+const maxAttempts = 12
+
+// Part is one partition's share of a flush.
+type Part struct {
+	// Range is the block of offsets the flush covers. Offsets in it with no
+	// row were dead-lettered (or are gaps in the log, such as compacted
+	// records) and must already be acknowledged by the dead-letter topic.
+	Range Range
+	// Resume is the watermark W(p) the worker started from, or NoWatermark.
+	// The commit is fenced on it: it succeeds only while W(p) still equals it.
+	Resume int64
+	// Rows holds the partition's rows in offset order; nil when there are none.
+	// Commit takes ownership and releases it.
+	Rows arrow.RecordBatch
+}
+
+// Result reports what one flush did.
+type Result struct {
+	SnapshotID int64
+	CommitID   string
+	// Rows is how many rows were appended after the dedupe MERGE.
+	Rows int64
+	// Skipped is how many rows the MERGE found already in the table.
+	Skipped int64
+	// Files is how many data files the snapshot added.
+	Files int
+	// FilesScanned is how many existing data files the MERGE had to read;
+	// zero for a normal flush above the watermarks.
+	FilesScanned int
+	// Attempts is how many catalog commits were tried.
+	Attempts int
+	// Offsets is the group's offset map as committed.
+	Offsets Offsets
+}
+
+// Commit runs the commit protocol for one flush (DESIGN.md steps 3-5):
+// dedupe the rows against the table, write Parquet files (invisible until
+// committed), then in a loop reload the table, check each part's fence, and
+// append the files with the new offset map in one transaction asserting the
+// snapshot it read. A conflict repeats the loop; an ambiguous failure reloads
+// and looks for the flush's commit id before retrying. Files of a flush that
+// does not commit are deleted. It returns ErrFenced (wrapped) when a fence
+// fails.
+func (t *Table) Commit(ctx context.Context, parts []Part) (res Result, err error) {
+	defer func() {
+		for _, p := range parts {
+			if p.Rows != nil {
+				p.Rows.Release()
+			}
+		}
+	}()
+	res.CommitID = uuid.NewString()
+
+	tbl, err := t.Load(ctx)
+	if err != nil {
+		return res, err
+	}
+	if err := t.fence(tbl, parts); err != nil {
+		return res, err
+	}
+
+	var files []iceberg.DataFile
+	ambiguous := false
+	defer func() {
+		if err != nil && !ambiguous && len(files) > 0 {
+			t.deleteFiles(tbl, files)
+		}
+	}()
+	for i := range parts {
+		p := &parts[i]
+		if p.Rows == nil || p.Rows.NumRows() == 0 {
+			continue
+		}
+		rows, scanned, err := t.antiJoin(ctx, tbl, p.Range, p.Rows)
+		if err != nil {
+			return res, fmt.Errorf("dedupe MERGE of %s: %w", p.Range, err)
+		}
+		res.FilesScanned += scanned
+		res.Skipped += p.Rows.NumRows() - rows.NumRows()
+		p.Rows.Release()
+		p.Rows = rows
+		if rows.NumRows() == 0 {
+			continue
+		}
+		written, err := t.writeFiles(ctx, tbl, rows, res.CommitID)
+		files = append(files, written...)
+		if err != nil {
+			return res, fmt.Errorf("writing data files of %s: %w", p.Range, err)
+		}
+		res.Rows += rows.NumRows()
+	}
+	res.Files = len(files)
+
+	ranges := make([]Range, len(parts))
+	for i, p := range parts {
+		ranges[i] = p.Range
+	}
+	sortRanges(ranges)
+	rangesJSON, _ := json.Marshal(ranges)
+
+	backoff := 20 * time.Millisecond
+	for res.Attempts < maxAttempts {
+		if res.Attempts > 0 {
+			if tbl, err = t.Load(ctx); err != nil {
+				return res, err
+			}
+		}
+		res.Attempts++
+		if err = t.fence(tbl, parts); err != nil {
+			return res, err
+		}
+		offsets, err := WatermarksOf(tbl, t.group)
+		if err != nil {
+			return res, err
+		}
+		for _, p := range parts {
+			if p.Resume != Replay {
+				offsets.Set(p.Range.Topic, p.Range.Partition, p.Range.To)
+			}
+		}
+		offsetsJSON, _ := json.Marshal(offsets)
+		props := iceberg.Properties{
+			OffsetsKeyPrefix + t.group: string(offsetsJSON),
+			CommitIDKey:                res.CommitID,
+			RangesKey:                  string(rangesJSON),
+			RowsKey:                    strconv.FormatInt(res.Rows, 10),
+			DuplicatesKey:              strconv.FormatInt(res.Skipped, 10),
+		}
+		committed, cerr := t.commitOnce(ctx, tbl, files, props)
+		if cerr == nil {
+			res.SnapshotID = committed.CurrentSnapshot().SnapshotID
+			res.Offsets = offsets
+			return res, nil
+		}
+		if isConflict(cerr) {
+			// A clean conflict: nothing was applied.
+			if ctx.Err() != nil {
+				err = ctx.Err()
+				return res, err
+			}
+			t.log.Info("commit conflict, reloading", "commit_id", res.CommitID, "attempt", res.Attempts, "err", cerr)
+		} else {
+			// Unknown outcome: the catalog may have applied it, now or
+			// later, so from here on the files are never deleted.
+			ambiguous = true
+			snap, lerr := t.findCommitAfter(ctx, res.CommitID)
+			switch {
+			case lerr != nil:
+				err = fmt.Errorf("commit %s state unknown (%v), reload failed: %w", res.CommitID, cerr, lerr)
+				return res, err
+			case snap != nil:
+				t.log.Warn("ambiguous commit had applied", "commit_id", res.CommitID, "snapshot", snap.SnapshotID, "err", cerr)
+				res.SnapshotID = snap.SnapshotID
+				res.Offsets = offsets
+				return res, nil
+			case ctx.Err() != nil:
+				err = fmt.Errorf("commit %s interrupted: %w", res.CommitID, cerr)
+				return res, err
+			}
+			t.log.Warn("ambiguous commit had not applied, retrying", "commit_id", res.CommitID, "err", cerr)
+		}
+		select {
+		case <-ctx.Done():
+			err = ctx.Err()
+			return res, err
+		case <-time.After(backoff/2 + rand.N(backoff)):
+		}
+		backoff = min(2*backoff, time.Second)
+	}
+	err = fmt.Errorf("commit %s: gave up after %d attempts", res.CommitID, res.Attempts)
+	return res, err
+}
+
+func (t *Table) commitOnce(ctx context.Context, tbl *table.Table, files []iceberg.DataFile, props iceberg.Properties) (*table.Table, error) {
+	tx := tbl.NewTransaction()
+	if err := tx.AssertRefSnapshotID(table.MainBranch); err != nil {
+		return nil, err
+	}
+	var err error
+	if len(files) == 0 {
+		// An empty snapshot still moves the watermarks (a flush of only
+		// dead-lettered records).
+		err = tx.AddFiles(ctx, nil, props, false)
+	} else {
+		err = tx.AddDataFiles(ctx, files, props, table.WithoutDuplicateCheck())
+	}
+	if err != nil {
+		return nil, fmt.Errorf("staging append: %w", err)
+	}
+	return tx.Commit(ctx)
+}
+
+// isConflict reports a commit the catalog rejected without applying it.
+// iceberg-go's SQL catalog reports a failed requirement (the branch moved)
+// as a plain error whose text starts "requirement failed:", checked before
+// anything is staged, so it is as clean as ErrCommitFailed.
+func isConflict(err error) bool {
+	return errors.Is(err, table.ErrCommitFailed) || strings.Contains(err.Error(), "requirement failed:")
+}
+
+// fence checks that every part's partition still has the watermark the
+// worker resumed from (DESIGN.md step 3).
+func (t *Table) fence(tbl *table.Table, parts []Part) error {
+	wm, err := WatermarksOf(tbl, t.group)
+	if err != nil {
+		return err
+	}
+	for _, p := range parts {
+		if p.Resume == Replay {
+			continue
+		}
+		cur, ok := wm.Get(p.Range.Topic, p.Range.Partition)
+		if !ok {
+			cur = NoWatermark
+		}
+		if cur != p.Resume {
+			return fmt.Errorf("%w: %s/%d is at %d, this member resumed from %d",
+				ErrFenced, p.Range.Topic, p.Range.Partition, cur, p.Resume)
+		}
+	}
+	return nil
+}
+
+// findCommitAfter reloads the table and returns the snapshot carrying
+// commitID in the current branch's ancestry, or nil. When ctx is already done
+// (a commit interrupted by shutdown) it looks with a short fresh deadline, so
+// the caller still learns whether the offsets moved.
+func (t *Table) findCommitAfter(ctx context.Context, commitID string) (*table.Snapshot, error) {
+	if ctx.Err() != nil {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+	}
+	tbl, err := t.Load(ctx)
+	if err != nil {
+		return nil, err
+	}
+	meta := tbl.Metadata()
+	for snap := meta.CurrentSnapshot(); snap != nil; {
+		if snap.Summary != nil && snap.Summary.Properties[CommitIDKey] == commitID {
+			return snap, nil
+		}
+		if snap.ParentSnapshotID == nil {
+			break
+		}
+		snap = meta.SnapshotByID(*snap.ParentSnapshotID)
+	}
+	return nil, nil
+}
+
+// writeFiles sorts rows by the schema's key (stable, so a session's rows stay
+// in offset order) and writes them as Parquet data files.
+func (t *Table) writeFiles(ctx context.Context, tbl *table.Table, rows arrow.RecordBatch, commitID string) ([]iceberg.DataFile, error) {
+	sorted := rows
+	if idx := rows.Schema().FieldIndices(t.schema.KeyField); len(idx) == 1 {
+		s, err := compute.SortRecordBatch(ctx, rows, []compute.SortKey{{
+			ColumnIndex: idx[0], Order: compute.SortOrderAscending, NullPlacement: compute.SortNullsAtEnd,
+		}})
+		if err != nil {
+			return nil, fmt.Errorf("sorting by %s: %w", t.schema.KeyField, err)
+		}
+		sorted = s
+		defer s.Release()
+	}
+	sorted.Retain() // WriteRecords releases what it consumes.
+	var one iter.Seq2[arrow.RecordBatch, error] = func(yield func(arrow.RecordBatch, error) bool) {
+		yield(sorted, nil)
+	}
+	var out []iceberg.DataFile
+	for df, err := range table.WriteRecords(ctx, tbl, sorted.Schema(), one,
+		table.WithTargetFileSize(t.target), table.WithWriteUUID(uuid.New())) {
+		if err != nil {
+			return out, err
+		}
+		out = append(out, df)
+	}
+	return out, nil
+}
+
+// deleteFiles removes data files of a flush that did not commit. Failures
+// leave orphans for maintenance, never wrong data, so they are only logged.
+func (t *Table) deleteFiles(tbl *table.Table, files []iceberg.DataFile) {
+	fs, err := tbl.FS(context.Background())
+	if err != nil {
+		t.log.Warn("cannot delete files of aborted commit", "err", err)
+		return
+	}
+	for _, f := range files {
+		if err := fs.Remove(f.FilePath()); err != nil {
+			t.log.Warn("cannot delete file of aborted commit", "file", f.FilePath(), "err", err)
+		}
+	}
+}
+
+// Name returns the table's dotted name.
+func (t *Table) Name() string { return strings.Join(t.ident, ".") }

@@ -1,0 +1,335 @@
+package lakehouse_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/array"
+	"github.com/apache/arrow-go/v18/arrow/memory"
+	"github.com/apache/iceberg-go/table"
+
+	"github.com/floe-dev/floe/lakehouse"
+	"github.com/floe-dev/floe/lakehouse/faultcat"
+	"github.com/floe-dev/floe/schemas"
+)
+
+const topic = "clicks"
+
+type fixture struct {
+	dir    string
+	props  map[string]string
+	schema *schemas.Schema
+}
+
+func newFixture(t *testing.T) *fixture {
+	t.Helper()
+	dir := t.TempDir()
+	sc, err := schemas.Lookup(schemas.Clickstream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &fixture{dir: dir, schema: sc, props: map[string]string{
+		"type": "sql", "uri": "file:" + filepath.Join(dir, "catalog.db"),
+		"sql.dialect": "sqlite", "sql.driver": "sqlite",
+		"warehouse": "file://" + filepath.Join(dir, "warehouse"),
+	}}
+}
+
+func (f *fixture) open(t *testing.T, group string) *lakehouse.Table {
+	t.Helper()
+	tbl, err := lakehouse.Open(t.Context(), lakehouse.Config{Table: "analytics.clicks", Catalog: f.props, Group: group}, f.schema)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { tbl.Close() })
+	return tbl
+}
+
+// openFaulty opens the table through a fault-injecting wrapper of the real catalog.
+func (f *fixture) openFaulty(t *testing.T, group string) (*lakehouse.Table, *faultcat.Catalog) {
+	t.Helper()
+	cat, err := lakehouse.OpenCatalog(t.Context(), f.props)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fc := faultcat.Wrap(cat)
+	tbl, err := lakehouse.OpenIn(t.Context(), fc, lakehouse.Config{Table: "analytics.clicks", Group: group}, f.schema)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { tbl.Close() })
+	return tbl, fc
+}
+
+// rows builds valid rows for offsets [from, to) of partition p.
+func (f *fixture) rows(t *testing.T, p int32, from, to int64) arrow.RecordBatch {
+	t.Helper()
+	b := f.schema.NewBuilder(memory.DefaultAllocator, 0)
+	defer b.Release()
+	for o := from; o < to; o++ {
+		v := fmt.Sprintf(`{"session_id":"s-%d","event_type":"click","ts":%d,"seq":%d}`, o%7, 1732860000000+o, o)
+		if err := b.Append([]byte(v), schemas.Meta{Topic: topic, Partition: p, Offset: o, Timestamp: time.UnixMilli(1732860000000)}, time.Now(), "off"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return b.NewRecord()
+}
+
+func (f *fixture) part(t *testing.T, p int32, from, to, resume int64) lakehouse.Part {
+	return lakehouse.Part{Range: lakehouse.Range{Topic: topic, Partition: p, From: from, To: to}, Resume: resume, Rows: f.rows(t, p, from, to)}
+}
+
+// ids reads the table independently of floe and returns how often each
+// (partition, offset) occurs.
+func ids(t *testing.T, tbl *lakehouse.Table) map[[2]int64]int {
+	t.Helper()
+	it, err := tbl.Load(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[[2]int64]int{}
+	if it.CurrentSnapshot() == nil {
+		return got
+	}
+	at, err := it.Scan(table.WithSelectedFields(lakehouse.PartitionColumn, lakehouse.OffsetColumn)).ToArrowTable(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer at.Release()
+	tr := array.NewTableReader(at, 0)
+	defer tr.Release()
+	for tr.Next() {
+		rec := tr.RecordBatch()
+		ps := rec.Column(int(rec.Schema().FieldIndices(lakehouse.PartitionColumn)[0])).(*array.Int32)
+		os := rec.Column(int(rec.Schema().FieldIndices(lakehouse.OffsetColumn)[0])).(*array.Int64)
+		for i := 0; i < int(rec.NumRows()); i++ {
+			got[[2]int64{int64(ps.Value(i)), os.Value(i)}]++
+		}
+	}
+	return got
+}
+
+func assertExactlyOnce(t *testing.T, got map[[2]int64]int, p int32, from, to int64) {
+	t.Helper()
+	for o := from; o < to; o++ {
+		if n := got[[2]int64{int64(p), o}]; n != 1 {
+			t.Fatalf("partition %d offset %d present %d times, want 1", p, o, n)
+		}
+	}
+}
+
+func dataFiles(t *testing.T, dir string) int {
+	t.Helper()
+	n := 0
+	filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err == nil && strings.HasSuffix(path, ".parquet") {
+			n++
+		}
+		return nil
+	})
+	return n
+}
+
+func TestCommitMovesWatermarksAndReadsNoFiles(t *testing.T) {
+	f := newFixture(t)
+	tbl := f.open(t, "g")
+	ctx := t.Context()
+
+	res, err := tbl.Commit(ctx, []lakehouse.Part{f.part(t, 0, 0, 100, lakehouse.NoWatermark), f.part(t, 1, 5, 50, lakehouse.NoWatermark)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Rows != 145 || res.Skipped != 0 {
+		t.Fatalf("rows %d skipped %d, want 145, 0", res.Rows, res.Skipped)
+	}
+	for i := int64(1); i <= 3; i++ {
+		res, err = tbl.Commit(ctx, []lakehouse.Part{f.part(t, 0, i*100, i*100+100, i*100)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.FilesScanned != 0 {
+			t.Fatalf("flush above the watermark read %d data files, want 0", res.FilesScanned)
+		}
+	}
+	wm, err := tbl.Watermarks(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w, _ := wm.Get(topic, 0); w != 400 {
+		t.Fatalf("W(0) = %d, want 400", w)
+	}
+	if w, _ := wm.Get(topic, 1); w != 50 {
+		t.Fatalf("W(1) = %d, want 50 (carried over from the first commit)", w)
+	}
+	got := ids(t, tbl)
+	assertExactlyOnce(t, got, 0, 0, 400)
+	assertExactlyOnce(t, got, 1, 5, 50)
+	if len(got) != 445 {
+		t.Fatalf("%d distinct ids, want 445", len(got))
+	}
+}
+
+func TestMergeSkipsOverlappingRanges(t *testing.T) {
+	f := newFixture(t)
+	tbl := f.open(t, "g")
+	ctx := t.Context()
+
+	if _, err := tbl.Commit(ctx, []lakehouse.Part{f.part(t, 0, 0, 100, lakehouse.NoWatermark)}); err != nil {
+		t.Fatal(err)
+	}
+	// A replay overlapping the committed range and reaching past it.
+	res, err := tbl.Commit(ctx, []lakehouse.Part{f.part(t, 0, 50, 150, lakehouse.Replay)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Rows != 50 || res.Skipped != 50 {
+		t.Fatalf("replay: rows %d skipped %d, want 50, 50", res.Rows, res.Skipped)
+	}
+	if res.FilesScanned == 0 {
+		t.Fatal("replay of a committed range read no data files: the MERGE did not look")
+	}
+	wm, _ := tbl.Watermarks(ctx)
+	if w, _ := wm.Get(topic, 0); w != 100 {
+		t.Fatalf("replay moved W(0) to %d, want 100", w)
+	}
+	// The live flush from the watermark overlaps the replayed rows 100..149.
+	res, err = tbl.Commit(ctx, []lakehouse.Part{f.part(t, 0, 100, 200, 100)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Rows != 50 || res.Skipped != 50 {
+		t.Fatalf("live: rows %d skipped %d, want 50, 50", res.Rows, res.Skipped)
+	}
+	// The same replay again is a no-op.
+	res, err = tbl.Commit(ctx, []lakehouse.Part{f.part(t, 0, 0, 200, lakehouse.Replay)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Rows != 0 || res.Skipped != 200 || res.Files != 0 {
+		t.Fatalf("second replay: rows %d skipped %d files %d, want 0, 200, 0", res.Rows, res.Skipped, res.Files)
+	}
+	got := ids(t, tbl)
+	assertExactlyOnce(t, got, 0, 0, 200)
+	if len(got) != 200 {
+		t.Fatalf("%d distinct ids, want 200", len(got))
+	}
+}
+
+func TestFencedCommitDeletesItsFiles(t *testing.T) {
+	f := newFixture(t)
+	owner := f.open(t, "g")
+	zombie := f.open(t, "g")
+	ctx := t.Context()
+
+	if _, err := owner.Commit(ctx, []lakehouse.Part{f.part(t, 0, 0, 10, lakehouse.NoWatermark)}); err != nil {
+		t.Fatal(err)
+	}
+	before := dataFiles(t, f.dir)
+	// The zombie resumed from "no watermark" too, before the owner committed.
+	_, err := zombie.Commit(ctx, []lakehouse.Part{f.part(t, 0, 0, 20, lakehouse.NoWatermark)})
+	if !errors.Is(err, lakehouse.ErrFenced) {
+		t.Fatalf("zombie commit: %v, want ErrFenced", err)
+	}
+	if after := dataFiles(t, f.dir); after != before {
+		t.Fatalf("%d data files after a fenced commit, want %d", after, before)
+	}
+	assertExactlyOnce(t, ids(t, owner), 0, 0, 10)
+}
+
+func TestDeadLetterOnlyFlushMovesWatermark(t *testing.T) {
+	f := newFixture(t)
+	tbl := f.open(t, "g")
+	res, err := tbl.Commit(t.Context(), []lakehouse.Part{{Range: lakehouse.Range{Topic: topic, Partition: 3, From: 0, To: 7}, Resume: lakehouse.NoWatermark}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Rows != 0 || res.Files != 0 {
+		t.Fatalf("rows %d files %d, want 0", res.Rows, res.Files)
+	}
+	wm, _ := tbl.Watermarks(t.Context())
+	if w, _ := wm.Get(topic, 3); w != 7 {
+		t.Fatalf("W(3) = %d, want 7", w)
+	}
+}
+
+func TestCommitSurvivesCatalogFaults(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		faults []faultcat.Fault
+	}{
+		{"conflict", []faultcat.Fault{faultcat.Conflict, faultcat.Conflict}},
+		{"ambiguous applied", []faultcat.Fault{faultcat.Ambiguous}},
+		{"unavailable then ok", []faultcat.Fault{faultcat.Unavailable}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t)
+			tbl, fc := f.openFaulty(t, "g")
+			if _, err := tbl.Commit(t.Context(), []lakehouse.Part{f.part(t, 0, 0, 10, lakehouse.NoWatermark)}); err != nil {
+				t.Fatal(err)
+			}
+			fc.Inject(tc.faults...)
+			res, err := tbl.Commit(t.Context(), []lakehouse.Part{f.part(t, 0, 10, 30, 10)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.Rows != 20 {
+				t.Fatalf("rows %d, want 20", res.Rows)
+			}
+			got := ids(t, tbl)
+			assertExactlyOnce(t, got, 0, 0, 30)
+			if len(got) != 30 {
+				t.Fatalf("%d ids, want 30", len(got))
+			}
+			wm, _ := tbl.Watermarks(t.Context())
+			if w, _ := wm.Get(topic, 0); w != 30 {
+				t.Fatalf("W(0) = %d, want 30", w)
+			}
+		})
+	}
+}
+
+func TestConcurrentMembersBothCommit(t *testing.T) {
+	f := newFixture(t)
+	a, b := f.open(t, "g"), f.open(t, "g")
+	f.open(t, "g") // create the table once before racing
+	var wg sync.WaitGroup
+	errs := make([]error, 2)
+	for i, tbl := range []*lakehouse.Table{a, b} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			resume := lakehouse.NoWatermark
+			for round := int64(0); round < 5; round++ {
+				_, errs[i] = tbl.Commit(context.Background(), []lakehouse.Part{f.part(t, int32(i), round*10, round*10+10, resume)})
+				if errs[i] != nil {
+					return
+				}
+				resume = round*10 + 10
+			}
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := ids(t, a)
+	assertExactlyOnce(t, got, 0, 0, 50)
+	assertExactlyOnce(t, got, 1, 0, 50)
+	wm, _ := a.Watermarks(t.Context())
+	if w0, _ := wm.Get(topic, 0); w0 != 50 {
+		t.Fatalf("W(0) = %d", w0)
+	}
+	if w1, _ := wm.Get(topic, 1); w1 != 50 {
+		t.Fatalf("W(1) = %d", w1)
+	}
+}

@@ -1,0 +1,97 @@
+// Package faultcat wraps a real Iceberg catalog and injects the commit
+// failures the commit protocol must survive: clean conflicts, ambiguous
+// commits (applied, but the caller sees an error) and failed commits. It
+// exists for floe's tests; the catalog underneath is real, so every injected
+// outcome leaves the same state a real failure would.
+package faultcat
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/apache/iceberg-go/catalog"
+	"github.com/apache/iceberg-go/table"
+)
+
+// Fault is what happens to one table commit.
+type Fault int
+
+const (
+	// None passes the commit through.
+	None Fault = iota
+	// Conflict rejects the commit with table.ErrCommitFailed, unapplied.
+	Conflict
+	// Ambiguous applies the commit, then returns an error that is not
+	// ErrCommitFailed, like a timeout after the catalog accepted it.
+	Ambiguous
+	// Unavailable returns a non-conflict error without applying, like a
+	// connection refused.
+	Unavailable
+)
+
+// ErrInjected marks errors this package made up.
+var ErrInjected = errors.New("faultcat: injected")
+
+// Catalog is a catalog.Catalog whose CommitTable follows a fault plan.
+type Catalog struct {
+	catalog.Catalog
+
+	mu       sync.Mutex
+	plan     []Fault
+	injected map[Fault]int
+}
+
+// Wrap returns c with an empty fault plan.
+func Wrap(c catalog.Catalog) *Catalog {
+	return &Catalog{Catalog: c, injected: map[Fault]int{}}
+}
+
+// Inject appends faults to the plan; each commit consumes one.
+func (c *Catalog) Inject(faults ...Fault) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.plan = append(c.plan, faults...)
+}
+
+// Injected returns how many commits got fault f so far.
+func (c *Catalog) Injected(f Fault) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.injected[f]
+}
+
+// LoadTable loads through the real catalog and binds the table to the
+// wrapper, so its transactions commit through CommitTable below.
+func (c *Catalog) LoadTable(ctx context.Context, ident table.Identifier) (*table.Table, error) {
+	tbl, err := c.Catalog.LoadTable(ctx, ident)
+	if err != nil {
+		return nil, err
+	}
+	return table.New(ident, tbl.Metadata(), tbl.MetadataLocation(), tbl.FS, c), nil
+}
+
+// CommitTable applies the next fault of the plan around the real commit.
+func (c *Catalog) CommitTable(ctx context.Context, ident table.Identifier, reqs []table.Requirement, updates []table.Update) (table.Metadata, string, error) {
+	c.mu.Lock()
+	f := None
+	if len(c.plan) > 0 {
+		f, c.plan = c.plan[0], c.plan[1:]
+	}
+	c.injected[f]++
+	c.mu.Unlock()
+
+	switch f {
+	case Conflict:
+		return nil, "", fmt.Errorf("%w: %w conflict", table.ErrCommitFailed, ErrInjected)
+	case Unavailable:
+		return nil, "", fmt.Errorf("%w: catalog unavailable", ErrInjected)
+	case Ambiguous:
+		if _, _, err := c.Catalog.CommitTable(ctx, ident, reqs, updates); err != nil {
+			return nil, "", err
+		}
+		return nil, "", fmt.Errorf("%w: timeout after the commit applied", ErrInjected)
+	}
+	return c.Catalog.CommitTable(ctx, ident, reqs, updates)
+}

@@ -1,0 +1,98 @@
+package lakehouse
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/array"
+	"github.com/apache/arrow-go/v18/arrow/compute"
+	"github.com/apache/arrow-go/v18/arrow/memory"
+	"github.com/apache/iceberg-go"
+	"github.com/apache/iceberg-go/table"
+)
+
+// Column names of the deterministic row id.
+const (
+	TopicColumn     = "_kafka_topic"
+	PartitionColumn = "_kafka_partition"
+	OffsetColumn    = "_kafka_offset"
+)
+
+// rangeFilter selects the rows of r. Planning a scan with it prunes every
+// data file whose offset statistics do not overlap r, so a flush above the
+// watermark (the normal case) opens no data file at all.
+func rangeFilter(r Range) iceberg.BooleanExpression {
+	return iceberg.NewAnd(
+		iceberg.EqualTo(iceberg.Reference(TopicColumn), r.Topic),
+		iceberg.EqualTo(iceberg.Reference(PartitionColumn), r.Partition),
+		iceberg.GreaterThanEqual(iceberg.Reference(OffsetColumn), r.From),
+		iceberg.LessThan(iceberg.Reference(OffsetColumn), r.To),
+	)
+}
+
+// antiJoin is the insert-only dedupe MERGE: it returns the rows of rows whose
+// (topic, partition, offset) is not yet in tbl, and how many data files it
+// had to read to know. rows must all belong to r. The caller keeps ownership
+// of rows; the result is a new reference.
+func (t *Table) antiJoin(ctx context.Context, tbl *table.Table, r Range, rows arrow.RecordBatch) (arrow.RecordBatch, int, error) {
+	present, scanned, err := existingOffsets(ctx, tbl, r)
+	if err != nil {
+		return nil, scanned, err
+	}
+	if len(present) == 0 {
+		rows.Retain()
+		return rows, scanned, nil
+	}
+	idx := rows.Schema().FieldIndices(OffsetColumn)
+	if len(idx) != 1 {
+		return nil, scanned, fmt.Errorf("rows have no %s column", OffsetColumn)
+	}
+	offs := rows.Column(idx[0]).(*array.Int64)
+	mask := array.NewBooleanBuilder(memory.DefaultAllocator)
+	defer mask.Release()
+	mask.Reserve(offs.Len())
+	for i := 0; i < offs.Len(); i++ {
+		_, dup := present[offs.Value(i)]
+		mask.UnsafeAppend(!dup)
+	}
+	m := mask.NewArray()
+	defer m.Release()
+	out, err := compute.FilterRecordBatch(ctx, rows, m, compute.DefaultFilterOptions())
+	if err != nil {
+		return nil, scanned, fmt.Errorf("filtering duplicates: %w", err)
+	}
+	return out, scanned, nil
+}
+
+// existingOffsets returns the offsets of r already in tbl, reading only the
+// data files whose statistics overlap r.
+func existingOffsets(ctx context.Context, tbl *table.Table, r Range) (map[int64]struct{}, int, error) {
+	if tbl.CurrentSnapshot() == nil {
+		return nil, 0, nil
+	}
+	scan := tbl.Scan(table.WithRowFilter(rangeFilter(r)), table.WithSelectedFields(OffsetColumn))
+	tasks, err := scan.PlanFiles(ctx)
+	if err != nil {
+		return nil, 0, fmt.Errorf("planning scan of %s: %w", r, err)
+	}
+	if len(tasks) == 0 {
+		return nil, 0, nil
+	}
+	_, batches, err := scan.ReadTasks(ctx, tasks)
+	if err != nil {
+		return nil, len(tasks), fmt.Errorf("reading %s: %w", r, err)
+	}
+	present := make(map[int64]struct{})
+	for b, err := range batches {
+		if err != nil {
+			return nil, len(tasks), fmt.Errorf("reading %s: %w", r, err)
+		}
+		col := b.Column(0).(*array.Int64)
+		for i := 0; i < col.Len(); i++ {
+			present[col.Value(i)] = struct{}{}
+		}
+		b.Release()
+	}
+	return present, len(tasks), nil
+}

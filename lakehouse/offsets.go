@@ -1,0 +1,141 @@
+package lakehouse
+
+import (
+	"encoding/json"
+	"fmt"
+	"maps"
+	"sort"
+	"strconv"
+
+	"github.com/apache/iceberg-go/table"
+)
+
+// Snapshot summary keys written by every floe commit. The offset map is the
+// source of truth for where each partition resumes (DESIGN.md, commit protocol
+// step 1); Kafka's committed offsets are only a copy for lag tooling.
+const (
+	// OffsetsKeyPrefix + group holds the group's full offset map as JSON:
+	// {"topic": {"partition": nextOffset}}.
+	OffsetsKeyPrefix = "floe.offsets."
+	// CommitIDKey holds the unique id of the flush that made the snapshot, so an
+	// ambiguous commit can be recognised after a reload.
+	CommitIDKey = "floe.commit-id"
+	// RangesKey holds the offset ranges the snapshot added, as JSON.
+	RangesKey = "floe.ranges"
+	// RowsKey holds how many rows the snapshot added after the dedupe MERGE.
+	RowsKey = "floe.rows"
+	// DuplicatesKey holds how many rows the dedupe MERGE skipped.
+	DuplicatesKey = "floe.duplicates-skipped"
+)
+
+// Offsets maps topic → partition → next offset to read: every offset below it
+// is in the table (or the dead-letter topic) exactly once.
+type Offsets map[string]map[int32]int64
+
+// Get returns the next offset of topic/partition and whether it is known.
+func (o Offsets) Get(topic string, partition int32) (int64, bool) {
+	off, ok := o[topic][partition]
+	return off, ok
+}
+
+// Set records next as the next offset of topic/partition.
+func (o Offsets) Set(topic string, partition int32, next int64) {
+	if o[topic] == nil {
+		o[topic] = make(map[int32]int64)
+	}
+	o[topic][partition] = next
+}
+
+// Clone returns a deep copy.
+func (o Offsets) Clone() Offsets {
+	c := make(Offsets, len(o))
+	for t, ps := range o {
+		c[t] = maps.Clone(ps)
+	}
+	return c
+}
+
+// MarshalJSON writes partitions as string keys, the shape other engines expect
+// from a JSON object.
+func (o Offsets) MarshalJSON() ([]byte, error) {
+	out := make(map[string]map[string]int64, len(o))
+	for t, ps := range o {
+		m := make(map[string]int64, len(ps))
+		for p, off := range ps {
+			m[strconv.Itoa(int(p))] = off
+		}
+		out[t] = m
+	}
+	return json.Marshal(out)
+}
+
+// UnmarshalJSON is the inverse of MarshalJSON.
+func (o *Offsets) UnmarshalJSON(b []byte) error {
+	var in map[string]map[string]int64
+	if err := json.Unmarshal(b, &in); err != nil {
+		return err
+	}
+	res := make(Offsets, len(in))
+	for t, ps := range in {
+		for k, off := range ps {
+			p, err := strconv.ParseInt(k, 10, 32)
+			if err != nil {
+				return fmt.Errorf("partition %q of topic %q: %w", k, t, err)
+			}
+			res.Set(t, int32(p), off)
+		}
+	}
+	*o = res
+	return nil
+}
+
+// Range is a contiguous block of offsets [From, To) of one partition that a
+// flush covers: every offset in it is either a row or a dead-lettered record.
+type Range struct {
+	Topic     string `json:"topic"`
+	Partition int32  `json:"partition"`
+	From      int64  `json:"from"`
+	To        int64  `json:"to"`
+}
+
+func (r Range) String() string {
+	return fmt.Sprintf("%s/%d[%d,%d)", r.Topic, r.Partition, r.From, r.To)
+}
+
+// sortRanges orders ranges by topic and partition so summaries are stable.
+func sortRanges(rs []Range) {
+	sort.Slice(rs, func(i, j int) bool {
+		if rs[i].Topic != rs[j].Topic {
+			return rs[i].Topic < rs[j].Topic
+		}
+		if rs[i].Partition != rs[j].Partition {
+			return rs[i].Partition < rs[j].Partition
+		}
+		return rs[i].From < rs[j].From
+	})
+}
+
+// WatermarksOf returns the group's offset map from the newest snapshot in the
+// current branch's ancestry that carries one, or an empty map when none does.
+// Walking the ancestry (not just the head) matters because maintenance
+// snapshots (compaction, expiry) carry no map.
+func WatermarksOf(tbl *table.Table, group string) (Offsets, error) {
+	key := OffsetsKeyPrefix + group
+	meta := tbl.Metadata()
+	for snap := meta.CurrentSnapshot(); snap != nil; {
+		if snap.Summary != nil {
+			if raw, ok := snap.Summary.Properties[key]; ok {
+				var o Offsets
+				if err := json.Unmarshal([]byte(raw), &o); err != nil {
+					return nil, fmt.Errorf("snapshot %d: decoding %s: %w", snap.SnapshotID, key, err)
+				}
+				return o, nil
+			}
+		}
+		if snap.ParentSnapshotID == nil {
+			break
+		}
+		snap = meta.SnapshotByID(*snap.ParentSnapshotID)
+	}
+	return Offsets{}, nil
+}

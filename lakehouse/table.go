@@ -1,0 +1,249 @@
+// Package lakehouse turns buffered Arrow batches into Iceberg commits: Parquet
+// writing, the dedupe MERGE on (topic, partition, offset), the offset
+// watermarks kept in snapshot summaries, and the fenced commit protocol of
+// DESIGN.md. Its invariant: for every partition p the table holds each offset
+// below the watermark W(p) exactly once (or the record was dead-lettered), and
+// no offset at or above W(p).
+package lakehouse
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"strings"
+
+	"github.com/apache/iceberg-go"
+	"github.com/apache/iceberg-go/catalog"
+	"github.com/apache/iceberg-go/table"
+
+	// Catalog implementations selectable with catalog.type.
+	_ "github.com/apache/iceberg-go/catalog/rest"
+	_ "github.com/apache/iceberg-go/catalog/sql"
+	// The pure-Go SQLite driver, registered as "sqlite", for the default catalog.
+	_ "modernc.org/sqlite"
+
+	"github.com/floe-dev/floe/schemas"
+)
+
+// Config says which table to write and through which catalog.
+type Config struct {
+	// Table is "namespace.name" (namespaces may be nested: "a.b.name").
+	Table string
+	// Catalog is handed to iceberg-go's catalog.Load as properties ("type",
+	// "uri", "warehouse", ...). For SQL on SQLite, WAL mode and a busy timeout
+	// are added to the uri unless it sets its own pragmas.
+	Catalog map[string]string
+	// Group is the consumer group whose offset map commits carry.
+	Group string
+	// TargetFileBytes bounds the size of one data file; 0 means 256 MiB.
+	TargetFileBytes int64
+	// Logger receives commit-protocol events (fences, conflicts, retries).
+	Logger *slog.Logger
+}
+
+func (c *Config) validate() error {
+	if _, err := parseIdent(c.Table); err != nil {
+		return err
+	}
+	if c.Catalog["type"] == "" && c.Catalog["uri"] == "" {
+		return errors.New("table.catalog: set at least type (sql, rest, hive, glue) and uri")
+	}
+	if c.Group == "" {
+		return errors.New("kafka.group: must not be empty")
+	}
+	if c.TargetFileBytes < 0 {
+		return fmt.Errorf("table.target_file_bytes: must be positive, got %d", c.TargetFileBytes)
+	}
+	return nil
+}
+
+func parseIdent(name string) (table.Identifier, error) {
+	parts := strings.Split(name, ".")
+	if len(parts) < 2 {
+		return nil, fmt.Errorf("table.name %q: want namespace.table", name)
+	}
+	for _, p := range parts {
+		if p == "" {
+			return nil, fmt.Errorf("table.name %q: empty name part", name)
+		}
+	}
+	return parts, nil
+}
+
+// Table is an opened floe table: its catalog, identifier and schema.
+type Table struct {
+	cat    catalog.Catalog
+	ident  table.Identifier
+	schema *schemas.Schema
+	group  string
+	target int64
+	log    *slog.Logger
+}
+
+// OpenCatalog loads the configured catalog, adding SQLite's WAL mode and busy
+// timeout: without them concurrent commits surface "database is locked" as an
+// unknown commit state.
+func OpenCatalog(ctx context.Context, props map[string]string) (catalog.Catalog, error) {
+	p := iceberg.Properties{}
+	for k, v := range props {
+		p[k] = v
+	}
+	if p["type"] == "sql" && strings.EqualFold(p["sql.dialect"], "sqlite") {
+		p["uri"] = sqliteURI(p["uri"])
+	}
+	name := p["name"]
+	if name == "" {
+		name = "floe"
+	}
+	cat, err := catalog.Load(ctx, name, p)
+	if err != nil {
+		return nil, fmt.Errorf("loading %s catalog: %w", p["type"], err)
+	}
+	return cat, nil
+}
+
+func sqliteURI(uri string) string {
+	if strings.Contains(uri, "_pragma=") {
+		return uri
+	}
+	sep := "?"
+	if strings.Contains(uri, "?") {
+		sep = "&"
+	}
+	q := url.Values{}
+	q.Add("_pragma", "busy_timeout(30000)")
+	q.Add("_pragma", "journal_mode(WAL)")
+	q.Add("_pragma", "synchronous(NORMAL)")
+	q.Add("_txlock", "immediate")
+	return uri + sep + q.Encode()
+}
+
+// Open loads the catalog and the table, creating the namespace and the table
+// (with the schema's partition spec and floe's write properties) on first use.
+func Open(ctx context.Context, cfg Config, sc *schemas.Schema) (*Table, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	cat, err := OpenCatalog(ctx, cfg.Catalog)
+	if err != nil {
+		return nil, err
+	}
+	t, err := OpenIn(ctx, cat, cfg, sc)
+	if err != nil {
+		if c, ok := cat.(interface{ Close() error }); ok {
+			_ = c.Close()
+		}
+	}
+	return t, err
+}
+
+// OpenIn is Open on an already loaded catalog (cfg.Catalog is ignored).
+func OpenIn(ctx context.Context, cat catalog.Catalog, cfg Config, sc *schemas.Schema) (*Table, error) {
+	cfg.Catalog = map[string]string{"type": "given"}
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	ident, _ := parseIdent(cfg.Table)
+	t := &Table{cat: cat, ident: ident, schema: sc, group: cfg.Group, target: cfg.TargetFileBytes, log: cfg.Logger}
+	if t.target == 0 {
+		t.target = 256 << 20
+	}
+	if t.log == nil {
+		t.log = slog.New(slog.DiscardHandler)
+	}
+	tbl, err := t.ensure(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkSchema(tbl.Schema(), sc); err != nil {
+		return nil, fmt.Errorf("table %s: %w", cfg.Table, err)
+	}
+	return t, nil
+}
+
+// Identifier returns the table's catalog identifier.
+func (t *Table) Identifier() table.Identifier { return t.ident }
+
+// Catalog returns the catalog the table lives in.
+func (t *Table) Catalog() catalog.Catalog { return t.cat }
+
+// Load reloads the table's current metadata from the catalog.
+func (t *Table) Load(ctx context.Context) (*table.Table, error) {
+	tbl, err := t.cat.LoadTable(ctx, t.ident)
+	if err != nil {
+		return nil, fmt.Errorf("loading table %s: %w", strings.Join(t.ident, "."), err)
+	}
+	return tbl, nil
+}
+
+// Watermarks reloads the table and returns the group's offset map.
+func (t *Table) Watermarks(ctx context.Context) (Offsets, error) {
+	tbl, err := t.Load(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return WatermarksOf(tbl, t.group)
+}
+
+// Close releases the catalog's resources.
+func (t *Table) Close() error {
+	if c, ok := t.cat.(interface{ Close() error }); ok {
+		return c.Close()
+	}
+	return nil
+}
+
+func (t *Table) ensure(ctx context.Context) (*table.Table, error) {
+	tbl, err := t.cat.LoadTable(ctx, t.ident)
+	if err == nil {
+		return tbl, nil
+	}
+	if !errors.Is(err, catalog.ErrNoSuchTable) {
+		return nil, fmt.Errorf("loading table %s: %w", strings.Join(t.ident, "."), err)
+	}
+	ns := catalog.NamespaceFromIdent(t.ident)
+	if err := t.cat.CreateNamespace(ctx, ns, nil); err != nil && !errors.Is(err, catalog.ErrNamespaceAlreadyExists) {
+		return nil, fmt.Errorf("creating namespace %s: %w", strings.Join(ns, "."), err)
+	}
+	spec := t.schema.Spec
+	tbl, err = t.cat.CreateTable(ctx, t.ident, t.schema.Iceberg,
+		catalog.WithPartitionSpec(&spec),
+		catalog.WithProperties(iceberg.Properties{
+			table.PropertyFormatVersion:               "2",
+			table.ParquetCompressionKey:               "zstd",
+			table.ParquetCompressionLevelKey:          "1",
+			table.ManifestMergeEnabledKey:             "true",
+			table.MetadataDeleteAfterCommitEnabledKey: "true",
+			table.MetadataPreviousVersionsMaxKey:      "50",
+			"floe.schema":                             t.schema.Name,
+		}))
+	if errors.Is(err, catalog.ErrTableAlreadyExists) {
+		// Another member created it first.
+		return t.cat.LoadTable(ctx, t.ident)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("creating table %s: %w", strings.Join(t.ident, "."), err)
+	}
+	t.log.Info("created table", "table", strings.Join(t.ident, "."), "location", tbl.Location())
+	return tbl, nil
+}
+
+// checkSchema rejects a table whose columns cannot hold the schema's rows, so
+// a misconfigured job fails at start-up rather than at its first commit.
+func checkSchema(have *iceberg.Schema, want *schemas.Schema) error {
+	for _, f := range want.Iceberg.Fields() {
+		got, ok := have.FindFieldByName(f.Name)
+		if !ok {
+			return fmt.Errorf("column %q of schema %s is missing from the table", f.Name, want.Name)
+		}
+		if got.ID != f.ID {
+			return fmt.Errorf("column %q has field id %d in the table but %d in schema %s", f.Name, got.ID, f.ID, want.Name)
+		}
+		if !got.Type.Equals(f.Type) {
+			return fmt.Errorf("column %q is %s in the table but %s in schema %s", f.Name, got.Type, f.Type, want.Name)
+		}
+	}
+	return nil
+}

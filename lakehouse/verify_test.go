@@ -1,0 +1,491 @@
+package lakehouse_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"path/filepath"
+	"runtime"
+	"runtime/metrics"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/array"
+	"github.com/apache/arrow-go/v18/arrow/memory"
+
+	"github.com/floe-dev/floe/lakehouse"
+	"github.com/floe-dev/floe/schemas"
+)
+
+// ev is one clickstream event at a Kafka offset; noSeq leaves seq null.
+type ev struct {
+	off   int64
+	sess  string
+	seq   int64
+	noSeq bool
+}
+
+// events builds the rows of evs in partition p of topic tp.
+func (f *fixture) events(t testing.TB, tp string, p int32, evs []ev) arrow.RecordBatch {
+	t.Helper()
+	b := f.schema.NewBuilder(memory.DefaultAllocator, 0)
+	defer b.Release()
+	for _, e := range evs {
+		v := fmt.Sprintf(`{"session_id":%q,"event_type":"click","ts":%d,"seq":%d}`, e.sess, 1732860000000+e.off, e.seq)
+		if e.noSeq {
+			v = fmt.Sprintf(`{"session_id":%q,"event_type":"click","ts":%d}`, e.sess, 1732860000000+e.off)
+		}
+		if err := b.Append([]byte(v), schemas.Meta{Topic: tp, Partition: p, Offset: e.off, Timestamp: time.UnixMilli(1732860000000)}, time.Now(), "off"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return b.NewRecord()
+}
+
+// clean returns well-ordered events for the offsets [from, to) except those
+// in skip: five sessions per partition, named after it, with seq increasing
+// with offset.
+func clean(p int32, from, to int64, skip ...int64) []ev {
+	var out []ev
+	for o := from; o < to; o++ {
+		if !slices.Contains(skip, o) {
+			out = append(out, ev{off: o, sess: fmt.Sprintf("p%d-s%d", p, o%5), seq: o})
+		}
+	}
+	return out
+}
+
+func span(from, to int64) []int64 {
+	var out []int64
+	for o := from; o < to; o++ {
+		out = append(out, o)
+	}
+	return out
+}
+
+// commitEvents commits evs as the flush of [from, to) of topic/p that
+// resumed from resume; offsets of the range without an event are what the
+// worker dead-lettered.
+func (f *fixture) commitEvents(t *testing.T, tbl *lakehouse.Table, p int32, from, to, resume int64, evs []ev) {
+	t.Helper()
+	part := lakehouse.Part{Range: lakehouse.Range{Topic: topic, Partition: p, From: from, To: to}, Resume: resume}
+	if len(evs) > 0 {
+		part.Rows = f.events(t, topic, p, evs)
+	}
+	if _, err := tbl.Commit(t.Context(), []lakehouse.Part{part}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// appendBehindFloe appends rows with a plain iceberg-go transaction,
+// bypassing the dedupe MERGE and the offset map: what a second writer or a
+// buggy replay would do.
+func (f *fixture) appendBehindFloe(t *testing.T, tbl *lakehouse.Table, p int32, evs []ev) {
+	t.Helper()
+	it, err := tbl.Load(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := f.events(t, topic, p, evs)
+	defer rec.Release()
+	rdr, err := array.NewRecordReader(rec.Schema(), []arrow.RecordBatch{rec})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rdr.Release()
+	tx := it.NewTransaction()
+	if err := tx.Append(t.Context(), rdr, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Commit(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func dead(p int32, offs ...int64) lakehouse.DeadLetters {
+	d := lakehouse.DeadLetters{}
+	for _, o := range offs {
+		d.Add(p, o)
+	}
+	return d
+}
+
+func verify(t *testing.T, tbl *lakehouse.Table, dl lakehouse.DeadLetters) *lakehouse.Report {
+	t.Helper()
+	r, err := tbl.Verify(t.Context(), topic, dl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func partitionOf(t *testing.T, r *lakehouse.Report, p int32) lakehouse.PartitionReport {
+	t.Helper()
+	for _, pr := range r.Partitions {
+		if pr.Partition == p {
+			return pr
+		}
+	}
+	t.Fatalf("no report for partition %d in %+v", p, r.Partitions)
+	return lakehouse.PartitionReport{}
+}
+
+func text(t *testing.T, r *lakehouse.Report) string {
+	t.Helper()
+	var buf bytes.Buffer
+	if err := r.WriteText(&buf); err != nil {
+		t.Fatal(err)
+	}
+	return buf.String()
+}
+
+func TestVerifyCleanTable(t *testing.T) {
+	f := newFixture(t)
+	tbl := f.open(t, "g")
+	ctx := t.Context()
+
+	f.commitEvents(t, tbl, 0, 0, 50, lakehouse.NoWatermark, clean(0, 0, 50))
+	f.commitEvents(t, tbl, 0, 50, 100, 50, clean(0, 50, 100))
+	// Partition 1's log was trimmed by retention before floe first read it.
+	f.commitEvents(t, tbl, 1, 1000, 1050, lakehouse.NoWatermark, clean(1, 1000, 1050))
+	// Rows of another topic in the same table are not this topic's.
+	other := lakehouse.Part{Range: lakehouse.Range{Topic: "other", Partition: 0, From: 0, To: 10}, Resume: lakehouse.NoWatermark,
+		Rows: f.events(t, "other", 0, clean(0, 0, 10))}
+	if _, err := tbl.Commit(ctx, []lakehouse.Part{other}); err != nil {
+		t.Fatal(err)
+	}
+
+	r := verify(t, tbl, lakehouse.DeadLetters{})
+	if !r.OK() {
+		t.Fatalf("clean table not OK:\n%s", text(t, r))
+	}
+	if r.Rows != 150 || r.DistinctIDs != 150 || r.DuplicateIDs != 0 || r.DeadLetters != 0 {
+		t.Fatalf("rows %d distinct %d duplicates %d dead letters %d, want 150, 150, 0, 0", r.Rows, r.DistinctIDs, r.DuplicateIDs, r.DeadLetters)
+	}
+	if r.Sessions != 10 || r.SplitSessions != 0 || r.OrderViolations != 0 {
+		t.Fatalf("sessions %d split %d order violations %d, want 10, 0, 0", r.Sessions, r.SplitSessions, r.OrderViolations)
+	}
+	if len(r.Partitions) != 2 {
+		t.Fatalf("%d partitions, want 2: %+v", len(r.Partitions), r.Partitions)
+	}
+	want := lakehouse.PartitionReport{Partition: 1, Watermark: 1050, Rows: 50, DeadLetters: 0, MinOffset: 1000, MaxOffset: 1049, Gaps: []lakehouse.Gap{}}
+	if got := partitionOf(t, r, 1); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("partition 1: %+v, want %+v", got, want)
+	}
+	if s := text(t, r); !strings.Contains(strings.SplitN(s, "\n", 2)[0], ": OK") || strings.Contains(s, "!!") {
+		t.Fatalf("text of a clean report:\n%s", s)
+	}
+
+	// The JSON form is what `floe verify --json` prints.
+	b, err := json.Marshal(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m map[string]any
+	if err := json.Unmarshal(b, &m); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"snapshot_id", "distinct_ids", "duplicate_ids", "dead_letters", "partitions", "split_sessions", "order_violations", "duplicate_examples"} {
+		if _, ok := m[k]; !ok {
+			t.Fatalf("JSON has no %q: %s", k, b)
+		}
+	}
+	p0 := m["partitions"].([]any)[0].(map[string]any)
+	for _, k := range []string{"gap_offsets", "gaps", "above_watermark", "both_row_and_dead_letter", "min_offset"} {
+		if _, ok := p0[k]; !ok {
+			t.Fatalf("partition JSON has no %q: %s", k, b)
+		}
+	}
+}
+
+func TestVerifyEmptyTable(t *testing.T) {
+	f := newFixture(t)
+	r := verify(t, f.open(t, "g"), nil)
+	if !r.OK() || r.SnapshotID != -1 || r.Rows != 0 || r.DeadLetters != -1 || len(r.Partitions) != 0 {
+		t.Fatalf("empty table: %+v", r)
+	}
+}
+
+func TestVerifyFindsProblems(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		setup func(t *testing.T, f *fixture, tbl *lakehouse.Table)
+		dl    lakehouse.DeadLetters
+		ok    bool
+		check func(t *testing.T, r *lakehouse.Report)
+	}{
+		{
+			name: "duplicates appended behind floe",
+			setup: func(t *testing.T, f *fixture, tbl *lakehouse.Table) {
+				f.commitEvents(t, tbl, 0, 0, 20, lakehouse.NoWatermark, clean(0, 0, 20))
+				f.appendBehindFloe(t, tbl, 0, clean(0, 5, 8))
+			},
+			dl: lakehouse.DeadLetters{},
+			check: func(t *testing.T, r *lakehouse.Report) {
+				if r.Rows != 23 || r.DistinctIDs != 20 || r.DuplicateIDs != 3 {
+					t.Fatalf("rows %d distinct %d duplicates %d, want 23, 20, 3", r.Rows, r.DistinctIDs, r.DuplicateIDs)
+				}
+				if want := []string{"clicks/0@5×2", "clicks/0@6×2", "clicks/0@7×2"}; !slices.Equal(r.DuplicateExamples, want) {
+					t.Fatalf("duplicate examples %q, want %q", r.DuplicateExamples, want)
+				}
+				if r.OrderViolations != 0 {
+					t.Fatalf("%d order violations: a duplicate copy was order-checked", r.OrderViolations)
+				}
+			},
+		},
+		{
+			name: "gap without dead letters",
+			setup: func(t *testing.T, f *fixture, tbl *lakehouse.Table) {
+				f.commitEvents(t, tbl, 0, 0, 100, lakehouse.NoWatermark, clean(0, 0, 100, span(40, 60)...))
+			},
+			check: func(t *testing.T, r *lakehouse.Report) {
+				p := partitionOf(t, r, 0)
+				if !slices.Equal(p.Gaps, []lakehouse.Gap{{From: 40, To: 60}}) || p.GapOffsets != 20 {
+					t.Fatalf("gaps %v (%d offsets), want [40,60) (20)", p.Gaps, p.GapOffsets)
+				}
+				if r.DeadLetters != -1 || p.DeadLetters != -1 {
+					t.Fatalf("dead letters %d/%d with the topic not read, want -1", r.DeadLetters, p.DeadLetters)
+				}
+			},
+		},
+		{
+			name: "gaps at both ends of the committed range",
+			setup: func(t *testing.T, f *fixture, tbl *lakehouse.Table) {
+				f.commitEvents(t, tbl, 0, 0, 100, lakehouse.NoWatermark, clean(0, 0, 100, append(span(0, 3), span(90, 100)...)...))
+			},
+			dl: dead(0, 0),
+			check: func(t *testing.T, r *lakehouse.Report) {
+				p := partitionOf(t, r, 0)
+				want := []lakehouse.Gap{{From: 1, To: 3}, {From: 90, To: 100}}
+				if !slices.Equal(p.Gaps, want) || p.GapOffsets != 12 || p.MinOffset != 0 {
+					t.Fatalf("gaps %v (%d offsets) from %d, want %v (12) from 0", p.Gaps, p.GapOffsets, p.MinOffset, want)
+				}
+			},
+		},
+		{
+			name: "dead letters fill the gap",
+			setup: func(t *testing.T, f *fixture, tbl *lakehouse.Table) {
+				f.commitEvents(t, tbl, 0, 0, 100, lakehouse.NoWatermark, clean(0, 0, 100, span(40, 60)...))
+			},
+			dl: dead(0, span(40, 60)...),
+			ok: true,
+			check: func(t *testing.T, r *lakehouse.Report) {
+				if p := partitionOf(t, r, 0); p.GapOffsets != 0 || p.DeadLetters != 20 || r.DeadLetters != 20 {
+					t.Fatalf("partition %+v, report dead letters %d", p, r.DeadLetters)
+				}
+			},
+		},
+		{
+			name: "dead letters before the first row and after the watermark",
+			setup: func(t *testing.T, f *fixture, tbl *lakehouse.Table) {
+				f.commitEvents(t, tbl, 0, 0, 100, lakehouse.NoWatermark, clean(0, 0, 100, span(0, 10)...))
+			},
+			// 100 and 101 were dead-lettered by a flush that then did not commit.
+			dl: dead(0, append(span(0, 10), 100, 101)...),
+			ok: true,
+			check: func(t *testing.T, r *lakehouse.Report) {
+				if p := partitionOf(t, r, 0); p.MinOffset != 0 || p.MaxOffset != 101 || p.DeadLetters != 12 {
+					t.Fatalf("partition %+v", p)
+				}
+			},
+		},
+		{
+			name: "dead letters partly fill the gap",
+			setup: func(t *testing.T, f *fixture, tbl *lakehouse.Table) {
+				f.commitEvents(t, tbl, 0, 0, 100, lakehouse.NoWatermark, clean(0, 0, 100, span(40, 60)...))
+			},
+			dl: dead(0, span(40, 50)...),
+			check: func(t *testing.T, r *lakehouse.Report) {
+				if p := partitionOf(t, r, 0); !slices.Equal(p.Gaps, []lakehouse.Gap{{From: 50, To: 60}}) || p.GapOffsets != 10 {
+					t.Fatalf("gaps %v (%d offsets), want [50,60) (10)", p.Gaps, p.GapOffsets)
+				}
+			},
+		},
+		{
+			name: "row also dead-lettered",
+			setup: func(t *testing.T, f *fixture, tbl *lakehouse.Table) {
+				f.commitEvents(t, tbl, 0, 0, 10, lakehouse.NoWatermark, clean(0, 0, 10))
+			},
+			dl: dead(0, 5),
+			check: func(t *testing.T, r *lakehouse.Report) {
+				if p := partitionOf(t, r, 0); p.BothRowAndDeadLetter != 1 || p.GapOffsets != 0 {
+					t.Fatalf("partition %+v, want one offset both row and dead letter", p)
+				}
+			},
+		},
+		{
+			name: "rows above the watermark",
+			setup: func(t *testing.T, f *fixture, tbl *lakehouse.Table) {
+				f.commitEvents(t, tbl, 0, 0, 50, lakehouse.NoWatermark, clean(0, 0, 50))
+				// A replay does not move the watermark, so replaying past it
+				// leaves rows the watermark does not cover.
+				f.commitEvents(t, tbl, 0, 50, 60, lakehouse.Replay, clean(0, 50, 60))
+			},
+			dl: lakehouse.DeadLetters{},
+			check: func(t *testing.T, r *lakehouse.Report) {
+				if p := partitionOf(t, r, 0); p.AboveWatermark != 10 || p.Watermark != 50 || p.GapOffsets != 0 {
+					t.Fatalf("partition %+v, want 10 rows above watermark 50", p)
+				}
+			},
+		},
+		{
+			name: "session split across partitions",
+			setup: func(t *testing.T, f *fixture, tbl *lakehouse.Table) {
+				f.commitEvents(t, tbl, 0, 0, 10, lakehouse.NoWatermark, append(clean(0, 0, 9), ev{off: 9, sess: "moved", seq: 1}))
+				f.commitEvents(t, tbl, 1, 0, 10, lakehouse.NoWatermark, append(clean(1, 0, 9), ev{off: 9, sess: "moved", seq: 2}))
+			},
+			dl: lakehouse.DeadLetters{},
+			check: func(t *testing.T, r *lakehouse.Report) {
+				if r.SplitSessions != 1 || r.Sessions != 11 {
+					t.Fatalf("split %d of %d sessions, want 1 of 11", r.SplitSessions, r.Sessions)
+				}
+				if want := []string{"moved (partitions 0, 1)"}; !slices.Equal(r.SplitSessionExamples, want) {
+					t.Fatalf("examples %q, want %q", r.SplitSessionExamples, want)
+				}
+			},
+		},
+		{
+			name: "seq order violations",
+			setup: func(t *testing.T, f *fixture, tbl *lakehouse.Table) {
+				f.commitEvents(t, tbl, 0, 0, 9, lakehouse.NoWatermark, []ev{
+					{off: 0, sess: "a", seq: 1},
+					{off: 1, sess: "b", seq: 1},
+					{off: 2, sess: "a", seq: 3},
+					{off: 3, sess: "a", seq: 2}, // 3 → 2
+					{off: 4, sess: "b", seq: 2},
+					{off: 5, sess: "a", noSeq: true}, // skipped
+					{off: 6, sess: "a", seq: 4},
+					{off: 7, sess: "b", seq: 2}, // 2 → 2
+					{off: 8, sess: "c", seq: 0},
+				})
+				// The same sessions in another partition are split, but their
+				// order is checked per partition.
+				f.commitEvents(t, tbl, 1, 0, 2, lakehouse.NoWatermark, []ev{{off: 0, sess: "a", seq: 0}, {off: 1, sess: "b", seq: 1}})
+			},
+			dl: lakehouse.DeadLetters{},
+			check: func(t *testing.T, r *lakehouse.Report) {
+				if r.OrderViolations != 2 {
+					t.Fatalf("%d order violations, want 2", r.OrderViolations)
+				}
+				if r.SplitSessions != 2 {
+					t.Fatalf("%d split sessions, want 2", r.SplitSessions)
+				}
+			},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t)
+			tbl := f.open(t, "g")
+			tc.setup(t, f, tbl)
+			r := verify(t, tbl, tc.dl)
+			tc.check(t, r)
+			s := text(t, r)
+			if r.OK() != tc.ok {
+				t.Fatalf("OK() = %v, want %v:\n%s", r.OK(), tc.ok, s)
+			}
+			if !tc.ok && (!strings.Contains(strings.SplitN(s, "\n", 2)[0], "NOT OK") || !strings.Contains(s, "\n!! ")) {
+				t.Fatalf("text does not mark the problem:\n%s", s)
+			}
+			t.Logf("\n%s", s)
+		})
+	}
+}
+
+func TestVerifyWithoutWatermark(t *testing.T) {
+	f := newFixture(t)
+	f.commitEvents(t, f.open(t, "g"), 0, 0, 10, lakehouse.NoWatermark, clean(0, 0, 10))
+	// Another group has committed nothing: every row is beyond its watermarks.
+	r := verify(t, f.open(t, "other"), lakehouse.DeadLetters{})
+	if p := partitionOf(t, r, 0); r.OK() || p.Watermark != -1 || p.AboveWatermark != 10 {
+		t.Fatalf("OK %v, partition %+v", r.OK(), p)
+	}
+}
+
+// BenchmarkVerify verifies a table of 1.2 M rows in 12 partitions (in
+// commits of 50 k rows per partition, like a pipeline's flushes) and reports
+// rows verified per second and the peak Go heap of one verify.
+func BenchmarkVerify(b *testing.B) {
+	const partitions, perPartition, perFlush = 12, 100_000, 50_000
+	sc, err := schemas.Lookup(schemas.Clickstream)
+	if err != nil {
+		b.Fatal(err)
+	}
+	dir := b.TempDir()
+	f := &fixture{dir: dir, schema: sc, props: map[string]string{
+		"type": "sql", "uri": "file:" + filepath.Join(dir, "catalog.db"),
+		"sql.dialect": "sqlite", "sql.driver": "sqlite",
+		"warehouse": "file://" + filepath.Join(dir, "warehouse"),
+	}}
+	tbl, err := lakehouse.Open(b.Context(), lakehouse.Config{Table: "analytics.clicks", Catalog: f.props, Group: "g"}, sc)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer tbl.Close()
+	for from := int64(0); from < perPartition; from += perFlush {
+		parts := make([]lakehouse.Part, partitions)
+		for p := range int32(partitions) {
+			evs := make([]ev, 0, perFlush)
+			for o := from; o < from+perFlush; o++ {
+				evs = append(evs, ev{off: o, sess: fmt.Sprintf("p%d-s%d", p, o%5000), seq: o})
+			}
+			resume := from
+			if from == 0 {
+				resume = lakehouse.NoWatermark
+			}
+			parts[p] = lakehouse.Part{Range: lakehouse.Range{Topic: topic, Partition: p, From: from, To: from + perFlush},
+				Resume: resume, Rows: f.events(b, topic, p, evs)}
+		}
+		if _, err := tbl.Commit(b.Context(), parts); err != nil {
+			b.Fatal(err)
+		}
+	}
+
+	var peak uint64
+	b.ResetTimer()
+	for b.Loop() {
+		b.StopTimer()
+		runtime.GC()
+		before := heapObjects()
+		b.StartTimer()
+		done := make(chan struct{})
+		sampled := make(chan uint64, 1)
+		go func() {
+			high := heapObjects()
+			tick := time.NewTicker(10 * time.Millisecond)
+			defer tick.Stop()
+			for {
+				select {
+				case <-done:
+					sampled <- high
+					return
+				case <-tick.C:
+					high = max(high, heapObjects())
+				}
+			}
+		}()
+		r, err := tbl.Verify(b.Context(), topic, nil)
+		close(done)
+		if high := <-sampled; high > before {
+			peak = max(peak, high-before)
+		}
+		if err != nil {
+			b.Fatal(err)
+		}
+		if !r.OK() || r.Rows != partitions*perPartition {
+			b.Fatalf("OK %v rows %d", r.OK(), r.Rows)
+		}
+	}
+	b.ReportMetric(float64(partitions*perPartition)*float64(b.N)/b.Elapsed().Seconds(), "rows/s")
+	b.ReportMetric(float64(peak)/(1<<20), "peak-heap-MiB")
+}
+
+// heapObjects is the heap held by objects, garbage not yet swept included;
+// unlike runtime.ReadMemStats it does not stop the world.
+func heapObjects() uint64 {
+	s := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
+	metrics.Read(s)
+	return s[0].Value.Uint64()
+}

@@ -1,0 +1,176 @@
+package pipeline
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/apache/arrow-go/v18/arrow/memory"
+	"github.com/segmentio/kafka-go"
+
+	"github.com/floe-dev/floe/lakehouse"
+	"github.com/floe-dev/floe/schemas"
+)
+
+// partitionBuffer holds the decoded, not yet committed records of one
+// partition: rows in offset order plus the dead letters among them. Its
+// worker appends; the flusher takes a segment [from, next) at a time.
+type partitionBuffer struct {
+	topic     string
+	partition int32
+
+	mu      sync.Mutex
+	builder *schemas.Builder
+	letters []deadLetter
+	// resume is the watermark the next segment builds on: the table's W(p)
+	// at assignment, then the end of the previous segment.
+	resume int64
+	// from is the first offset of the current segment; next is one past the
+	// last offset appended. from == next means the segment is empty.
+	from, next int64
+	started    bool
+}
+
+// segment is what one flush takes from one partition.
+type segment struct {
+	part    lakehouse.Part
+	letters []deadLetter
+}
+
+func newPartitionBuffer(sc *schemas.Schema, topic string, partition int32, resume int64, maxMessageBytes int) *partitionBuffer {
+	return &partitionBuffer{
+		topic:     topic,
+		partition: partition,
+		builder:   sc.NewBuilder(memory.DefaultAllocator, maxMessageBytes),
+		resume:    resume,
+	}
+}
+
+// append decodes msg into the buffer. A record that cannot be decoded becomes
+// a dead letter; either way its offset is covered by the segment.
+func (b *partitionBuffer) append(msg kafka.Message, now time.Time) (rowsDelta, bytesDelta int, dead bool, err error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if !b.started || b.from == b.next {
+		b.from, b.next, b.started = msg.Offset, msg.Offset, true
+	}
+	before := b.builder.SizeBytes()
+	err = b.builder.Append(msg.Value, schemas.Meta{
+		Topic: b.topic, Partition: b.partition, Offset: msg.Offset, Timestamp: msg.Time,
+	}, now, "off")
+	var de *schemas.DecodeError
+	switch {
+	case err == nil:
+		b.next = msg.Offset + 1
+		return 1, b.builder.SizeBytes() - before, false, nil
+	case errors.As(err, &de):
+		b.next = msg.Offset + 1
+		b.letters = append(b.letters, deadLetter{msg: msg, reason: de.Reason, field: de.Field, detail: de.Detail})
+		return 1, len(msg.Value), true, nil
+	default:
+		// Not the record's fault (commit.max_bytes keeps the builder far
+		// from full); the offset stays uncovered.
+		return 0, 0, false, fmt.Errorf("buffering %s/%d@%d: %w", b.topic, b.partition, msg.Offset, err)
+	}
+}
+
+// take returns the current segment and starts a new one that builds on it.
+// ok is false when nothing was appended since the last take.
+func (b *partitionBuffer) take() (seg segment, ok bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if !b.started || b.from == b.next {
+		return seg, false
+	}
+	seg.part = lakehouse.Part{
+		Range:  lakehouse.Range{Topic: b.topic, Partition: b.partition, From: b.from, To: b.next},
+		Resume: b.resume,
+	}
+	if b.builder.Len() > 0 {
+		seg.part.Rows = b.builder.NewRecord()
+	}
+	seg.letters = b.letters
+	b.letters = nil
+	b.resume = b.next
+	b.from = b.next
+	return seg, true
+}
+
+func (b *partitionBuffer) release() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.builder.Release()
+}
+
+// window bounds what a member holds in memory: records decoded but not yet
+// taken by a flush. Workers wait in acquire while it is full, so a slow
+// commit stops fetching (and only fetching: heartbeats run elsewhere).
+type window struct {
+	mu       sync.Mutex
+	cond     *sync.Cond
+	rows     int
+	bytes    int
+	maxRows  int
+	maxBytes int
+	full     chan struct{} // signalled (non-blocking) when a trigger is reached
+	closed   bool
+}
+
+func newWindow(maxRows, maxBytes int) *window {
+	w := &window{maxRows: maxRows, maxBytes: maxBytes, full: make(chan struct{}, 1)}
+	w.cond = sync.NewCond(&w.mu)
+	return w
+}
+
+// wait blocks while the window is full; it returns ctx's error if ctx ends
+// first.
+func (w *window) wait(ctx context.Context) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for !w.closed && (w.rows >= w.maxRows || w.bytes >= w.maxBytes) {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		w.cond.Wait()
+	}
+	return ctx.Err()
+}
+
+// add accounts for appended records and signals the flusher at a trigger.
+func (w *window) add(rows, bytes int) {
+	w.mu.Lock()
+	w.rows += rows
+	w.bytes += bytes
+	full := w.rows >= w.maxRows || w.bytes >= w.maxBytes
+	w.mu.Unlock()
+	if full {
+		select {
+		case w.full <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// reset empties the window after a flush took everything, waking workers.
+func (w *window) reset() {
+	w.mu.Lock()
+	w.rows, w.bytes = 0, 0
+	w.mu.Unlock()
+	w.cond.Broadcast()
+}
+
+// close wakes every waiter for good (generation over).
+func (w *window) close() {
+	w.mu.Lock()
+	w.closed = true
+	w.mu.Unlock()
+	w.cond.Broadcast()
+}
+
+// wakeOn broadcasts when ctx ends so waiters can observe it.
+func (w *window) wakeOn(ctx context.Context) {
+	<-ctx.Done()
+	w.close()
+}

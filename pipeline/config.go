@@ -1,0 +1,278 @@
+package pipeline
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"gopkg.in/yaml.v3"
+)
+
+// Config is floe's job configuration: one YAML file (DESIGN.md,
+// "Configuration contract") with ${ENV} interpolation; flags override it.
+type Config struct {
+	Kafka   KafkaConfig   `yaml:"kafka"`
+	Schema  string        `yaml:"schema"`
+	Table   TableConfig   `yaml:"table"`
+	Commit  CommitConfig  `yaml:"commit"`
+	Metrics MetricsConfig `yaml:"metrics"`
+}
+
+// KafkaConfig says where records come from and where bad ones go.
+type KafkaConfig struct {
+	Brokers []string `yaml:"brokers"`
+	Topic   string   `yaml:"topic"`
+	Group   string   `yaml:"group"`
+	// StartOffset (earliest | latest) applies only when neither the table nor
+	// the group has an offset for a partition.
+	StartOffset string `yaml:"start_offset"`
+	// DLQTopic receives records that cannot become rows, with the reason and
+	// source coordinates in headers. Default: "<topic>.dlq".
+	DLQTopic string `yaml:"dlq_topic"`
+	// ClientID names floe's connections in broker logs. Default "floe".
+	ClientID string `yaml:"client_id"`
+	// SessionTimeout is how long the coordinator waits for a heartbeat before
+	// evicting this member. Default 30s.
+	SessionTimeout Duration `yaml:"session_timeout"`
+	// RebalanceTimeout bounds how long members may take to rejoin, and so the
+	// flush on revocation. Default 60s.
+	RebalanceTimeout Duration `yaml:"rebalance_timeout"`
+	// HeartbeatInterval must be well under SessionTimeout. Default 3s.
+	HeartbeatInterval Duration `yaml:"heartbeat_interval"`
+	// MaxMessageBytes: larger values are dead-lettered as too_large. Default 1 MiB.
+	MaxMessageBytes ByteSize `yaml:"max_message_bytes"`
+	// FetchMaxBytes bounds one fetch response per partition. Default 4 MiB.
+	FetchMaxBytes ByteSize `yaml:"fetch_max_bytes"`
+}
+
+// TableConfig names the Iceberg table and its catalog.
+type TableConfig struct {
+	Name string `yaml:"name"`
+	// Catalog is handed to iceberg-go's catalog.Load as properties.
+	Catalog map[string]string `yaml:"catalog"`
+	// TargetFileBytes bounds one data file. Default 256 MiB.
+	TargetFileBytes ByteSize `yaml:"target_file_bytes"`
+}
+
+// CommitConfig says when buffered records are flushed: whichever of the
+// interval, the record count or the buffered bytes comes first.
+type CommitConfig struct {
+	Interval   Duration `yaml:"interval"`    // default 10s
+	MaxRecords int      `yaml:"max_records"` // default 500000
+	MaxBytes   ByteSize `yaml:"max_bytes"`   // default 128 MiB
+	// Grace bounds the final flush on revocation or shutdown; after it the
+	// buffer is dropped and the partition's next owner redoes it. Default
+	// 20s; keep it below kafka.rebalance_timeout.
+	Grace Duration `yaml:"grace"`
+}
+
+// MetricsConfig configures the HTTP endpoint for /metrics, /livez, /readyz.
+type MetricsConfig struct {
+	Listen string `yaml:"listen"` // empty: no endpoint
+}
+
+// Duration is a time.Duration written as "10s" in YAML.
+type Duration time.Duration
+
+// UnmarshalYAML parses Go duration syntax.
+func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
+	v, err := time.ParseDuration(n.Value)
+	if err != nil {
+		return fmt.Errorf("line %d: %q is not a duration (e.g. 10s, 500ms)", n.Line, n.Value)
+	}
+	*d = Duration(v)
+	return nil
+}
+
+// D returns the value as a time.Duration.
+func (d Duration) D() time.Duration { return time.Duration(d) }
+
+// ByteSize is a size written as 1048576, "512KiB", "4MiB" or "1GiB" in YAML.
+type ByteSize int64
+
+// UnmarshalYAML parses a plain number or a number with a binary unit.
+func (b *ByteSize) UnmarshalYAML(n *yaml.Node) error {
+	v, err := ParseByteSize(n.Value)
+	if err != nil {
+		return fmt.Errorf("line %d: %w", n.Line, err)
+	}
+	*b = v
+	return nil
+}
+
+// ParseByteSize parses "1048576", "512KiB", "4MiB", "1GiB" (KB/MB/GB are
+// taken as binary units too).
+func ParseByteSize(s string) (ByteSize, error) {
+	s = strings.TrimSpace(s)
+	mult := int64(1)
+	for _, u := range []struct {
+		suffix string
+		mult   int64
+	}{{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}, {"KB", 1 << 10}, {"MB", 1 << 20}, {"GB", 1 << 30}, {"B", 1}} {
+		if strings.HasSuffix(s, u.suffix) {
+			s, mult = strings.TrimSpace(strings.TrimSuffix(s, u.suffix)), u.mult
+			break
+		}
+	}
+	v, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || v < 0 {
+		return 0, fmt.Errorf("%q is not a byte size (e.g. 1048576, 512KiB, 4MiB)", s)
+	}
+	return ByteSize(v * mult), nil
+}
+
+var envRef = regexp.MustCompile(`\$\{([A-Za-z_][A-Za-z0-9_]*)(:-([^}]*))?\}`)
+
+// interpolate replaces ${NAME} and ${NAME:-default}. An unset variable
+// without a default is an error naming it, rather than an empty string that
+// would surface later as a confusing connection error.
+func interpolate(src []byte) ([]byte, error) {
+	var missing []string
+	out := envRef.ReplaceAllFunc(src, func(m []byte) []byte {
+		g := envRef.FindSubmatch(m)
+		if v, ok := os.LookupEnv(string(g[1])); ok {
+			return []byte(v)
+		}
+		if len(g[2]) > 0 {
+			return g[3]
+		}
+		missing = append(missing, string(g[1]))
+		return m
+	})
+	if len(missing) > 0 {
+		return nil, fmt.Errorf("environment variables not set: %s", strings.Join(missing, ", "))
+	}
+	return out, nil
+}
+
+// LoadConfig reads, interpolates and parses a YAML config file. Unknown keys
+// are errors, so a typo cannot silently fall back to a default. It does not
+// apply defaults or validate; call Finish after applying flag overrides.
+func LoadConfig(path string) (Config, error) {
+	var cfg Config
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return cfg, fmt.Errorf("reading config: %w", err)
+	}
+	raw, err = interpolate(raw)
+	if err != nil {
+		return cfg, fmt.Errorf("config %s: %w", path, err)
+	}
+	dec := yaml.NewDecoder(bytes.NewReader(raw))
+	dec.KnownFields(true)
+	if err := dec.Decode(&cfg); err != nil && !errors.Is(err, io.EOF) {
+		return cfg, fmt.Errorf("config %s: %w", path, err)
+	}
+	return cfg, nil
+}
+
+// Finish applies defaults and validates; errors name the offending key.
+func (c *Config) Finish() error {
+	c.defaults()
+	return c.validate()
+}
+
+func (c *Config) defaults() {
+	k := &c.Kafka
+	if k.StartOffset == "" {
+		k.StartOffset = "earliest"
+	}
+	if k.DLQTopic == "" && k.Topic != "" {
+		k.DLQTopic = k.Topic + ".dlq"
+	}
+	if k.ClientID == "" {
+		k.ClientID = "floe"
+	}
+	if k.SessionTimeout == 0 {
+		k.SessionTimeout = Duration(30 * time.Second)
+	}
+	if k.RebalanceTimeout == 0 {
+		k.RebalanceTimeout = Duration(60 * time.Second)
+	}
+	if k.HeartbeatInterval == 0 {
+		k.HeartbeatInterval = Duration(3 * time.Second)
+	}
+	if k.MaxMessageBytes == 0 {
+		k.MaxMessageBytes = 1 << 20
+	}
+	if k.FetchMaxBytes == 0 {
+		k.FetchMaxBytes = 4 << 20
+	}
+	if c.Schema == "" {
+		c.Schema = "clickstream"
+	}
+	if c.Table.TargetFileBytes == 0 {
+		c.Table.TargetFileBytes = 256 << 20
+	}
+	if c.Commit.Interval == 0 {
+		c.Commit.Interval = Duration(10 * time.Second)
+	}
+	if c.Commit.MaxRecords == 0 {
+		c.Commit.MaxRecords = 500000
+	}
+	if c.Commit.MaxBytes == 0 {
+		c.Commit.MaxBytes = 128 << 20
+	}
+	if c.Commit.Grace == 0 {
+		c.Commit.Grace = Duration(20 * time.Second)
+	}
+}
+
+func (c *Config) validate() error {
+	var errs []error
+	bad := func(key, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%s: %s", key, fmt.Sprintf(format, args...)))
+	}
+	k := c.Kafka
+	if len(k.Brokers) == 0 {
+		bad("kafka.brokers", "at least one broker address is required")
+	}
+	for _, b := range k.Brokers {
+		if !strings.Contains(b, ":") {
+			bad("kafka.brokers", "%q has no port (want host:port)", b)
+		}
+	}
+	if k.Topic == "" {
+		bad("kafka.topic", "required")
+	}
+	if k.Group == "" {
+		bad("kafka.group", "required")
+	}
+	if k.StartOffset != "earliest" && k.StartOffset != "latest" {
+		bad("kafka.start_offset", "%q: want earliest or latest", k.StartOffset)
+	}
+	if k.DLQTopic == k.Topic && k.Topic != "" {
+		bad("kafka.dlq_topic", "must differ from kafka.topic")
+	}
+	if k.HeartbeatInterval.D() >= k.SessionTimeout.D() {
+		bad("kafka.heartbeat_interval", "%s must be below kafka.session_timeout %s", k.HeartbeatInterval.D(), k.SessionTimeout.D())
+	}
+	if c.Table.Name == "" {
+		bad("table.name", "required (namespace.table)")
+	} else if !strings.Contains(c.Table.Name, ".") {
+		bad("table.name", "%q: want namespace.table", c.Table.Name)
+	}
+	if c.Table.Catalog["type"] == "" {
+		bad("table.catalog.type", "required (sql, rest, hive, glue)")
+	}
+	if c.Commit.MaxRecords < 0 {
+		bad("commit.max_records", "must be positive")
+	}
+	if c.Commit.MaxBytes > 1<<30 {
+		bad("commit.max_bytes", "%d is above the 1GiB a flush may buffer", c.Commit.MaxBytes)
+	}
+	if c.Commit.Interval.D() < 0 {
+		bad("commit.interval", "must be positive")
+	}
+	if c.Commit.Grace.D() >= k.RebalanceTimeout.D() {
+		bad("commit.grace", "%s must be below kafka.rebalance_timeout %s, or a revoked member could still be flushing when the next owner starts",
+			c.Commit.Grace.D(), k.RebalanceTimeout.D())
+	}
+	return errors.Join(errs...)
+}

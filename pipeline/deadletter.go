@@ -1,0 +1,166 @@
+package pipeline
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+
+	"github.com/floe-dev/floe/lakehouse"
+)
+
+// Dead-letter record headers. The source coordinates make a dead-lettered
+// record findable and let `floe verify` count each source offset once even if
+// an aborted flush wrote it twice.
+const (
+	HeaderReason          = "floe.reason"
+	HeaderField           = "floe.field"
+	HeaderDetail          = "floe.detail"
+	HeaderSourceTopic     = "floe.source.topic"
+	HeaderSourcePartition = "floe.source.partition"
+	HeaderSourceOffset    = "floe.source.offset"
+	HeaderSourceTimestamp = "floe.source.timestamp"
+)
+
+// deadLetter is a record that cannot become a row, with why.
+type deadLetter struct {
+	msg    kafka.Message
+	reason string
+	field  string
+	detail string
+}
+
+func (d deadLetter) message(topic string) kafka.Message {
+	h := []kafka.Header{
+		{Key: HeaderReason, Value: []byte(d.reason)},
+		{Key: HeaderSourceTopic, Value: []byte(d.msg.Topic)},
+		{Key: HeaderSourcePartition, Value: []byte(strconv.Itoa(d.msg.Partition))},
+		{Key: HeaderSourceOffset, Value: []byte(strconv.FormatInt(d.msg.Offset, 10))},
+		{Key: HeaderSourceTimestamp, Value: []byte(d.msg.Time.UTC().Format(time.RFC3339Nano))},
+	}
+	if d.field != "" {
+		h = append(h, kafka.Header{Key: HeaderField, Value: []byte(d.field)})
+	}
+	if d.detail != "" {
+		h = append(h, kafka.Header{Key: HeaderDetail, Value: []byte(d.detail)})
+	}
+	return kafka.Message{Topic: topic, Key: d.msg.Key, Value: d.msg.Value, Headers: h}
+}
+
+// deadLetterWriter produces dead letters and waits for the broker's
+// acknowledgement from all in-sync replicas: a flush may cover a
+// dead-lettered offset only after this returns nil.
+type deadLetterWriter struct {
+	topic string
+	w     *kafka.Writer
+}
+
+func newDeadLetterWriter(cfg KafkaConfig, transport *kafka.Transport) *deadLetterWriter {
+	return &deadLetterWriter{
+		topic: cfg.DLQTopic,
+		w: &kafka.Writer{
+			Addr:                   kafka.TCP(cfg.Brokers...),
+			Balancer:               &kafka.Hash{},
+			RequiredAcks:           kafka.RequireAll,
+			AllowAutoTopicCreation: true,
+			BatchSize:              1000,
+			BatchTimeout:           time.Millisecond,
+			MaxAttempts:            5,
+			Transport:              transport,
+		},
+	}
+}
+
+func (d *deadLetterWriter) write(ctx context.Context, letters []deadLetter) error {
+	if len(letters) == 0 {
+		return nil
+	}
+	msgs := make([]kafka.Message, len(letters))
+	for i, l := range letters {
+		msgs[i] = l.message(d.topic)
+	}
+	if err := d.w.WriteMessages(ctx, msgs...); err != nil {
+		return fmt.Errorf("writing %d records to dead-letter topic %s: %w", len(msgs), d.topic, err)
+	}
+	return nil
+}
+
+func (d *deadLetterWriter) close() error { return d.w.Close() }
+
+// ReadDeadLetters reads the dead-letter topic from its start to its current
+// end and returns the source offsets of topic it holds, for reconciliation.
+// A source offset written twice (an aborted flush is redone) counts once.
+func ReadDeadLetters(ctx context.Context, k KafkaConfig) (lakehouse.DeadLetters, error) {
+	dialer := &kafka.Dialer{Timeout: 10 * time.Second, ClientID: k.ClientID}
+	conn, err := dialer.DialContext(ctx, "tcp", k.Brokers[0])
+	if err != nil {
+		return nil, fmt.Errorf("dead-letter topic %s: %w", k.DLQTopic, err)
+	}
+	parts, err := conn.ReadPartitions(k.DLQTopic)
+	conn.Close()
+	if err != nil {
+		if errors.Is(err, kafka.UnknownTopicOrPartition) {
+			return lakehouse.DeadLetters{}, nil
+		}
+		return nil, fmt.Errorf("dead-letter topic %s: %w", k.DLQTopic, err)
+	}
+	out := lakehouse.DeadLetters{}
+	for _, p := range parts {
+		if err := readDeadLetterPartition(ctx, dialer, k, p.ID, k.Topic, out); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+func readDeadLetterPartition(ctx context.Context, dialer *kafka.Dialer, k KafkaConfig, partition int, source string, out lakehouse.DeadLetters) error {
+	leader, err := dialer.DialLeader(ctx, "tcp", k.Brokers[0], k.DLQTopic, partition)
+	if err != nil {
+		return fmt.Errorf("dead-letter topic %s/%d: %w", k.DLQTopic, partition, err)
+	}
+	first, last, err := leader.ReadOffsets()
+	leader.Close()
+	if err != nil {
+		return fmt.Errorf("dead-letter topic %s/%d offsets: %w", k.DLQTopic, partition, err)
+	}
+	if first >= last {
+		return nil
+	}
+	rk := k
+	rk.Topic = k.DLQTopic
+	r := kafka.NewReader(ReaderConfig(rk, int32(partition), dialer))
+	defer r.Close()
+	if err := r.SetOffset(first); err != nil {
+		return err
+	}
+	for {
+		msg, err := r.FetchMessage(ctx)
+		if err != nil {
+			return fmt.Errorf("reading dead-letter topic %s/%d: %w", k.DLQTopic, partition, err)
+		}
+		var topic string
+		sp, so := int64(-1), int64(-1)
+		for _, h := range msg.Headers {
+			switch h.Key {
+			case HeaderSourceTopic:
+				topic = string(h.Value)
+			case HeaderSourcePartition:
+				sp, _ = strconv.ParseInt(string(h.Value), 10, 32)
+			case HeaderSourceOffset:
+				so, _ = strconv.ParseInt(string(h.Value), 10, 64)
+			}
+		}
+		if topic == source && sp >= 0 && so >= 0 {
+			if out[int32(sp)] == nil {
+				out[int32(sp)] = map[int64]struct{}{}
+			}
+			out[int32(sp)][so] = struct{}{}
+		}
+		if msg.Offset+1 >= last {
+			return nil
+		}
+	}
+}

@@ -1,0 +1,418 @@
+// Package pipeline is floe's Kafka side: consumer-group membership through
+// kafka-go's ConsumerGroup/Generation API, one worker per assigned partition,
+// the bounded buffer between fetching and committing, the dead-letter writer,
+// and the flush/commit loop that drives lakehouse.Table.Commit.
+//
+// Orderings that matter (each guards exactly-once):
+//   - a worker seeks to the table's watermark W(p), never to Kafka's
+//     committed offset when the table has one;
+//   - dead letters of a segment are acknowledged before the table commit
+//     that covers their offsets;
+//   - Kafka offsets are committed only after the table commit, and their
+//     failure is logged, never fatal;
+//   - on revocation or shutdown the final flush is bounded by commit.grace;
+//     whatever it cannot commit is dropped, and the fence in the table makes
+//     the next owner's redo safe.
+package pipeline
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/floe-dev/floe/lakehouse"
+	"github.com/floe-dev/floe/schemas"
+)
+
+// Member is one consumer-group member: it owns the partitions the group
+// assigns it and commits them to the table.
+type Member struct {
+	cfg    Config
+	table  *lakehouse.Table
+	schema *schemas.Schema
+	log    *slog.Logger
+	stats  *Stats
+	until  map[int32]int64
+	dialer *kafka.Dialer
+}
+
+// Option configures a Member.
+type Option func(*Member)
+
+// WithLogger sets the logger (default: discard).
+func WithLogger(l *slog.Logger) Option { return func(m *Member) { m.log = l } }
+
+// WithStats shares a Stats across members (default: a fresh one).
+func WithStats(s *Stats) Option { return func(m *Member) { m.stats = s } }
+
+// UntilOffsets makes Run return once the table's offset map reaches these
+// end offsets for every partition: scheduled (--until-caught-up) mode.
+func UntilOffsets(end map[int32]int64) Option { return func(m *Member) { m.until = end } }
+
+// NewMember checks cfg (which must have been Finish()ed) and returns a member
+// that writes to tbl.
+func NewMember(cfg Config, tbl *lakehouse.Table, sc *schemas.Schema, opts ...Option) *Member {
+	m := &Member{cfg: cfg, table: tbl, schema: sc, dialer: &kafka.Dialer{Timeout: 10 * time.Second, DualStack: true, ClientID: cfg.Kafka.ClientID}}
+	for _, o := range opts {
+		o(m)
+	}
+	if m.log == nil {
+		m.log = slog.New(slog.DiscardHandler)
+	}
+	if m.stats == nil {
+		m.stats = &Stats{}
+	}
+	return m
+}
+
+// Stats returns the member's counters.
+func (m *Member) Stats() *Stats { return m.stats }
+
+// errCaughtUp ends a generation once the until-offsets are committed.
+var errCaughtUp = errors.New("caught up")
+
+// Run joins the group and processes generations until ctx is cancelled
+// (then it flushes within commit.grace, commits and leaves the group), or
+// until caught up in scheduled mode. It returns nil on a clean stop.
+func (m *Member) Run(ctx context.Context) error {
+	k := m.cfg.Kafka
+	start := kafka.FirstOffset
+	if k.StartOffset == "latest" {
+		start = kafka.LastOffset
+	}
+	cg, err := kafka.NewConsumerGroup(kafka.ConsumerGroupConfig{
+		ID:                     k.Group,
+		Brokers:                k.Brokers,
+		Dialer:                 m.dialer,
+		Topics:                 []string{k.Topic},
+		SessionTimeout:         k.SessionTimeout.D(),
+		RebalanceTimeout:       k.RebalanceTimeout.D(),
+		HeartbeatInterval:      k.HeartbeatInterval.D(),
+		JoinGroupBackoff:       time.Second,
+		WatchPartitionChanges:  true,
+		PartitionWatchInterval: 10 * time.Second,
+		StartOffset:            start,
+		// A JoinGroup is held by the coordinator until every member rejoins,
+		// up to the rebalance timeout; a shorter network timeout makes the
+		// member give up and rejoin forever (Java clients use the same bound).
+		Timeout:     k.RebalanceTimeout.D() + 5*time.Second,
+		ErrorLogger: kafka.LoggerFunc(func(f string, a ...any) { m.log.Debug(fmt.Sprintf(f, a...)) }),
+	})
+	if err != nil {
+		return fmt.Errorf("kafka: %w", err)
+	}
+	// Close leaves the group once no generation function is running.
+	defer cg.Close()
+
+	dlq := newDeadLetterWriter(k, &kafka.Transport{Dial: m.dialer.DialFunc, ClientID: k.ClientID})
+	defer dlq.close()
+
+	for {
+		gen, err := cg.Next(ctx)
+		if ctx.Err() != nil {
+			return nil
+		}
+		if err != nil {
+			m.log.Warn("joining group", "group", k.Group, "err", err)
+			continue
+		}
+		m.stats.Generations.Add(1)
+		done := make(chan error, 1)
+		gen.Start(func(genCtx context.Context) {
+			done <- m.generation(ctx, genCtx, gen, dlq)
+		})
+		err = <-done
+		switch {
+		case errors.Is(err, errCaughtUp):
+			return nil
+		case ctx.Err() != nil:
+			if err != nil {
+				m.log.Warn("stopping: the final flush failed; the next owner redoes its records", "err", err)
+			} else {
+				m.log.Info("stopping: buffers committed, leaving the group")
+			}
+			return nil
+		case errors.Is(err, lakehouse.ErrFenced):
+			m.stats.Fenced.Add(1)
+			m.log.Warn("fenced: dropping buffers and re-seeking from the table", "err", err)
+		case err != nil:
+			m.log.Warn("generation ended", "generation", gen.ID, "err", err)
+		}
+	}
+}
+
+// generation runs one generation's workers and flusher. It returns when the
+// generation ends (genCtx), ctx is cancelled, a fence fails or a worker fails.
+func (m *Member) generation(ctx, genCtx context.Context, gen *kafka.Generation, dlq *deadLetterWriter) error {
+	k := m.cfg.Kafka
+	assigned := gen.Assignments[k.Topic]
+	sort.Slice(assigned, func(i, j int) bool { return assigned[i].ID < assigned[j].ID })
+	m.log.Info("assigned", "generation", gen.ID, "member", gen.MemberID, "partitions", partitionIDs(assigned))
+	if len(assigned) == 0 {
+		// Idle member (more members than partitions): wait for the next
+		// rebalance.
+		select {
+		case <-ctx.Done():
+		case <-genCtx.Done():
+		}
+		return nil
+	}
+
+	// stop ends fetching: generation over, shutdown, or a failed worker.
+	stopCtx, stop := context.WithCancelCause(ctx)
+	defer stop(nil)
+	go func() {
+		select {
+		case <-genCtx.Done():
+			stop(errors.New("generation ended"))
+		case <-stopCtx.Done():
+		}
+	}()
+
+	wm, err := m.watermarks(stopCtx)
+	if err != nil {
+		return err
+	}
+	if m.caughtUp(wm) {
+		return errCaughtUp
+	}
+
+	win := newWindow(m.cfg.Commit.MaxRecords, int(m.cfg.Commit.MaxBytes))
+	go win.wakeOn(stopCtx)
+	bufs := make([]*partitionBuffer, len(assigned))
+	workers, wctx := errgroup.WithContext(stopCtx)
+	for i, a := range assigned {
+		p := int32(a.ID)
+		resume, ok := wm.Get(k.Topic, p)
+		seek := resume
+		if !ok {
+			resume, seek = lakehouse.NoWatermark, a.Offset
+		}
+		bufs[i] = newPartitionBuffer(m.schema, k.Topic, p, resume, int(k.MaxMessageBytes))
+		b := bufs[i]
+		workers.Go(func() error { return m.fetch(wctx, b, seek, win) })
+	}
+	defer func() {
+		for _, b := range bufs {
+			b.release()
+		}
+	}()
+
+	f := &flusher{m: m, gen: gen, dlq: dlq, bufs: bufs, win: win}
+	ferr := f.loop(stopCtx)
+	stop(ferr)
+	werr := workers.Wait()
+	if ferr != nil {
+		return ferr
+	}
+	// Final flush: fetching has stopped, so what is buffered is complete.
+	// It is bounded by the grace period; what it cannot commit is dropped.
+	graceCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.cfg.Commit.Grace.D())
+	defer cancel()
+	if err := f.flush(graceCtx); err != nil {
+		return fmt.Errorf("final flush: %w", err)
+	}
+	if f.caughtUp {
+		return errCaughtUp
+	}
+	if werr != nil && !errors.Is(werr, context.Canceled) {
+		return werr
+	}
+	return nil
+}
+
+// watermarks reads the table's offset map, retrying while the catalog is
+// unreachable: giving up would only rejoin the group and rebalance everyone.
+func (m *Member) watermarks(ctx context.Context) (lakehouse.Offsets, error) {
+	backoff := 200 * time.Millisecond
+	for {
+		wm, err := m.table.Watermarks(ctx)
+		if err == nil {
+			return wm, nil
+		}
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		m.log.Warn("reading watermarks", "err", err)
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 10*time.Second)
+	}
+}
+
+func (m *Member) caughtUp(wm lakehouse.Offsets) bool {
+	if m.until == nil {
+		return false
+	}
+	for p, end := range m.until {
+		got, ok := wm.Get(m.cfg.Kafka.Topic, p)
+		if end > 0 && (!ok || got < end) {
+			return false
+		}
+	}
+	return true
+}
+
+// fetch reads one partition from seek onwards into b until ctx ends.
+func (m *Member) fetch(ctx context.Context, b *partitionBuffer, seek int64, win *window) error {
+	k := m.cfg.Kafka
+	r := kafka.NewReader(ReaderConfig(k, b.partition, m.dialer))
+	defer r.Close()
+	if err := r.SetOffset(seek); err != nil {
+		return fmt.Errorf("seeking %s/%d to %d: %w", k.Topic, b.partition, seek, err)
+	}
+	for {
+		if err := win.wait(ctx); err != nil {
+			return nil
+		}
+		msg, err := r.FetchMessage(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return fmt.Errorf("fetching %s/%d: %w", k.Topic, b.partition, err)
+		}
+		rows, bytes, dead, err := b.append(msg, time.Now())
+		if err != nil {
+			return err
+		}
+		m.stats.Consumed.Add(1)
+		if dead {
+			m.stats.DeadLettered.Add(1)
+		}
+		win.add(rows, bytes)
+	}
+}
+
+// ReaderConfig is the per-partition fetch configuration. Benchmarks use it
+// for the raw consume baseline so both sides fetch the same way.
+func ReaderConfig(k KafkaConfig, partition int32, dialer *kafka.Dialer) kafka.ReaderConfig {
+	return kafka.ReaderConfig{
+		Brokers:        k.Brokers,
+		Topic:          k.Topic,
+		Partition:      int(partition),
+		Dialer:         dialer,
+		MinBytes:       1,
+		MaxBytes:       int(k.FetchMaxBytes),
+		MaxWait:        250 * time.Millisecond,
+		QueueCapacity:  1000,
+		ReadBackoffMin: 50 * time.Millisecond,
+		ReadBackoffMax: time.Second,
+		MaxAttempts:    10,
+	}
+}
+
+func partitionIDs(as []kafka.PartitionAssignment) []int {
+	ids := make([]int, len(as))
+	for i, a := range as {
+		ids[i] = a.ID
+	}
+	return ids
+}
+
+// flusher takes segments from the buffers and commits them, one flush at a
+// time, on the interval, the record count or the byte size.
+type flusher struct {
+	m        *Member
+	gen      *kafka.Generation
+	dlq      *deadLetterWriter
+	bufs     []*partitionBuffer
+	win      *window
+	caughtUp bool
+}
+
+func (f *flusher) loop(ctx context.Context) error {
+	t := time.NewTicker(f.m.cfg.Commit.Interval.D())
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		case <-f.win.full:
+		}
+		if err := f.flush(ctx); err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return err
+		}
+		if f.caughtUp {
+			return errCaughtUp
+		}
+	}
+}
+
+// flush commits everything buffered. Dead letters first (acknowledged), then
+// the table, then the advisory Kafka offsets.
+func (f *flusher) flush(ctx context.Context) error {
+	var segs []segment
+	for _, b := range f.bufs {
+		if s, ok := b.take(); ok {
+			segs = append(segs, s)
+		}
+	}
+	f.win.reset()
+	m := f.m
+	if len(segs) == 0 {
+		if m.until != nil {
+			// Other members may have committed the last offsets.
+			wm, err := m.table.Watermarks(ctx)
+			if err != nil {
+				return err
+			}
+			f.caughtUp = m.caughtUp(wm)
+		}
+		return nil
+	}
+	parts := make([]lakehouse.Part, len(segs))
+	var letters []deadLetter
+	for i, s := range segs {
+		parts[i] = s.part
+		letters = append(letters, s.letters...)
+	}
+	started := time.Now()
+	if err := f.dlq.write(ctx, letters); err != nil {
+		releaseParts(parts)
+		return err
+	}
+	dlqTook := time.Since(started)
+	res, err := m.table.Commit(ctx, parts)
+	if err != nil {
+		if errors.Is(err, lakehouse.ErrFenced) {
+			return err
+		}
+		return fmt.Errorf("committing to %s: %w", m.table.Name(), err)
+	}
+	m.stats.recordCommit(res, time.Since(started))
+	offsets := map[int]int64{}
+	for _, p := range parts {
+		offsets[int(p.Range.Partition)] = p.Range.To
+	}
+	if err := f.gen.CommitOffsets(map[string]map[int]int64{m.cfg.Kafka.Topic: offsets}); err != nil {
+		m.stats.KafkaCommitErrors.Add(1)
+		m.log.Info("kafka offset commit failed (advisory; the table holds the offsets)", "err", err)
+	}
+	m.log.Debug("committed", "snapshot", res.SnapshotID, "rows", res.Rows, "skipped", res.Skipped,
+		"files", res.Files, "attempts", res.Attempts, "dead_letters", len(letters),
+		"dlq_write", dlqTook.Round(time.Millisecond), "took", time.Since(started).Round(time.Millisecond))
+	f.caughtUp = m.caughtUp(res.Offsets)
+	return nil
+}
+
+func releaseParts(parts []lakehouse.Part) {
+	for _, p := range parts {
+		if p.Rows != nil {
+			p.Rows.Release()
+		}
+	}
+}

@@ -1,0 +1,24 @@
+// Package schemas owns the one place where bytes from Kafka become table rows:
+// the record schemas (today only the built-in "clickstream"), their Iceberg and
+// Arrow forms, and the decoder that appends a message to reusable Arrow
+// builders or explains, as a [DecodeError], why the message belongs in the
+// dead-letter topic instead.
+//
+// Invariants the rest of floe relies on:
+//
+//   - Schema.Arrow is derived from Schema.Iceberg by iceberg-go itself, so every
+//     Arrow field carries its PARQUET:field_id and the batches a [Builder] emits
+//     are accepted unchanged by table.WriteRecords.
+//   - A [Builder] validates a whole message before it appends anything: a failed
+//     Append leaves every column the same length as before, so a bad record can
+//     never shift the values of the good ones.
+//   - The Kafka coordinates (_kafka_topic, _kafka_partition, _kafka_offset) are
+//     required columns: they are the row identity the dedupe MERGE and the
+//     offset watermarks are built on, and the Iceberg schema names them as its
+//     identifier fields.
+//
+// Decoding is the hottest per-record code in the pipeline, so a Builder parses
+// with one reusable fastjson parser, keeps only byte slices into the parser's
+// buffer until the row is known to be good, and then copies each value once,
+// into Arrow's buffers. The steady state allocates nothing per record.
+package schemas

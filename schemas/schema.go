@@ -1,0 +1,139 @@
+package schemas
+
+import (
+	"fmt"
+
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/iceberg-go"
+	"github.com/apache/iceberg-go/table"
+)
+
+// Clickstream is the name of the built-in schema, the value of the `schema:`
+// configuration key that selects it.
+const Clickstream = "clickstream"
+
+// Schema is a record schema: how a Kafka message value becomes a table row.
+// The Iceberg, Arrow and partition forms travel together so that the table
+// that is created, the batches that are built and the files that are written
+// cannot drift apart. A Schema is read-only once returned by [Lookup]; it may
+// be shared by any number of goroutines and Builders.
+type Schema struct {
+	// Name is the name the schema was looked up by; it appears in logs and
+	// dead-letter headers.
+	Name string
+	// Iceberg is the table schema, with field IDs 1..N in column order. Pass
+	// it to the catalog when creating the table.
+	Iceberg *iceberg.Schema
+	// Arrow is the schema of every batch a Builder emits. It is derived from
+	// Iceberg by iceberg-go (with PARQUET:field_id metadata, small types) so
+	// that table.WriteRecords accepts the batches as they are.
+	Arrow *arrow.Schema
+	// Spec partitions the table by day(event_ts) into the partition field
+	// "event_ts_day", so that analysts' time-range queries prune files.
+	Spec iceberg.PartitionSpec
+	// KeyField is the column that is the ordering unit: records sharing it
+	// share a Kafka partition and must keep their relative order.
+	KeyField string
+}
+
+// Column positions of the clickstream schema. They are the positions in both
+// Schema.Arrow and the Iceberg schema (whose field IDs are position+1); the
+// first nine are also the slots of the JSON fields they come from.
+const (
+	colEventID = iota
+	colSessionID
+	colUserID
+	colEventType
+	colURL
+	colReferrer
+	colUserAgent
+	colEventTS // from JSON "ts"
+	colSeq
+	colKafkaTopic
+	colKafkaPartition
+	colKafkaOffset
+	colKafkaTimestamp
+	colIngestedAt
+	colEnrichStatus
+	numCols
+
+	// numStringEventCols is the number of leading string columns that come
+	// from the message (event_id .. user_agent).
+	numStringEventCols = colEventTS
+	// numJSONFields is the number of columns that come from the message.
+	numJSONFields = colSeq + 1
+)
+
+// dayPartitionFieldID is the first partition field ID Iceberg assigns; fixing
+// it keeps the spec identical whether or not the catalog renumbers it.
+const dayPartitionFieldID = 1000
+
+var (
+	str  = iceberg.PrimitiveTypes.String
+	tstz = iceberg.PrimitiveTypes.TimestampTz
+)
+
+// clickstreamFields is the built-in column list, in column order.
+var clickstreamFields = [numCols]iceberg.NestedField{
+	colEventID:        {Name: "event_id", Type: str, Doc: "Producer-assigned event id (not guaranteed unique)."},
+	colSessionID:      {Name: "session_id", Type: str, Required: true, Doc: "Session id; also the Kafka message key."},
+	colUserID:         {Name: "user_id", Type: str},
+	colEventType:      {Name: "event_type", Type: str, Required: true},
+	colURL:            {Name: "url", Type: str},
+	colReferrer:       {Name: "referrer", Type: str},
+	colUserAgent:      {Name: "user_agent", Type: str},
+	colEventTS:        {Name: "event_ts", Type: tstz, Required: true, Doc: "Event time, from the message field ts."},
+	colSeq:            {Name: "seq", Type: iceberg.PrimitiveTypes.Int64, Doc: "Producer sequence number within the session."},
+	colKafkaTopic:     {Name: "_kafka_topic", Type: str, Required: true},
+	colKafkaPartition: {Name: "_kafka_partition", Type: iceberg.PrimitiveTypes.Int32, Required: true},
+	colKafkaOffset:    {Name: "_kafka_offset", Type: iceberg.PrimitiveTypes.Int64, Required: true},
+	colKafkaTimestamp: {Name: "_kafka_timestamp", Type: tstz, Doc: "Kafka record timestamp (producer or broker time)."},
+	colIngestedAt:     {Name: "_ingested_at", Type: tstz, Doc: "When floe decoded the record."},
+	colEnrichStatus:   {Name: "_enrich_status", Type: str, Doc: "Outcome of the enrichment lookup for this record."},
+}
+
+// Lookup returns the schema selected by the `schema:` configuration value.
+// Built-in names are resolved here; any other value is taken to be a path to
+// a user schema file, which is not supported yet, so it is rejected with an
+// error that names the value rather than being silently ignored. Each call
+// returns a fresh Schema, so callers cannot disturb one another.
+func Lookup(name string) (*Schema, error) {
+	switch name {
+	case Clickstream:
+		return newClickstream()
+	default:
+		return nil, fmt.Errorf("schema %q: user schema files are not supported yet; use %q", name, Clickstream)
+	}
+}
+
+func newClickstream() (*Schema, error) {
+	fields := make([]iceberg.NestedField, numCols)
+	for i, f := range clickstreamFields {
+		f.ID = i + 1
+		fields[i] = f
+	}
+	// The Kafka coordinates identify a row: they are what the dedupe MERGE
+	// joins on, so declare them to engines that understand identifier fields.
+	identifiers := []int{colKafkaTopic + 1, colKafkaPartition + 1, colKafkaOffset + 1}
+	sc := iceberg.NewSchemaWithIdentifiers(0, identifiers, fields...)
+
+	fieldID := dayPartitionFieldID
+	spec, err := iceberg.NewPartitionSpecOpts(
+		iceberg.AddPartitionFieldByName(fields[colEventTS].Name, "event_ts_day", iceberg.DayTransform{}, sc, &fieldID))
+	if err != nil {
+		return nil, fmt.Errorf("building the %s partition spec: %w", Clickstream, err)
+	}
+
+	as, err := table.SchemaToArrowSchema(sc, nil, true, false)
+	if err != nil {
+		return nil, fmt.Errorf("converting the %s schema to Arrow: %w", Clickstream, err)
+	}
+
+	return &Schema{
+		Name:     Clickstream,
+		Iceberg:  sc,
+		Arrow:    as,
+		Spec:     spec,
+		KeyField: fields[colSessionID].Name,
+	}, nil
+}
