@@ -25,7 +25,7 @@ test:
 # End-to-end throughput and memory beside the raw consume rate of the same
 # broker, measured in the same run.
 bench: build
-	$(GO) test -run '^$$' -bench . -benchtime 1x -timeout 30m ./bench/...
+	$(GO) test -run '^$$' -bench . -benchtime 1x -timeout 30m ./cmd/floe/
 
 fmt:
 	gofmt -w $$(git ls-files '*.go')

@@ -7,8 +7,10 @@ import (
 	"fmt"
 	"iter"
 	"math/rand/v2"
+	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/apache/arrow-go/v18/arrow"
@@ -16,6 +18,7 @@ import (
 	"github.com/apache/iceberg-go"
 	"github.com/apache/iceberg-go/table"
 	"github.com/google/uuid"
+	"golang.org/x/sync/errgroup"
 )
 
 // ErrFenced means another member moved a partition's watermark after this
@@ -106,28 +109,9 @@ func (t *Table) Commit(ctx context.Context, parts []Part) (res Result, err error
 			t.deleteFiles(tbl, files)
 		}
 	}()
-	for i := range parts {
-		p := &parts[i]
-		if p.Rows == nil || p.Rows.NumRows() == 0 {
-			continue
-		}
-		rows, scanned, err := t.antiJoin(ctx, tbl, p.Range, p.Rows)
-		if err != nil {
-			return res, fmt.Errorf("dedupe MERGE of %s: %w", p.Range, err)
-		}
-		res.FilesScanned += scanned
-		res.Skipped += p.Rows.NumRows() - rows.NumRows()
-		p.Rows.Release()
-		p.Rows = rows
-		if rows.NumRows() == 0 {
-			continue
-		}
-		written, err := t.writeFiles(ctx, tbl, rows, res.CommitID)
-		files = append(files, written...)
-		if err != nil {
-			return res, fmt.Errorf("writing data files of %s: %w", p.Range, err)
-		}
-		res.Rows += rows.NumRows()
+	files, err = t.prepare(ctx, tbl, parts, &res)
+	if err != nil {
+		return res, err
 	}
 	res.Files = len(files)
 
@@ -211,6 +195,49 @@ func (t *Table) Commit(ctx context.Context, parts []Part) (res Result, err error
 	return res, err
 }
 
+// prepare runs the dedupe MERGE and writes the data files of every part,
+// parts in parallel (one per core): it is the CPU-heavy half of a flush.
+// It returns the files written, also on error, so the caller can delete them.
+func (t *Table) prepare(ctx context.Context, tbl *table.Table, parts []Part, res *Result) ([]iceberg.DataFile, error) {
+	var (
+		mu    sync.Mutex
+		files []iceberg.DataFile
+	)
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(runtime.GOMAXPROCS(0))
+	for i := range parts {
+		p := &parts[i]
+		if p.Rows == nil || p.Rows.NumRows() == 0 {
+			continue
+		}
+		g.Go(func() error {
+			rows, scanned, err := t.antiJoin(gctx, tbl, p.Range, p.Rows)
+			if err != nil {
+				return fmt.Errorf("dedupe MERGE of %s: %w", p.Range, err)
+			}
+			skipped := p.Rows.NumRows() - rows.NumRows()
+			p.Rows.Release()
+			p.Rows = rows
+			var written []iceberg.DataFile
+			if rows.NumRows() > 0 {
+				written, err = t.writeFiles(gctx, tbl, rows)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			files = append(files, written...)
+			res.FilesScanned += scanned
+			res.Skipped += skipped
+			if err != nil {
+				return fmt.Errorf("writing data files of %s: %w", p.Range, err)
+			}
+			res.Rows += rows.NumRows()
+			return nil
+		})
+	}
+	err := g.Wait()
+	return files, err
+}
+
 func (t *Table) commitOnce(ctx context.Context, tbl *table.Table, files []iceberg.DataFile, props iceberg.Properties) (*table.Table, error) {
 	tx := tbl.NewTransaction()
 	if err := tx.AssertRefSnapshotID(table.MainBranch); err != nil {
@@ -290,7 +317,7 @@ func (t *Table) findCommitAfter(ctx context.Context, commitID string) (*table.Sn
 
 // writeFiles sorts rows by the schema's key (stable, so a session's rows stay
 // in offset order) and writes them as Parquet data files.
-func (t *Table) writeFiles(ctx context.Context, tbl *table.Table, rows arrow.RecordBatch, commitID string) ([]iceberg.DataFile, error) {
+func (t *Table) writeFiles(ctx context.Context, tbl *table.Table, rows arrow.RecordBatch) ([]iceberg.DataFile, error) {
 	sorted := rows
 	if idx := rows.Schema().FieldIndices(t.schema.KeyField); len(idx) == 1 {
 		s, err := compute.SortRecordBatch(ctx, rows, []compute.SortKey{{
@@ -308,7 +335,7 @@ func (t *Table) writeFiles(ctx context.Context, tbl *table.Table, rows arrow.Rec
 	}
 	var out []iceberg.DataFile
 	for df, err := range table.WriteRecords(ctx, tbl, sorted.Schema(), one,
-		table.WithTargetFileSize(t.target), table.WithWriteUUID(uuid.New())) {
+		table.WithTargetFileSize(t.target), table.WithWriteUUID(uuid.New()), table.WithMaxWriteWorkers(1)) {
 		if err != nil {
 			return out, err
 		}

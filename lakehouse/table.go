@@ -209,16 +209,7 @@ func (t *Table) ensure(ctx context.Context) (*table.Table, error) {
 	}
 	spec := t.schema.Spec
 	tbl, err = t.cat.CreateTable(ctx, t.ident, t.schema.Iceberg,
-		catalog.WithPartitionSpec(&spec),
-		catalog.WithProperties(iceberg.Properties{
-			table.PropertyFormatVersion:               "2",
-			table.ParquetCompressionKey:               "zstd",
-			table.ParquetCompressionLevelKey:          "1",
-			table.ManifestMergeEnabledKey:             "true",
-			table.MetadataDeleteAfterCommitEnabledKey: "true",
-			table.MetadataPreviousVersionsMaxKey:      "50",
-			"floe.schema":                             t.schema.Name,
-		}))
+		catalog.WithPartitionSpec(&spec), catalog.WithProperties(tableProperties(t.schema)))
 	if errors.Is(err, catalog.ErrTableAlreadyExists) {
 		// Another member created it first.
 		return t.cat.LoadTable(ctx, t.ident)
@@ -228,6 +219,30 @@ func (t *Table) ensure(ctx context.Context) (*table.Table, error) {
 	}
 	t.log.Info("created table", "table", strings.Join(t.ident, "."), "location", tbl.Location())
 	return tbl, nil
+}
+
+// tableProperties are the properties of a table floe creates: zstd Parquet,
+// bounded metadata history, merged manifests (so scan planning stays cheap
+// as commits accumulate), and no Parquet dictionary for the columns where it
+// costs CPU and saves nothing: 64-bit ids, counters and timestamps, which are
+// nearly all distinct.
+func tableProperties(sc *schemas.Schema) iceberg.Properties {
+	props := iceberg.Properties{
+		table.PropertyFormatVersion:               "2",
+		table.ParquetCompressionKey:               "zstd",
+		table.ParquetCompressionLevelKey:          "1",
+		table.ManifestMergeEnabledKey:             "true",
+		table.MetadataDeleteAfterCommitEnabledKey: "true",
+		table.MetadataPreviousVersionsMaxKey:      "50",
+		"floe.schema":                             sc.Name,
+	}
+	for _, f := range sc.Iceberg.Fields() {
+		switch f.Type {
+		case iceberg.PrimitiveTypes.Int64, iceberg.PrimitiveTypes.Timestamp, iceberg.PrimitiveTypes.TimestampTz:
+			props["write.parquet.dict-encoding-enabled.column."+f.Name] = "false"
+		}
+	}
+	return props
 }
 
 // checkSchema rejects a table whose columns cannot hold the schema's rows, so

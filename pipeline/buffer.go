@@ -146,10 +146,15 @@ func (w *window) add(rows, bytes int) {
 	full := w.rows >= w.maxRows || w.bytes >= w.maxBytes
 	w.mu.Unlock()
 	if full {
-		select {
-		case w.full <- struct{}{}:
-		default:
-		}
+		w.kick()
+	}
+}
+
+// kick asks the flusher for a flush now.
+func (w *window) kick() {
+	select {
+	case w.full <- struct{}{}:
+	default:
 	}
 }
 

@@ -67,8 +67,9 @@ type CommitConfig struct {
 	MaxRecords int      `yaml:"max_records"` // default 500000
 	MaxBytes   ByteSize `yaml:"max_bytes"`   // default 128 MiB
 	// Grace bounds the final flush on revocation or shutdown; after it the
-	// buffer is dropped and the partition's next owner redoes it. Default
-	// 20s; keep it below kafka.rebalance_timeout.
+	// buffer is dropped and the partition's next owner redoes it. It must be
+	// below kafka.rebalance_timeout. Default: 20s or half the rebalance
+	// timeout, whichever is less.
 	Grace Duration `yaml:"grace"`
 }
 
@@ -220,7 +221,7 @@ func (c *Config) defaults() {
 		c.Commit.MaxBytes = 128 << 20
 	}
 	if c.Commit.Grace == 0 {
-		c.Commit.Grace = Duration(20 * time.Second)
+		c.Commit.Grace = Duration(min(20*time.Second, k.RebalanceTimeout.D()/2))
 	}
 }
 

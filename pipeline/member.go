@@ -21,6 +21,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sort"
+	"sync/atomic"
 	"time"
 
 	"github.com/segmentio/kafka-go"
@@ -154,6 +155,8 @@ func (m *Member) generation(ctx, genCtx context.Context, gen *kafka.Generation, 
 	assigned := gen.Assignments[k.Topic]
 	sort.Slice(assigned, func(i, j int) bool { return assigned[i].ID < assigned[j].ID })
 	m.log.Info("assigned", "generation", gen.ID, "member", gen.MemberID, "partitions", partitionIDs(assigned))
+	m.stats.Assigned.Store(int32(len(assigned)))
+	defer m.stats.Assigned.Store(0)
 	if len(assigned) == 0 {
 		// Idle member (more members than partitions): wait for the next
 		// rebalance.
@@ -187,6 +190,9 @@ func (m *Member) generation(ctx, genCtx context.Context, gen *kafka.Generation, 
 	go win.wakeOn(stopCtx)
 	bufs := make([]*partitionBuffer, len(assigned))
 	workers, wctx := errgroup.WithContext(stopCtx)
+	// In scheduled mode, the last partition to reach its end offset asks
+	// for the final flush instead of waiting for the interval.
+	var behind atomic.Int32
 	for i, a := range assigned {
 		p := int32(a.ID)
 		resume, ok := wm.Get(k.Topic, p)
@@ -196,7 +202,19 @@ func (m *Member) generation(ctx, genCtx context.Context, gen *kafka.Generation, 
 		}
 		bufs[i] = newPartitionBuffer(m.schema, k.Topic, p, resume, int(k.MaxMessageBytes))
 		b := bufs[i]
-		workers.Go(func() error { return m.fetch(wctx, b, seek, win) })
+		end, scheduled := m.until[p]
+		if scheduled && end > max(resume, 0) {
+			behind.Add(1)
+		} else {
+			end = -1
+		}
+		workers.Go(func() error {
+			return m.fetch(wctx, b, seek, win, end, func() {
+				if behind.Add(-1) == 0 {
+					win.kick()
+				}
+			})
+		})
 	}
 	defer func() {
 		for _, b := range bufs {
@@ -262,8 +280,9 @@ func (m *Member) caughtUp(wm lakehouse.Offsets) bool {
 	return true
 }
 
-// fetch reads one partition from seek onwards into b until ctx ends.
-func (m *Member) fetch(ctx context.Context, b *partitionBuffer, seek int64, win *window) error {
+// fetch reads one partition from seek onwards into b until ctx ends. When
+// end >= 0, reached is called once the record before end is buffered.
+func (m *Member) fetch(ctx context.Context, b *partitionBuffer, seek int64, win *window, end int64, reached func()) error {
 	k := m.cfg.Kafka
 	r := kafka.NewReader(ReaderConfig(k, b.partition, m.dialer))
 	defer r.Close()
@@ -290,6 +309,9 @@ func (m *Member) fetch(ctx context.Context, b *partitionBuffer, seek int64, win 
 			m.stats.DeadLettered.Add(1)
 		}
 		win.add(rows, bytes)
+		if msg.Offset+1 == end {
+			reached()
+		}
 	}
 }
 

@@ -20,6 +20,7 @@ type Stats struct {
 	Generations       atomic.Int64 // consumer-group generations joined
 	KafkaCommitErrors atomic.Int64 // advisory Kafka offset commits that failed
 	LastCommitNanos   atomic.Int64 // duration of the last table commit
+	Assigned          atomic.Int32 // partitions currently assigned
 	lastOffsets       atomic.Pointer[lakehouse.Offsets]
 }
 

@@ -1,6 +1,7 @@
 package schemas
 
 import (
+	"encoding/binary"
 	"fmt"
 	"math"
 	"strconv"
@@ -83,28 +84,25 @@ type row struct {
 }
 
 // Builder turns messages of one schema into Arrow record batches. It exists
-// so that the per-record path reuses everything it can: one JSON parser, one
-// set of Arrow builders kept across batches, and scratch space for the row
-// being validated. It is not safe for concurrent use; give each worker its own.
+// so that the per-record path reuses everything it can: one JSON parser,
+// column buffers that keep their capacity from batch to batch, and the stack
+// for the row being validated. It is not safe for concurrent use; give each
+// worker its own.
 type Builder struct {
-	schema   *Schema
-	rb       *array.RecordBuilder
+	arrow    *arrow.Schema
+	mem      memory.Allocator
 	maxBytes int
 	parser   fastjson.Parser
 
-	// Typed views of rb's field builders, resolved once.
-	strs      [numStringEventCols]*array.StringBuilder
-	eventTS   *array.TimestampBuilder
-	seq       *array.Int64Builder
-	topic     *array.StringBuilder
-	partition *array.Int32Builder
-	offset    *array.Int64Builder
-	kafkaTS   *array.TimestampBuilder
-	ingested  *array.TimestampBuilder
-	status    *array.StringBuilder
-
-	vals [numJSONFields]*fastjson.Value // the message's values by column; scratch
-	row  row                            // the row being validated; scratch
+	strs      [numStringEventCols]stringColumn
+	eventTS   fixedColumn[int64]
+	seq       fixedColumn[int64]
+	topic     stringColumn
+	partition fixedColumn[int32]
+	offset    fixedColumn[int64]
+	kafkaTS   fixedColumn[int64]
+	ingested  fixedColumn[int64]
+	status    stringColumn
 
 	rows     int
 	strBytes int
@@ -113,43 +111,43 @@ type Builder struct {
 // NewBuilder returns an empty Builder for s whose batches allocate from mem.
 // maxMessageBytes bounds the size of a message that is parsed at all (larger
 // ones are rejected as too_large, protecting the worker's memory and time);
-// a value <= 0 selects DefaultMaxMessageBytes. It panics if s was not
-// obtained from Lookup, since that is a programming error.
+// a value <= 0 selects DefaultMaxMessageBytes. It panics if s does not have
+// the layout of a schema returned by Lookup, since that is a programming
+// error.
 func (s *Schema) NewBuilder(mem memory.Allocator, maxMessageBytes int) *Builder {
+	if err := checkLayout(s.Arrow); err != nil {
+		panic(fmt.Sprintf("schemas: NewBuilder: schema %q: %v", s.Name, err))
+	}
 	if maxMessageBytes <= 0 {
 		maxMessageBytes = DefaultMaxMessageBytes
 	}
-	b := &Builder{
-		schema:   s,
-		rb:       array.NewRecordBuilder(mem, s.Arrow),
-		maxBytes: maxMessageBytes,
-	}
-	defer func() {
-		if r := recover(); r != nil {
-			b.rb.Release()
-			panic(fmt.Sprintf("schemas: schema %q does not have the %s column layout: %v", s.Name, Clickstream, r))
-		}
-	}()
-	if n := s.Arrow.NumFields(); n != numCols {
-		panic(fmt.Sprintf("%d columns, want %d", n, numCols))
-	}
-	for i := range b.strs {
-		b.strs[i] = b.rb.Field(i).(*array.StringBuilder)
-	}
-	b.eventTS = b.rb.Field(colEventTS).(*array.TimestampBuilder)
-	b.seq = b.rb.Field(colSeq).(*array.Int64Builder)
-	b.topic = b.rb.Field(colKafkaTopic).(*array.StringBuilder)
-	b.partition = b.rb.Field(colKafkaPartition).(*array.Int32Builder)
-	b.offset = b.rb.Field(colKafkaOffset).(*array.Int64Builder)
-	b.kafkaTS = b.rb.Field(colKafkaTimestamp).(*array.TimestampBuilder)
-	b.ingested = b.rb.Field(colIngestedAt).(*array.TimestampBuilder)
-	b.status = b.rb.Field(colEnrichStatus).(*array.StringBuilder)
-	for _, c := range []int{colEventTS, colKafkaTimestamp, colIngestedAt} {
-		if tt := s.Arrow.Field(c).Type.(*arrow.TimestampType); tt.Unit != arrow.Microsecond {
-			panic(fmt.Sprintf("column %s has unit %s, want us", s.Arrow.Field(c).Name, tt.Unit))
-		}
-	}
+	b := &Builder{arrow: s.Arrow, mem: mem, maxBytes: maxMessageBytes}
+	b.reset()
 	return b
+}
+
+// checkLayout verifies that as has the column types the Builder writes.
+func checkLayout(as *arrow.Schema) error {
+	if as == nil || as.NumFields() != numCols {
+		return fmt.Errorf("want the %d columns of the %s schema", numCols, Clickstream)
+	}
+	for i, f := range as.Fields() {
+		var want arrow.DataType
+		switch i {
+		case colEventTS, colKafkaTimestamp, colIngestedAt:
+			want = arrow.FixedWidthTypes.Timestamp_us
+		case colSeq, colKafkaOffset:
+			want = arrow.PrimitiveTypes.Int64
+		case colKafkaPartition:
+			want = arrow.PrimitiveTypes.Int32
+		default:
+			want = arrow.BinaryTypes.String
+		}
+		if !arrow.TypeEqual(f.Type, want) {
+			return fmt.Errorf("column %d (%s) is %s, want %s", i, f.Name, f.Type, want)
+		}
+	}
+	return nil
 }
 
 // Append decodes value and appends it as one row, stamped with the Kafka
@@ -167,37 +165,40 @@ func (b *Builder) Append(value []byte, m Meta, ingestedAt time.Time, enrichStatu
 			Detail: "message is " + strconv.Itoa(len(value)) + " bytes; the limit is " + strconv.Itoa(b.maxBytes),
 		}
 	}
-	if err := b.decode(value); err != nil {
+	// The row lives on the stack: it holds pointers, and storing them into
+	// the heap-allocated Builder would cost a GC write barrier each.
+	var r row
+	if err := b.decode(value, &r); err != nil {
 		return err
 	}
-	r := &b.row
 	add := r.strBytes + len(m.Topic) + len(enrichStatus)
 	if b.strBytes+add > maxStringBytes {
 		return ErrBuilderFull
 	}
 
-	for i, sb := range b.strs {
+	n := b.rows
+	for i := range b.strs {
 		if r.strValid[i] {
-			sb.BinaryBuilder.Append(r.strs[i])
+			b.strs[i].append(n, r.strs[i])
 		} else {
-			sb.AppendNull()
+			b.strs[i].appendNull(n)
 		}
 	}
-	b.eventTS.Append(arrow.Timestamp(r.eventTS))
+	b.eventTS.append(n, r.eventTS)
 	if r.hasSeq {
-		b.seq.Append(r.seq)
+		b.seq.append(n, r.seq)
 	} else {
-		b.seq.AppendNull()
+		b.seq.appendNull(n)
 	}
-	b.topic.BinaryBuilder.Append(stringBytes(m.Topic))
-	b.partition.Append(m.Partition)
-	b.offset.Append(m.Offset)
-	appendTime(b.kafkaTS, m.Timestamp)
-	appendTime(b.ingested, ingestedAt)
+	b.topic.append(n, stringBytes(m.Topic))
+	b.partition.append(n, m.Partition)
+	b.offset.append(n, m.Offset)
+	appendTime(&b.kafkaTS, n, m.Timestamp)
+	appendTime(&b.ingested, n, ingestedAt)
 	if enrichStatus == "" {
-		b.status.AppendNull()
+		b.status.appendNull(n)
 	} else {
-		b.status.BinaryBuilder.Append(stringBytes(enrichStatus))
+		b.status.append(n, stringBytes(enrichStatus))
 	}
 
 	b.rows++
@@ -205,8 +206,8 @@ func (b *Builder) Append(value []byte, m Meta, ingestedAt time.Time, enrichStatu
 	return nil
 }
 
-// decode parses value into b.row, or explains why it cannot.
-func (b *Builder) decode(value []byte) *DecodeError {
+// decode parses value into r, which must be zero, or explains why it cannot.
+func (b *Builder) decode(value []byte, r *row) *DecodeError {
 	if len(value) == 0 {
 		return &DecodeError{Reason: ReasonMalformedJSON, Detail: "empty message"}
 	}
@@ -219,19 +220,21 @@ func (b *Builder) decode(value []byte) *DecodeError {
 	}
 	obj, _ := v.Object() // cannot fail: v is an object
 
-	b.vals = [numJSONFields]*fastjson.Value{}
+	var vals [numJSONFields]*fastjson.Value // on the stack, like r
 	obj.Visit(func(key []byte, v *fastjson.Value) {
 		// A repeated key overwrites: the last value wins, as in encoding/json.
 		if i := jsonSlot(key); i >= 0 {
-			b.vals[i] = v
+			vals[i] = v
 		}
 	})
 
-	r := &b.row
-	r.strBytes = 0
+	// JSON escapes always decode to valid UTF-8, so only a message with
+	// non-ASCII bytes can hold an invalid string; most hold none, and one
+	// pass over the message is cheaper than checking each string.
+	checkUTF8 := !isASCII(value)
+
 	for i := range r.strs {
-		r.strs[i], r.strValid[i] = nil, false
-		v := b.vals[i]
+		v := vals[i]
 		required := clickstreamFields[i].Required
 		if isNull(v) {
 			if required {
@@ -246,21 +249,20 @@ func (b *Builder) decode(value []byte) *DecodeError {
 		if required && len(s) == 0 {
 			return &DecodeError{Reason: ReasonInvalidField, Field: jsonNames[i], Detail: "must not be empty"}
 		}
-		if !utf8.Valid(s) {
+		if checkUTF8 && !utf8.Valid(s) {
 			return &DecodeError{Reason: ReasonInvalidField, Field: jsonNames[i], Detail: "is not valid UTF-8"}
 		}
 		r.strs[i], r.strValid[i] = s, true
 		r.strBytes += len(s)
 	}
 
-	ts, derr := decodeTS(b.vals[colEventTS])
+	ts, derr := decodeTS(vals[colEventTS])
 	if derr != nil {
 		return derr
 	}
 	r.eventTS = ts
 
-	r.seq, r.hasSeq = 0, false
-	if v := b.vals[colSeq]; !isNull(v) {
+	if v := vals[colSeq]; !isNull(v) {
 		if v.Type() != fastjson.TypeNumber {
 			return wrongType(colSeq, "an integer", v)
 		}
@@ -308,6 +310,19 @@ func decodeTS(v *fastjson.Value) (int64, *DecodeError) {
 	}
 }
 
+// isASCII reports whether p has no byte >= 0x80, eight bytes at a time.
+func isASCII(p []byte) bool {
+	var acc uint64
+	for len(p) >= 8 {
+		acc |= binary.LittleEndian.Uint64(p)
+		p = p[8:]
+	}
+	for _, c := range p {
+		acc |= uint64(c)
+	}
+	return acc&0x8080808080808080 == 0
+}
+
 func isNull(v *fastjson.Value) bool { return v == nil || v.Type() == fastjson.TypeNull }
 
 func missing(col int) *DecodeError {
@@ -319,16 +334,16 @@ func wrongType(col int, want string, v *fastjson.Value) *DecodeError {
 		Detail: "must be " + want + ", got a JSON " + v.Type().String()}
 }
 
-func appendTime(tb *array.TimestampBuilder, t time.Time) {
+func appendTime(c *fixedColumn[int64], n int, t time.Time) {
 	if t.IsZero() {
-		tb.AppendNull()
+		c.appendNull(n)
 		return
 	}
-	tb.Append(arrow.Timestamp(t.UnixMicro()))
+	c.append(n, t.UnixMicro())
 }
 
-// stringBytes views s as bytes without copying, for builder calls that only
-// read their argument; it saves the allocation []byte(s) would make.
+// stringBytes views s as bytes without copying, for appends that only read
+// their argument; it saves the allocation []byte(s) would make.
 func stringBytes(s string) []byte { return unsafe.Slice(unsafe.StringData(s), len(s)) }
 
 // Len returns the number of rows buffered since the last NewRecord.
@@ -341,19 +356,51 @@ func (b *Builder) SizeBytes() int { return b.rows*rowFixedBytes + b.strBytes }
 
 // NewRecord hands the buffered rows over as a record batch whose schema is
 // s.Arrow, and leaves the Builder empty and ready for the next batch. The
-// caller owns the batch and must Release it; it stays valid after further
-// Appends and after the Builder is released.
+// caller owns the batch and must Release it; its buffers are exact-size
+// copies allocated from the Builder's allocator, so it stays valid after
+// further Appends and after the Builder is released.
 func (b *Builder) NewRecord() arrow.RecordBatch {
-	rec := b.rb.NewRecordBatch()
-	b.rows, b.strBytes = 0, 0
+	n, mem := b.rows, b.mem
+	cols := make([]arrow.Array, numCols)
+	for i := range b.strs {
+		cols[i] = b.strs[i].newArray(mem, b.arrow.Field(i).Type, n)
+	}
+	cols[colEventTS] = b.eventTS.newArray(mem, b.arrow.Field(colEventTS).Type, n)
+	cols[colSeq] = b.seq.newArray(mem, b.arrow.Field(colSeq).Type, n)
+	cols[colKafkaTopic] = b.topic.newArray(mem, b.arrow.Field(colKafkaTopic).Type, n)
+	cols[colKafkaPartition] = b.partition.newArray(mem, b.arrow.Field(colKafkaPartition).Type, n)
+	cols[colKafkaOffset] = b.offset.newArray(mem, b.arrow.Field(colKafkaOffset).Type, n)
+	cols[colKafkaTimestamp] = b.kafkaTS.newArray(mem, b.arrow.Field(colKafkaTimestamp).Type, n)
+	cols[colIngestedAt] = b.ingested.newArray(mem, b.arrow.Field(colIngestedAt).Type, n)
+	cols[colEnrichStatus] = b.status.newArray(mem, b.arrow.Field(colEnrichStatus).Type, n)
+	rec := array.NewRecordBatch(b.arrow, cols, int64(n))
+	for _, c := range cols {
+		c.Release()
+	}
+	b.reset()
 	return rec
 }
 
-// Release frees the Builder's buffers, including any rows not yet taken by
-// NewRecord. The Builder must not be used afterwards.
-func (b *Builder) Release() {
-	if b.rb != nil {
-		b.rb.Release()
-		b.rb = nil
+// reset empties every column for the next batch.
+func (b *Builder) reset() {
+	for i := range b.strs {
+		b.strs[i].reset()
 	}
+	b.eventTS.reset()
+	b.seq.reset()
+	b.topic.reset()
+	b.partition.reset()
+	b.offset.reset()
+	b.kafkaTS.reset()
+	b.ingested.reset()
+	b.status.reset()
+	b.rows, b.strBytes = 0, 0
+}
+
+// Release drops the Builder's buffers, including any rows not yet taken by
+// NewRecord, rather than waiting for the garbage collector to find them.
+// The Builder must not be used afterwards. Batches already returned by
+// NewRecord are unaffected.
+func (b *Builder) Release() {
+	*b = Builder{}
 }

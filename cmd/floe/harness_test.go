@@ -40,7 +40,7 @@ var (
 )
 
 // floeBinary builds the floe binary once per test run.
-func floeBinary(t *testing.T) string {
+func floeBinary(t testing.TB) string {
 	t.Helper()
 	binOnce.Do(func() {
 		dir, err := os.MkdirTemp("", "floe-bin-")

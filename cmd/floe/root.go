@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"runtime/pprof"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -40,6 +41,7 @@ type globalFlags struct {
 	topic    string
 	group    string
 	table    string
+	cpuProf  string
 }
 
 func rootCmd() *cobra.Command {
@@ -58,6 +60,25 @@ func rootCmd() *cobra.Command {
 	pf.StringVar(&g.topic, "topic", "", "override kafka.topic")
 	pf.StringVar(&g.group, "group", "", "override kafka.group")
 	pf.StringVar(&g.table, "table", "", "override table.name")
+	pf.StringVar(&g.cpuProf, "cpuprofile", "", "write a Go CPU profile to this file")
+	_ = pf.MarkHidden("cpuprofile")
+	var prof *os.File
+	root.PersistentPreRunE = func(*cobra.Command, []string) error {
+		if g.cpuProf == "" {
+			return nil
+		}
+		var err error
+		if prof, err = os.Create(g.cpuProf); err != nil {
+			return err
+		}
+		return pprof.StartCPUProfile(prof)
+	}
+	root.PersistentPostRun = func(*cobra.Command, []string) {
+		if prof != nil {
+			pprof.StopCPUProfile()
+			prof.Close()
+		}
+	}
 	root.AddCommand(runCmd(g), verifyCmd(g), demoCmd(g))
 	return root
 }

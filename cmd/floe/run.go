@@ -46,6 +46,17 @@ With --until-caught-up it stops once the end offsets seen at start are committed
 				log.Info("scheduled run: stopping once these end offsets are committed", "end_offsets", end)
 			}
 			m := pipeline.NewMember(cfg, tbl, sc, opts...)
+			if cfg.Metrics.Listen != "" {
+				serve, err := pipeline.ListenMetrics(ctx, cfg.Metrics.Listen, m.Stats())
+				if err != nil {
+					return err
+				}
+				go func() {
+					if err := serve(); err != nil {
+						log.Error("metrics endpoint stopped", "err", err)
+					}
+				}()
+			}
 			started := time.Now()
 			if err := m.Run(ctx); err != nil {
 				return err

@@ -1,0 +1,182 @@
+package pipeline_test
+
+import (
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/floe-dev/floe/lakehouse"
+	"github.com/floe-dev/floe/pipeline"
+	"github.com/floe-dev/floe/pipeline/embedded"
+	"github.com/floe-dev/floe/schemas"
+	"github.com/floe-dev/floe/schemas/clickgen"
+)
+
+// startMember runs one in-process member against a fresh broker and table,
+// with the commit settings of commit, after producing n records.
+func startMember(t *testing.T, n int, commit pipeline.CommitConfig) (*lakehouse.Table, map[int32]int64, *pipeline.Member) {
+	t.Helper()
+	ctx := t.Context()
+	cl, err := embedded.Start(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Close)
+	if err := cl.CreateTopic(ctx, "clicks", 4); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cl.ProduceRate(ctx, "clicks", clickgen.New(clickgen.Config{Sessions: 100, Seed: 3}), n, 0); err != nil {
+		t.Fatal(err)
+	}
+	end, err := cl.EndOffsets(ctx, "clicks")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	cfg := pipeline.Config{
+		Kafka: pipeline.KafkaConfig{Brokers: cl.Addrs(), Topic: "clicks", Group: "g",
+			SessionTimeout: pipeline.Duration(6 * time.Second), HeartbeatInterval: pipeline.Duration(250 * time.Millisecond),
+			RebalanceTimeout: pipeline.Duration(10 * time.Second)},
+		Table: pipeline.TableConfig{Name: "t.clicks", Catalog: map[string]string{
+			"type": "sql", "uri": "file:" + filepath.Join(dir, "c.db"), "sql.dialect": "sqlite", "sql.driver": "sqlite",
+			"warehouse": "file://" + filepath.Join(dir, "wh")}},
+		Commit: commit,
+	}
+	if err := cfg.Finish(); err != nil {
+		t.Fatal(err)
+	}
+	sc, _ := schemas.Lookup(schemas.Clickstream)
+	tbl, err := lakehouse.Open(ctx, lakehouse.Config{Table: cfg.Table.Name, Catalog: cfg.Table.Catalog, Group: "g"}, sc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { tbl.Close() })
+	runCtx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	m := pipeline.NewMember(cfg, tbl, sc)
+	go func() { done <- m.Run(runCtx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	})
+	return tbl, end, m
+}
+
+// waitCaughtUp polls the table until its watermarks reach end.
+func waitCaughtUp(t *testing.T, tbl *lakehouse.Table, end map[int32]int64, within time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for time.Now().Before(deadline) {
+		wm, err := tbl.Watermarks(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		caught := true
+		for p, o := range end {
+			if w, _ := wm.Get("clicks", p); w < o {
+				caught = false
+			}
+		}
+		if caught {
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatalf("not caught up within %s", within)
+}
+
+// commitSizes returns the rows of each floe commit, oldest first.
+func commitSizes(t *testing.T, tbl *lakehouse.Table) []int {
+	t.Helper()
+	it, err := tbl.Load(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sizes []int
+	for _, s := range it.Metadata().Snapshots() {
+		if v, ok := s.Summary.Properties[lakehouse.RowsKey]; ok {
+			n, _ := strconv.Atoi(v)
+			sizes = append(sizes, n)
+		}
+	}
+	return sizes
+}
+
+func TestFlushTriggers(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		records  int
+		commit   pipeline.CommitConfig
+		maxRows  int // no commit may hold more rows (a trigger may overshoot by one record per partition)
+		minCount int // at least this many commits
+	}{
+		// The interval flushes only the remainder here.
+		{"record count", 4000, pipeline.CommitConfig{Interval: pipeline.Duration(2 * time.Second), MaxRecords: 1000}, 1000 + 4, 4},
+		{"buffered bytes", 2000, pipeline.CommitConfig{Interval: pipeline.Duration(2 * time.Second), MaxBytes: 64 << 10}, 400, 5},
+		{"interval", 300, pipeline.CommitConfig{Interval: pipeline.Duration(200 * time.Millisecond)}, 300, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tbl, end, _ := startMember(t, tc.records, tc.commit)
+			waitCaughtUp(t, tbl, end, 30*time.Second)
+			sizes := commitSizes(t, tbl)
+			total := 0
+			for _, n := range sizes {
+				total += n
+				if n > tc.maxRows {
+					t.Fatalf("a commit held %d rows, over the trigger's %d (all: %v)", n, tc.maxRows, sizes)
+				}
+			}
+			if len(sizes) < tc.minCount || total != tc.records {
+				t.Fatalf("%d commits with %d rows in all (%v), want at least %d commits and %d rows", len(sizes), total, sizes, tc.minCount, tc.records)
+			}
+		})
+	}
+}
+
+func TestMetricsEndpoint(t *testing.T) {
+	tbl, end, m := startMember(t, 500, pipeline.CommitConfig{Interval: pipeline.Duration(200 * time.Millisecond)})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	serve, err := pipeline.ListenMetrics(t.Context(), addr, m.Stats())
+	if err != nil {
+		t.Fatal(err)
+	}
+	go serve()
+	if _, err := pipeline.ListenMetrics(t.Context(), addr, m.Stats()); err == nil {
+		t.Fatal("a second listener on a taken port did not fail")
+	}
+	waitCaughtUp(t, tbl, end, 30*time.Second)
+	get := func(path string) (int, string) {
+		resp, err := http.Get("http://" + addr + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	if code, _ := get("/readyz"); code != http.StatusOK {
+		t.Fatalf("/readyz = %d while assigned", code)
+	}
+	if code, _ := get("/livez"); code != http.StatusOK {
+		t.Fatalf("/livez = %d", code)
+	}
+	_, body := get("/metrics")
+	for _, want := range []string{"floe_rows_committed_total 500", "floe_records_consumed_total 500", "floe_assigned_partitions 4"} {
+		if !strings.Contains(body, want) {
+			t.Errorf("/metrics lacks %q", want)
+		}
+	}
+}
