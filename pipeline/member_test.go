@@ -6,8 +6,8 @@ import (
 	"net"
 	"net/http"
 	"path/filepath"
-	"strings"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
