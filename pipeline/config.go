@@ -22,6 +22,11 @@ type Config struct {
 	Table   TableConfig   `yaml:"table"`
 	Commit  CommitConfig  `yaml:"commit"`
 	Metrics MetricsConfig `yaml:"metrics"`
+	// MemoryLimit is a soft limit for the Go runtime (debug.SetMemoryLimit):
+	// the garbage collector works harder near it instead of letting the heap
+	// double. 0 keeps the runtime's default (or GOMEMLIMIT). Set it to about
+	// 2 × commit.max_bytes + 64MiB.
+	MemoryLimit ByteSize `yaml:"memory_limit"`
 }
 
 // KafkaConfig says where records come from and where bad ones go.
@@ -47,7 +52,7 @@ type KafkaConfig struct {
 	HeartbeatInterval Duration `yaml:"heartbeat_interval"`
 	// MaxMessageBytes: larger values are dead-lettered as too_large. Default 1 MiB.
 	MaxMessageBytes ByteSize `yaml:"max_message_bytes"`
-	// FetchMaxBytes bounds one fetch response per partition. Default 4 MiB.
+	// FetchMaxBytes bounds one fetch response per partition. Default 1 MiB.
 	FetchMaxBytes ByteSize `yaml:"fetch_max_bytes"`
 }
 
@@ -203,7 +208,7 @@ func (c *Config) defaults() {
 		k.MaxMessageBytes = 1 << 20
 	}
 	if k.FetchMaxBytes == 0 {
-		k.FetchMaxBytes = 4 << 20
+		k.FetchMaxBytes = 1 << 20
 	}
 	if c.Schema == "" {
 		c.Schema = "clickstream"

@@ -222,6 +222,12 @@ func (m *Member) generation(ctx, genCtx context.Context, gen *kafka.Generation, 
 		}
 	}()
 
+	go func() {
+		// A failed worker ends the generation; the others stop with it.
+		if err := workers.Wait(); err != nil {
+			stop(err)
+		}
+	}()
 	f := &flusher{m: m, gen: gen, dlq: dlq, bufs: bufs, win: win}
 	ferr := f.loop(stopCtx)
 	stop(ferr)

@@ -72,7 +72,7 @@ func BenchmarkEndToEnd(b *testing.B) {
 // rawConsume reads every partition to its end with kafka-go Readers
 // configured as floe's, discarding the messages.
 func rawConsume(b *testing.B, brokers []string, end map[int32]int64) time.Duration {
-	k := pipeline.KafkaConfig{Brokers: brokers, Topic: testTopic, FetchMaxBytes: 4 << 20}
+	k := pipeline.KafkaConfig{Brokers: brokers, Topic: testTopic, FetchMaxBytes: 1 << 20}
 	dialer := &kafka.Dialer{Timeout: 10 * time.Second}
 	var wg sync.WaitGroup
 	var total atomic.Int64
@@ -121,6 +121,7 @@ commit:
   interval: 10s
   max_records: 250000
   max_bytes: 64MiB
+memory_limit: 256MiB
 `, brokers[0], testTopic, dir, dir)
 	if err := os.WriteFile(cfg, []byte(yaml), 0o644); err != nil {
 		b.Fatal(err)

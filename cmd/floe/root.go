@@ -95,6 +95,16 @@ func (g *globalFlags) logger() (*slog.Logger, error) {
 	return slog.New(slog.NewTextHandler(os.Stderr, opts)), nil
 }
 
+// setup returns the logger and the loaded configuration.
+func (g *globalFlags) setup() (*slog.Logger, pipeline.Config, error) {
+	log, err := g.logger()
+	if err != nil {
+		return nil, pipeline.Config{}, err
+	}
+	cfg, err := g.loadConfig()
+	return log, cfg, err
+}
+
 // loadConfig reads --config, applies flag overrides, defaults and validation.
 func (g *globalFlags) loadConfig() (pipeline.Config, error) {
 	if g.config == "" {

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"runtime/debug"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -20,15 +21,14 @@ SIGTERM or SIGINT flushes what is buffered (within commit.grace), commits it and
 With --until-caught-up it stops once the end offsets seen at start are committed (scheduled mode).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			log, err := g.logger()
-			if err != nil {
-				return err
-			}
-			cfg, err := g.loadConfig()
+			log, cfg, err := g.setup()
 			if err != nil {
 				return err
 			}
 			ctx := cmd.Context()
+			if cfg.MemoryLimit > 0 {
+				debug.SetMemoryLimit(int64(cfg.MemoryLimit))
+			}
 			tbl, sc, err := openTable(ctx, cfg, log)
 			if err != nil {
 				return err

@@ -21,11 +21,7 @@ duplicate ids, per-partition offset gaps below the watermark, and sessions seen 
 Kafka partition. Exit status 1 when duplicates (or other invariant violations) exist.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			log, err := g.logger()
-			if err != nil {
-				return err
-			}
-			cfg, err := g.loadConfig()
+			log, cfg, err := g.setup()
 			if err != nil {
 				return err
 			}
