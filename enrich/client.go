@@ -1,0 +1,273 @@
+package enrich
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/valyala/fastjson"
+)
+
+// maxResponseBytes bounds one response body; a larger one is a permanent
+// error rather than a way to exhaust memory.
+const maxResponseBytes = 64 << 20
+
+// RequestError is a failed lookup request: Result.Err for StatusError and
+// StatusDead results after a request failed. Its message never contains the
+// auth header's value.
+type RequestError struct {
+	// StatusCode is the HTTP status, or 0 for a transport error or a timeout.
+	StatusCode int
+	// Retryable reports whether the failure was one that is retried
+	// (transport errors, timeouts, 429, 5xx except 501).
+	Retryable bool
+	// Attempts is the number of attempts made.
+	Attempts int
+	msg      string
+}
+
+func (e *RequestError) Error() string {
+	if e.Attempts > 1 {
+		return fmt.Sprintf("enrichment lookup: %s (after %d attempts)", e.msg, e.Attempts)
+	}
+	return "enrichment lookup: " + e.msg
+}
+
+// client speaks the lookup contract (see the package documentation).
+type client struct {
+	http      *http.Client
+	transport *http.Transport
+	mode      string
+	url       string
+	dec       *decoder
+	parsers   fastjson.ParserPool
+	bufs      sync.Pool // *bytes.Buffer for response bodies
+	authName  string
+	authValue string
+}
+
+func newClient(cfg *Config, badAttr func(string)) (*client, error) {
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	// Every request slot may hold a connection; keep them all alive between
+	// requests rather than re-dialling (and re-handshaking TLS).
+	t.MaxIdleConns = 0
+	t.MaxIdleConnsPerHost = max(cfg.MaxInFlightRequests, 2)
+	t.IdleConnTimeout = 90 * time.Second
+	tc, err := tlsConfig(cfg.TLS)
+	if err != nil {
+		return nil, err
+	}
+	if tc != nil {
+		t.TLSClientConfig = tc
+	}
+	c := &client{
+		http:      &http.Client{Transport: t},
+		transport: t,
+		mode:      cfg.Mode,
+		url:       cfg.URL,
+		dec:       newDecoder(cfg.Fields, badAttr),
+	}
+	if cfg.AuthHeader != "" {
+		c.authName, c.authValue, err = parseAuthHeader(cfg.AuthHeader)
+		if err != nil {
+			return nil, fmt.Errorf("enrich.auth_header: %w", err)
+		}
+	}
+	return c, nil
+}
+
+func tlsConfig(c TLSConfig) (*tls.Config, error) {
+	if c == (TLSConfig{}) {
+		return nil, nil
+	}
+	tc := &tls.Config{MinVersion: tls.VersionTLS12, InsecureSkipVerify: c.InsecureSkipVerify} //nolint:gosec // opt-in, warned about
+	if c.CAFile != "" {
+		pem, err := os.ReadFile(c.CAFile)
+		if err != nil {
+			return nil, fmt.Errorf("enrich.tls.ca_file: %w", err)
+		}
+		pool, err := x509.SystemCertPool()
+		if err != nil {
+			pool = x509.NewCertPool()
+		}
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("enrich.tls.ca_file: %s holds no PEM certificate", c.CAFile)
+		}
+		tc.RootCAs = pool
+	}
+	if c.CertFile != "" {
+		cert, err := tls.LoadX509KeyPair(c.CertFile, c.KeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("enrich.tls.cert_file: %w", err)
+		}
+		tc.Certificates = []tls.Certificate{cert}
+	}
+	return tc, nil
+}
+
+// lookup makes one attempt for keys. It returns the attributes of the keys
+// the service knows; a key absent from the map is a miss.
+func (c *client) lookup(ctx context.Context, keys []string) (map[string]Values, error) {
+	var req *http.Request
+	var err error
+	if c.mode == ModeSingle {
+		req, err = http.NewRequestWithContext(ctx, http.MethodGet, strings.ReplaceAll(c.url, "{key}", escapeKey(keys[0])), nil)
+	} else {
+		var body []byte
+		body, err = json.Marshal(struct {
+			Keys []string `json:"keys"`
+		}{keys})
+		if err == nil {
+			req, err = http.NewRequestWithContext(ctx, http.MethodPost, c.url, bytes.NewReader(body))
+			if req != nil {
+				req.Header.Set("Content-Type", "application/json")
+			}
+		}
+	}
+	if err != nil {
+		return nil, c.fail(0, false, "building the request: %v", err)
+	}
+	req.Header.Set("Accept", "application/json")
+	if c.authName != "" {
+		req.Header.Set(c.authName, c.authValue)
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return nil, c.transportError(err)
+	}
+	defer resp.Body.Close()
+	switch {
+	case resp.StatusCode == http.StatusOK:
+	case resp.StatusCode == http.StatusNotFound && c.mode == ModeSingle:
+		drain(resp.Body)
+		return nil, nil // a miss
+	default:
+		snippet, _ := io.ReadAll(io.LimitReader(resp.Body, 256))
+		drain(resp.Body)
+		code := resp.StatusCode
+		retryable := code == http.StatusTooManyRequests || (code >= 500 && code != http.StatusNotImplemented)
+		msg := strings.TrimSpace(string(snippet))
+		if msg != "" {
+			msg = ": " + msg
+		}
+		return nil, c.fail(code, retryable, "%s answered %s%s", req.Method, resp.Status, msg)
+	}
+	buf, _ := c.bufs.Get().(*bytes.Buffer)
+	if buf == nil {
+		buf = new(bytes.Buffer)
+	}
+	defer func() {
+		if buf.Cap() <= 4<<20 { // do not pin a huge body
+			buf.Reset()
+			c.bufs.Put(buf)
+		}
+	}()
+	buf.Reset()
+	if _, err := buf.ReadFrom(io.LimitReader(resp.Body, maxResponseBytes+1)); err != nil {
+		return nil, c.transportError(err)
+	}
+	if buf.Len() > maxResponseBytes {
+		return nil, c.fail(resp.StatusCode, false, "response larger than %d bytes", maxResponseBytes)
+	}
+	return c.decode(keys, buf.Bytes())
+}
+
+// decode parses a 200 response. Attribute strings are copied out of the
+// parser's buffer, so the result outlives it.
+func (c *client) decode(keys []string, raw []byte) (map[string]Values, error) {
+	p := c.parsers.Get()
+	defer c.parsers.Put(p)
+	v, err := p.ParseBytes(raw)
+	if err != nil {
+		return nil, c.fail(http.StatusOK, false, "decoding the response: %v", err)
+	}
+	if c.mode == ModeSingle {
+		if v.Type() == fastjson.TypeNull {
+			return nil, nil
+		}
+		vals, err := c.dec.attrs(v)
+		if err != nil {
+			return nil, c.fail(http.StatusOK, false, "decoding the response: %v", err)
+		}
+		return map[string]Values{keys[0]: vals}, nil
+	}
+	results := v.Get("results")
+	if results == nil || results.Type() != fastjson.TypeObject {
+		return nil, c.fail(http.StatusOK, false, `decoding the response: no "results" object`)
+	}
+	o, _ := results.Object()
+	out := make(map[string]Values, o.Len())
+	o.Visit(func(k []byte, rv *fastjson.Value) {
+		if err != nil || rv.Type() == fastjson.TypeNull {
+			return
+		}
+		var vals Values
+		if vals, err = c.dec.attrs(rv); err != nil {
+			err = c.fail(http.StatusOK, false, "decoding the response for key %q: %v", k, err)
+			return
+		}
+		out[string(k)] = vals
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// transportError classifies a failure below HTTP: certificate problems are
+// permanent, everything else (refused, reset, timeout) is retryable.
+func (c *client) transportError(err error) error {
+	var cve *tls.CertificateVerificationError
+	var uae x509.UnknownAuthorityError
+	var hne x509.HostnameError
+	var cie x509.CertificateInvalidError
+	permanent := errors.As(err, &cve) || errors.As(err, &uae) || errors.As(err, &hne) || errors.As(err, &cie)
+	if errors.Is(err, context.DeadlineExceeded) {
+		return c.fail(0, true, "timed out: %v", err)
+	}
+	return c.fail(0, !permanent, "%v", err)
+}
+
+// fail builds a RequestError, with the auth header's value scrubbed from
+// anything the server or the transport echoed.
+func (c *client) fail(code int, retryable bool, format string, args ...any) *RequestError {
+	msg := fmt.Sprintf(format, args...)
+	if c.authValue != "" {
+		msg = strings.ReplaceAll(msg, c.authValue, "REDACTED")
+	}
+	return &RequestError{StatusCode: code, Retryable: retryable, Attempts: 1, msg: msg}
+}
+
+func (c *client) closeIdle() { c.transport.CloseIdleConnections() }
+
+// drain reads what is left of a body (bounded) so the connection can be
+// reused.
+func drain(r io.Reader) { _, _ = io.Copy(io.Discard, io.LimitReader(r, 64<<10)) }
+
+// escapeKey percent-encodes everything but RFC 3986 unreserved characters,
+// so a key is safe both in a path segment and in a query string.
+func escapeKey(k string) string {
+	const hex = "0123456789ABCDEF"
+	var b strings.Builder
+	for i := 0; i < len(k); i++ {
+		ch := k[i]
+		if 'a' <= ch && ch <= 'z' || 'A' <= ch && ch <= 'Z' || '0' <= ch && ch <= '9' || ch == '-' || ch == '.' || ch == '_' || ch == '~' {
+			b.WriteByte(ch)
+			continue
+		}
+		b.WriteByte('%')
+		b.WriteByte(hex[ch>>4])
+		b.WriteByte(hex[ch&15])
+	}
+	return b.String()
+}

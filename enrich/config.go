@@ -1,0 +1,353 @@
+package enrich
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"net/url"
+	"strings"
+	"time"
+)
+
+// FieldType is the type an enrichment attribute takes in the table. The
+// service's JSON is converted to it; a value that cannot be converted
+// becomes a null (and is counted in floe_enrich_attribute_errors_total).
+type FieldType string
+
+// The field types a lookup result can be mapped to, with the Go type each
+// takes in Values.
+const (
+	TypeString    FieldType = "string"    // string; a JSON number or bool is kept as its text
+	TypeLong      FieldType = "long"      // int64; integral JSON numbers or numeric strings
+	TypeDouble    FieldType = "double"    // float64; JSON numbers or numeric strings
+	TypeBoolean   FieldType = "boolean"   // bool; JSON true/false or "true"/"false"
+	TypeTimestamp FieldType = "timestamp" // time.Time in UTC; an RFC 3339 string or epoch milliseconds
+)
+
+// Field maps one attribute of the service's answer to one table column.
+type Field struct {
+	// Name is the column name.
+	Name string `yaml:"name"`
+	// Type is the column type.
+	Type FieldType `yaml:"type"`
+	// Attribute is the key in the service's attribute object. Default: Name.
+	Attribute string `yaml:"attribute"`
+}
+
+// Policy says what happens to lookups while the circuit breaker is open or
+// a request has failed for good.
+type Policy string
+
+// The breaker policies (see the package documentation).
+const (
+	// PolicyPause holds lookups until the service answers again: lanes fill,
+	// Submit blocks and the pipeline stops fetching. Nothing is lost.
+	PolicyPause Policy = "pause"
+	// PolicyPassthrough completes lookups without enrichment: StatusSkipped
+	// while the breaker is open, StatusError after a failed request.
+	PolicyPassthrough Policy = "passthrough"
+	// PolicyDLQ completes lookups with StatusDead so that the caller routes
+	// the records to the dead-letter topic.
+	PolicyDLQ Policy = "dlq"
+)
+
+// Modes of talking to the service.
+const (
+	ModeBatch  = "batch"  // POST {"keys":[...]} to URL
+	ModeSingle = "single" // GET URL with {key} replaced by the escaped key
+)
+
+// TLSConfig configures HTTPS to the service. All files are PEM.
+type TLSConfig struct {
+	// CAFile holds the certificates that may sign the service's certificate,
+	// in addition to the system roots.
+	CAFile string `yaml:"ca_file"`
+	// CertFile and KeyFile are the client certificate and key, for services
+	// that require mutual TLS. Both or neither.
+	CertFile string `yaml:"cert_file"`
+	KeyFile  string `yaml:"key_file"`
+	// InsecureSkipVerify accepts any server certificate. For tests only; it
+	// is warned about at start-up.
+	InsecureSkipVerify bool `yaml:"insecure_skip_verify"`
+}
+
+// BreakerConfig configures the circuit breaker around the service.
+type BreakerConfig struct {
+	// Policy while the breaker is open: pause (default), passthrough or dlq.
+	Policy Policy `yaml:"policy"`
+	// FailureRatio of failed requests (after their retries) within Interval
+	// that opens the breaker. Default 0.5.
+	FailureRatio float64 `yaml:"failure_ratio"`
+	// MinRequests is the number of finished requests within Interval before
+	// FailureRatio is judged, so that one failure at start-up does not open
+	// the breaker. Default 10.
+	MinRequests uint32 `yaml:"min_requests"`
+	// OpenTimeout is how long the breaker stays open before it lets one
+	// probe request through (half-open). Default 5s.
+	OpenTimeout time.Duration `yaml:"open_timeout"`
+	// Interval is the rolling window over which failures are counted while
+	// the breaker is closed. Default 10s.
+	Interval time.Duration `yaml:"interval"`
+}
+
+// Config is the `enrich:` section of floe's configuration. The zero value of
+// every field means its documented default; Finish applies them.
+type Config struct {
+	// URL of the lookup endpoint. In single mode it must contain {key}.
+	URL string `yaml:"url"`
+	// Mode is batch (default) or single.
+	Mode string `yaml:"mode"`
+	// Key is the record's JSON field whose value is looked up, e.g. user_id.
+	// The pipeline extracts it; records without it are StatusMiss.
+	Key string `yaml:"key"`
+	// Fields are the attributes kept, in column order.
+	Fields []Field `yaml:"fields"`
+
+	// BatchSize is the most keys in one batch request. Default 500.
+	BatchSize int `yaml:"batch_size"`
+	// Linger is how long a partial batch waits for more keys. Default 5ms.
+	Linger time.Duration `yaml:"linger"`
+	// MaxInFlightRecords bounds the records one lane (partition) holds
+	// between Submit and Out; Submit blocks beyond it. Default 20000.
+	MaxInFlightRecords int `yaml:"max_in_flight_records"`
+	// MaxInFlightRequests bounds the requests in flight for the whole stage.
+	// Default 256.
+	MaxInFlightRequests int `yaml:"max_in_flight_requests"`
+
+	// Timeout bounds one HTTP attempt. Default 5s.
+	Timeout time.Duration `yaml:"timeout"`
+	// Retries after the first attempt, for retryable failures only. Default
+	// 3; -1 means none.
+	Retries int `yaml:"retries"`
+	// BackoffMin and BackoffMax bound the exponential backoff between
+	// attempts; each wait is drawn uniformly below the bound (full jitter).
+	// Defaults 100ms and 2s.
+	BackoffMin time.Duration `yaml:"backoff_min"`
+	BackoffMax time.Duration `yaml:"backoff_max"`
+
+	// CacheSize bounds the cached keys (results and misses). Default
+	// 1000000; -1 disables the cache. Budget about 350 bytes per entry with
+	// six attributes (BenchmarkCacheEntryBytes): the default may reach
+	// ~350 MB if that many distinct keys are seen within CacheTTL.
+	CacheSize int `yaml:"cache_size"`
+	// CacheTTL is how long a result is used. Default 10m. Hot keys are
+	// refreshed in the background after 80% of it, so they never stall a
+	// lane.
+	CacheTTL time.Duration `yaml:"cache_ttl"`
+	// NegativeCacheTTL is how long a miss is remembered. Default 1m.
+	NegativeCacheTTL time.Duration `yaml:"negative_cache_ttl"`
+
+	// AuthHeader is sent with every request, as "Name: value", e.g.
+	// "Authorization: Bearer ${TOKEN}". It is never logged nor put in
+	// errors.
+	AuthHeader string `yaml:"auth_header"`
+	// TLS configures HTTPS.
+	TLS TLSConfig `yaml:"tls"`
+	// Breaker configures the circuit breaker.
+	Breaker BreakerConfig `yaml:"breaker"`
+}
+
+// Finish applies the defaults and validates. Errors name the offending key as
+// "enrich.<key>: ..."; all problems are reported at once.
+func (c *Config) Finish() error {
+	c.defaults()
+	return c.validate()
+}
+
+func (c *Config) defaults() {
+	if c.Mode == "" {
+		c.Mode = ModeBatch
+	}
+	for i := range c.Fields {
+		if c.Fields[i].Attribute == "" {
+			c.Fields[i].Attribute = c.Fields[i].Name
+		}
+	}
+	setDefault(&c.BatchSize, 500)
+	setDefault(&c.Linger, 5*time.Millisecond)
+	setDefault(&c.MaxInFlightRecords, 20000)
+	setDefault(&c.MaxInFlightRequests, 256)
+	setDefault(&c.Timeout, 5*time.Second)
+	setDefault(&c.Retries, 3)
+	setDefault(&c.BackoffMin, 100*time.Millisecond)
+	setDefault(&c.BackoffMax, 2*time.Second)
+	setDefault(&c.CacheSize, 1_000_000)
+	setDefault(&c.CacheTTL, 10*time.Minute)
+	setDefault(&c.NegativeCacheTTL, time.Minute)
+	b := &c.Breaker
+	if b.Policy == "" {
+		b.Policy = PolicyPause
+	}
+	setDefault(&b.FailureRatio, 0.5)
+	setDefault(&b.MinRequests, 10)
+	setDefault(&b.OpenTimeout, 5*time.Second)
+	setDefault(&b.Interval, 10*time.Second)
+}
+
+func setDefault[T comparable](v *T, def T) {
+	var zero T
+	if *v == zero {
+		*v = def
+	}
+}
+
+func (c *Config) validate() error {
+	var errs []error
+	bad := func(key, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("enrich.%s: %s", key, fmt.Sprintf(format, args...)))
+	}
+	if c.URL == "" {
+		bad("url", "required")
+	} else if u, err := url.Parse(strings.ReplaceAll(c.URL, "{key}", "k")); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		bad("url", "%q: want an absolute http:// or https:// URL", redactURL(c.URL))
+	}
+	switch c.Mode {
+	case ModeBatch:
+		if strings.Contains(c.URL, "{key}") {
+			bad("url", "contains {key}, which only mode single uses")
+		}
+	case ModeSingle:
+		if !strings.Contains(c.URL, "{key}") {
+			bad("url", "mode single needs {key} in the URL, e.g. http://host/lookup/{key}")
+		}
+	default:
+		bad("mode", "%q: want batch or single", c.Mode)
+	}
+	if c.Key == "" {
+		bad("key", "required: the record field to look up, e.g. user_id")
+	}
+	if len(c.Fields) == 0 {
+		bad("fields", "at least one field is required")
+	}
+	seen := map[string]bool{}
+	for i, f := range c.Fields {
+		key := fmt.Sprintf("fields[%d]", i)
+		if f.Name == "" {
+			bad(key+".name", "required")
+		} else if seen[f.Name] {
+			bad(key+".name", "%q appears twice", f.Name)
+		}
+		seen[f.Name] = true
+		switch f.Type {
+		case TypeString, TypeLong, TypeDouble, TypeBoolean, TypeTimestamp:
+		case "":
+			bad(key+".type", "required (string, long, double, boolean, timestamp)")
+		default:
+			bad(key+".type", "%q: want string, long, double, boolean or timestamp", f.Type)
+		}
+	}
+	if c.BatchSize < 1 {
+		bad("batch_size", "must be positive")
+	}
+	if c.Linger < 0 {
+		bad("linger", "must not be negative")
+	}
+	if c.MaxInFlightRecords < 1 {
+		bad("max_in_flight_records", "must be positive")
+	}
+	if c.MaxInFlightRequests < 1 {
+		bad("max_in_flight_requests", "must be positive")
+	}
+	if c.Timeout < 0 {
+		bad("timeout", "must be positive")
+	}
+	if c.Retries < -1 {
+		bad("retries", "%d: want a count, or -1 for none", c.Retries)
+	}
+	if c.BackoffMin < 0 {
+		bad("backoff_min", "must be positive")
+	}
+	if c.BackoffMax < c.BackoffMin {
+		bad("backoff_max", "%s is below enrich.backoff_min %s", c.BackoffMax, c.BackoffMin)
+	}
+	if c.CacheSize < -1 {
+		bad("cache_size", "%d: want a count, or -1 to disable the cache", c.CacheSize)
+	}
+	if c.CacheTTL < 0 {
+		bad("cache_ttl", "must be positive")
+	}
+	if c.NegativeCacheTTL < 0 {
+		bad("negative_cache_ttl", "must be positive")
+	}
+	if c.AuthHeader != "" {
+		if _, _, err := parseAuthHeader(c.AuthHeader); err != nil {
+			bad("auth_header", "%v", err)
+		}
+	}
+	if (c.TLS.CertFile == "") != (c.TLS.KeyFile == "") {
+		bad("tls.cert_file", "enrich.tls.cert_file and enrich.tls.key_file go together")
+	}
+	b := c.Breaker
+	switch b.Policy {
+	case PolicyPause, PolicyPassthrough, PolicyDLQ:
+	default:
+		bad("breaker.policy", "%q: want pause, passthrough or dlq", b.Policy)
+	}
+	if math.IsNaN(b.FailureRatio) || b.FailureRatio <= 0 || b.FailureRatio > 1 {
+		bad("breaker.failure_ratio", "%v: want a share in (0, 1]", b.FailureRatio)
+	}
+	if b.OpenTimeout < 0 {
+		bad("breaker.open_timeout", "must be positive")
+	}
+	if b.Interval < 0 {
+		bad("breaker.interval", "must be positive")
+	}
+	return errors.Join(errs...)
+}
+
+// parseAuthHeader splits "Name: value". Its errors never contain the value.
+func parseAuthHeader(h string) (name, value string, err error) {
+	name, value, ok := strings.Cut(h, ":")
+	name, value = strings.TrimSpace(name), strings.TrimSpace(value)
+	if !ok || name == "" || value == "" {
+		return "", "", errors.New(`want "Name: value", e.g. "Authorization: Bearer ${TOKEN}"`)
+	}
+	for _, r := range name {
+		if r <= ' ' || r >= 0x7f || strings.ContainsRune(`"(),/:;<=>?@[\]{}`, r) {
+			// Not echoed: a malformed line may hold the credential.
+			return "", "", errors.New("the part before ':' is not a valid HTTP header name")
+		}
+	}
+	if strings.ContainsAny(value, "\r\n") {
+		return "", "", errors.New("header value contains a line break")
+	}
+	return name, value, nil
+}
+
+// String describes the configuration without the auth header's value, so
+// that printing a Config with %v cannot leak a credential.
+func (c Config) String() string {
+	r := c.redacted()
+	type plain Config // no String method: avoids recursion
+	return fmt.Sprintf("%+v", plain(r))
+}
+
+// LogValue makes slog print the configuration without the auth header's
+// value.
+func (c Config) LogValue() slog.Value {
+	return slog.StringValue(c.String())
+}
+
+func (c Config) redacted() Config {
+	if c.AuthHeader != "" {
+		name, _, _ := strings.Cut(c.AuthHeader, ":")
+		c.AuthHeader = strings.TrimSpace(name) + ": REDACTED"
+	}
+	c.URL = redactURL(c.URL)
+	c.Fields = append([]Field(nil), c.Fields...)
+	return c
+}
+
+// redactURL hides a password in the URL's user info.
+func redactURL(s string) string {
+	const placeholder = "floe-enrich-key-placeholder"
+	u, err := url.Parse(strings.ReplaceAll(s, "{key}", placeholder))
+	if err != nil || u.User == nil {
+		return s
+	}
+	if _, has := u.User.Password(); !has {
+		return s
+	}
+	return strings.ReplaceAll(u.Redacted(), placeholder, "{key}")
+}

@@ -1,0 +1,214 @@
+package enrich_test
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"io"
+	"log"
+	"log/slog"
+	"math/big"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/floe-dev/floe/enrich"
+)
+
+const secret = "s3cret-t0ken-value"
+
+func TestAuthHeaderSentAndNeverLeaked(t *testing.T) {
+	srv, url := startServer(t, enrich.ServerConfig{P50: enrich.NoLatency, RequireHeader: "Authorization: Bearer " + secret})
+
+	t.Run("right", func(t *testing.T) {
+		cfg := testConfig(url)
+		cfg.AuthHeader = "Authorization: Bearer " + secret
+		h := startStage(t, cfg)
+		q := h.st.NewQueue()
+		if err := q.Submit(context.Background(), "u-1", nil); err != nil {
+			t.Fatal(err)
+		}
+		checkResult(t, srv, "u-1", (<-q.Out()).Result)
+		q.Close()
+		collect(q)
+	})
+
+	t.Run("wrong", func(t *testing.T) {
+		const wrong = "wr0ng-" + secret
+		cfg := testConfig(url)
+		cfg.AuthHeader = "Authorization: Bearer " + wrong
+		cfg.Breaker.Policy = enrich.PolicyDLQ
+		h := startStage(t, cfg)
+		q := h.st.NewQueue()
+		if err := q.Submit(context.Background(), "u-1", nil); err != nil {
+			t.Fatal(err)
+		}
+		r := (<-q.Out()).Result
+		if r.Status != enrich.StatusDead || r.Err == nil || !strings.Contains(r.Err.Error(), "401") {
+			t.Fatalf("got %s (%v), want dead with the 401", r.Status, r.Err)
+		}
+		q.Close()
+		collect(q)
+		h.stop()
+		if err := h.st.Run(context.Background()); err == nil {
+			t.Fatal("a second Run was accepted")
+		}
+		var cfgLog strings.Builder
+		slog.New(slog.NewTextHandler(&cfgLog, nil)).Info("config", "enrich", cfg)
+		for what, s := range map[string]string{
+			"error": r.Err.Error(), "logs": h.logs.String(),
+			"String": cfg.String(), "%v": fmt.Sprintf("%v %+v", cfg, cfg), "LogValue": cfgLog.String(),
+		} {
+			if strings.Contains(s, secret) {
+				t.Errorf("the auth header's value leaked into %s: %s", what, s)
+			}
+		}
+		if !strings.Contains(h.logs.String(), "401") {
+			t.Errorf("the failure was not logged: %s", h.logs.String())
+		}
+	})
+
+	t.Run("echoed by the server", func(t *testing.T) {
+		echo := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			http.Error(w, "bad request from "+r.Header.Get("Authorization"), http.StatusBadRequest)
+		}))
+		defer echo.Close()
+		cfg := testConfig(echo.URL)
+		cfg.AuthHeader = "Authorization: Bearer " + secret
+		cfg.Breaker.Policy = enrich.PolicyPassthrough
+		h := startStage(t, cfg)
+		q := h.st.NewQueue()
+		if err := q.Submit(context.Background(), "u-1", nil); err != nil {
+			t.Fatal(err)
+		}
+		r := (<-q.Out()).Result
+		q.Close()
+		collect(q)
+		h.stop()
+		if r.Status != enrich.StatusError || r.Err == nil {
+			t.Fatalf("got %s (%v)", r.Status, r.Err)
+		}
+		if strings.Contains(r.Err.Error(), secret) || strings.Contains(h.logs.String(), secret) {
+			t.Fatalf("an echoed auth header leaked: %v\n%s", r.Err, h.logs.String())
+		}
+		if !strings.Contains(r.Err.Error(), "REDACTED") {
+			t.Fatalf("error %v: want the echoed value replaced", r.Err)
+		}
+	})
+}
+
+// selfSigned writes a self-signed certificate for 127.0.0.1, usable by a
+// server and as a client certificate, and returns its paths.
+func selfSigned(t *testing.T) (certFile, keyFile string, cert tls.Certificate) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber:          big.NewInt(1),
+		Subject:               pkix.Name{CommonName: "floe enrich test"},
+		NotBefore:             time.Now().Add(-time.Hour),
+		NotAfter:              time.Now().Add(time.Hour),
+		IPAddresses:           []net.IP{net.IPv4(127, 0, 0, 1)},
+		KeyUsage:              x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
+		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
+		IsCA:                  true,
+		BasicConstraintsValid: true,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyDER, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	certFile, keyFile = filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
+	certPEM := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
+	keyPEM := pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER})
+	if err := os.WriteFile(certFile, certPEM, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(keyFile, keyPEM, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cert, err = tls.X509KeyPair(certPEM, keyPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return certFile, keyFile, cert
+}
+
+func TestMutualTLSWithCAFile(t *testing.T) {
+	certFile, keyFile, cert := selfSigned(t)
+	pool := x509.NewCertPool()
+	pool.AddCert(cert.Leaf)
+	ref := enrich.NewServer(enrich.ServerConfig{P50: enrich.NoLatency})
+	ts := httptest.NewUnstartedServer(ref)
+	ts.Config.ErrorLog = log.New(io.Discard, "", 0) // the refused handshake is expected
+	ts.TLS = &tls.Config{Certificates: []tls.Certificate{cert}, ClientAuth: tls.RequireAndVerifyClientCert, ClientCAs: pool}
+	ts.StartTLS()
+	t.Cleanup(ts.Close)
+
+	t.Run("trusted, with client certificate", func(t *testing.T) {
+		cfg := testConfig(ts.URL)
+		cfg.TLS = enrich.TLSConfig{CAFile: certFile, CertFile: certFile, KeyFile: keyFile}
+		h := startStage(t, cfg)
+		q := h.st.NewQueue()
+		for i := range 20 {
+			if err := q.Submit(context.Background(), key(i), nil); err != nil {
+				t.Fatal(err)
+			}
+		}
+		q.Close()
+		for i, c := range collect(q) {
+			checkResult(t, ref, key(i), c.Result)
+		}
+	})
+
+	t.Run("unknown authority is permanent", func(t *testing.T) {
+		cfg := testConfig(ts.URL)
+		cfg.Breaker.Policy = enrich.PolicyPassthrough
+		h := startStage(t, cfg)
+		q := h.st.NewQueue()
+		if err := q.Submit(context.Background(), "u-1", nil); err != nil {
+			t.Fatal(err)
+		}
+		r := (<-q.Out()).Result
+		q.Close()
+		collect(q)
+		var re *enrich.RequestError
+		if r.Status != enrich.StatusError || !errors.As(r.Err, &re) || re.Retryable || !strings.Contains(re.Error(), "certificate") {
+			t.Fatalf("got %s (%v), want a permanent certificate error", r.Status, r.Err)
+		}
+		if h.metric(t, "floe_enrich_retries_total") != 0 {
+			t.Fatal("a certificate error was retried")
+		}
+	})
+
+	t.Run("bad files name the key", func(t *testing.T) {
+		cfg := testConfig(ts.URL)
+		cfg.TLS.CAFile = filepath.Join(t.TempDir(), "missing.pem")
+		if _, err := enrich.NewStage(cfg, nil, nil); err == nil || !strings.Contains(err.Error(), "enrich.tls.ca_file") {
+			t.Fatalf("NewStage: %v", err)
+		}
+		cfg.TLS = enrich.TLSConfig{CertFile: keyFile, KeyFile: certFile}
+		if _, err := enrich.NewStage(cfg, nil, nil); err == nil || !strings.Contains(err.Error(), "enrich.tls.cert_file") {
+			t.Fatalf("NewStage: %v", err)
+		}
+	})
+}

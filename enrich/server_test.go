@@ -1,0 +1,139 @@
+package enrich_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/url"
+	"testing"
+	"time"
+
+	"github.com/floe-dev/floe/enrich"
+)
+
+func TestServerContract(t *testing.T) {
+	srv, base := startServer(t, enrich.ServerConfig{P50: enrich.NoLatency, MissRate: 0.3, RequireHeader: "X-Key: k1"})
+	var known, unknown string
+	for i := 0; known == "" || unknown == ""; i++ {
+		if srv.Knows(key(i)) {
+			known = key(i)
+		} else {
+			unknown = key(i)
+		}
+	}
+	do := func(method, u string, body []byte, hdr bool) (int, []byte) {
+		t.Helper()
+		req, _ := http.NewRequest(method, u, bytes.NewReader(body))
+		if hdr {
+			req.Header.Set("X-Key", "k1")
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, b
+	}
+
+	code, body := do("POST", base+"/lookup", []byte(`{"keys":["`+known+`","`+unknown+`"]}`), true)
+	var got struct {
+		Results map[string]map[string]any `json:"results"`
+	}
+	if err := json.Unmarshal(body, &got); code != 200 || err != nil {
+		t.Fatalf("batch: %d %s %v", code, body, err)
+	}
+	if _, ok := got.Results[unknown]; ok || len(got.Results) != 1 || got.Results[known]["segment"] != enrich.Attributes(known)["segment"] {
+		t.Fatalf("batch results %v", got.Results)
+	}
+	if code, _ := do("GET", base+"/lookup/"+url.PathEscape(known), nil, true); code != 200 {
+		t.Fatalf("single known: %d", code)
+	}
+	if code, _ := do("GET", base+"/lookup/"+unknown, nil, true); code != 404 {
+		t.Fatalf("single unknown: %d", code)
+	}
+	if code, _ := do("POST", base+"/lookup", []byte(`{"keys":[]}`), false); code != 401 {
+		t.Fatalf("without the header: %d", code)
+	}
+	if code, _ := do("POST", base+"/lookup", []byte(`nope`), true); code != 400 {
+		t.Fatalf("bad body: %d", code)
+	}
+	srv.SetOutage(true)
+	if code, _ := do("POST", base+"/lookup", []byte(`{"keys":[]}`), true); code != 503 {
+		t.Fatalf("outage: %d", code)
+	}
+	srv.SetOutage(false)
+	if n := srv.Requests(); n != 6 {
+		t.Fatalf("Requests() = %d, want 6", n)
+	}
+}
+
+func TestServerOutageWindowAndLatency(t *testing.T) {
+	srv, base := startServer(t, enrich.ServerConfig{
+		P50: 40 * time.Millisecond, P99: 40 * time.Millisecond,
+		Outages: []enrich.Outage{{Start: 0, End: 500 * time.Millisecond}},
+	})
+	post := func() int {
+		resp, err := http.Post(base+"/lookup", "application/json", bytes.NewReader([]byte(`{"keys":["u-1"]}`)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if code := post(); code != 503 {
+		t.Fatalf("inside the outage window: %d", code)
+	}
+	time.Sleep(550 * time.Millisecond)
+	start := time.Now()
+	if code := post(); code != 200 {
+		t.Fatalf("after the outage window: %d", code)
+	}
+	if d := time.Since(start); d < 40*time.Millisecond {
+		t.Fatalf("answered in %s, want the 40ms latency", d)
+	}
+	_ = srv
+}
+
+func TestServerCloseEndsSlowRequests(t *testing.T) {
+	srv := enrich.NewServer(enrich.ServerConfig{P50: time.Minute, P99: time.Minute})
+	base, err := srv.Start("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	errc := make(chan error, 1)
+	go func() {
+		resp, err := http.Post(base+"/lookup", "application/json", bytes.NewReader([]byte(`{"keys":["u-1"]}`)))
+		if err == nil {
+			resp.Body.Close()
+		}
+		errc <- err
+	}()
+	for srv.Requests() == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	start := time.Now()
+	if err := srv.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-errc; err == nil {
+		t.Fatal("a request outlived Close")
+	}
+	if d := time.Since(start); d > 2*time.Second {
+		t.Fatalf("Close took %s", d)
+	}
+}
+
+func TestAttributesAreDeterministic(t *testing.T) {
+	a, b := enrich.Attributes("u-42"), enrich.Attributes("u-42")
+	for k, v := range a {
+		if b[k] != v {
+			t.Fatalf("%s: %v then %v", k, v, b[k])
+		}
+	}
+	if len(a) != 6 {
+		t.Fatalf("attributes %v", a)
+	}
+}

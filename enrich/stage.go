@@ -1,0 +1,548 @@
+package enrich
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/sony/gobreaker/v2"
+)
+
+// Status says how a record's enrichment ended; it becomes the
+// _enrich_status column.
+type Status string
+
+// The statuses of a Result.
+const (
+	// StatusOK: the service knew the key; Values holds its attributes.
+	StatusOK Status = "ok"
+	// StatusMiss: the service does not know the key, or the record has no
+	// key. Not an error.
+	StatusMiss Status = "miss"
+	// StatusSkipped: the breaker was open under policy passthrough; the
+	// record is written with null enrichment.
+	StatusSkipped Status = "skipped"
+	// StatusDead: policy dlq, and the breaker was open or the request
+	// failed; Err says why. The record belongs in the dead-letter topic.
+	StatusDead Status = "dead"
+	// StatusError: policy passthrough, and the request failed for good; Err
+	// says why. The record is written with null enrichment.
+	StatusError Status = "error"
+)
+
+// Result is the enrichment of one record.
+type Result struct {
+	Status Status
+	// Values is nil unless Status is StatusOK. Shared: do not modify.
+	Values Values
+	// Err is set for StatusDead and StatusError: ErrBreakerOpen or a
+	// *RequestError.
+	Err error
+}
+
+// Errors of the stage.
+var (
+	// ErrBreakerOpen is the Err of StatusDead results completed while the
+	// circuit breaker was open.
+	ErrBreakerOpen = errors.New("enrichment service unavailable: circuit breaker open")
+	// ErrStopped is returned by Submit once the stage's Run has returned.
+	ErrStopped = errors.New("enrich: stage stopped")
+	// ErrClosed is returned by Submit after Close or Abort.
+	ErrClosed = errors.New("enrich: queue closed")
+)
+
+// errStopping is reported to the breaker for requests cut short by
+// shutdown; it is excluded from the breaker's counts.
+var errStopping = errors.New("stage stopping")
+
+// Stage is the asynchronous, batched enrichment stage: one per member,
+// shared by the lanes (Queues) of all its partitions.
+//
+// A key submitted to a lane is answered from the cache, or joins the lookup
+// of the same key already in flight, or starts one. Run gathers the keys of
+// new lookups from all lanes into requests of up to BatchSize keys (waiting
+// at most Linger for a batch to fill) and runs at most MaxInFlightRequests of
+// them at once, each behind the circuit breaker and with retries.
+//
+// Lock order: Stage.mu before a cache shard's lock; a Queue's lock is never
+// held while taking Stage.mu, and Stage.mu is released before lanes are
+// completed. The breaker's callback takes only Stage.bmu, so gobreaker's
+// methods must never be called with bmu held.
+type Stage struct {
+	cfg    Config
+	log    *slog.Logger
+	m      *metrics
+	client *client
+	cache  *cache
+	cb     *gobreaker.TwoStepCircuitBreaker[struct{}]
+	batch  int           // keys per request: BatchSize, or 1 in single mode
+	linger time.Duration // 0 in single mode
+
+	mu           sync.Mutex
+	flights      map[string]*flight // keys being looked up
+	pending      []string           // keys of flights not yet in a request
+	pendingSince time.Time          // when pending became non-empty
+	kick         chan struct{}      // wakes Run: pending became non-empty or full
+
+	slots   chan struct{} // request slots
+	done    chan struct{} // closed once Run has returned
+	started atomic.Bool
+
+	bmu      sync.Mutex
+	bchanged chan struct{} // closed and replaced on every breaker transition
+	openedAt time.Time
+	// loggedAt (Unix ns) is when a failed request was last logged; zero
+	// once the breaker closes. A failing service logs once per episode (and
+	// again each minute it lasts), not per request or per probe.
+	loggedAt atomic.Int64
+	lastErr  atomic.Pointer[error]
+}
+
+// flight is one key being looked up, with the lane entries waiting for it.
+// A refresh starts a flight without waiters.
+type flight struct {
+	waiters []waiter
+}
+
+type waiter struct {
+	q *Queue
+	e *entry
+}
+
+// NewStage builds a stage from cfg (Finish is applied to a copy), registering
+// its metrics with reg (nil: not registered). It warns once about risky
+// settings. Call Run to start looking keys up.
+func NewStage(cfg Config, reg prometheus.Registerer, log *slog.Logger) (*Stage, error) {
+	if err := cfg.Finish(); err != nil {
+		return nil, err
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	m, err := newMetrics(reg)
+	if err != nil {
+		return nil, err
+	}
+	s := &Stage{
+		cfg:      cfg,
+		log:      log,
+		m:        m,
+		batch:    cfg.BatchSize,
+		linger:   cfg.Linger,
+		flights:  map[string]*flight{},
+		kick:     make(chan struct{}, 1),
+		slots:    make(chan struct{}, cfg.MaxInFlightRequests),
+		done:     make(chan struct{}),
+		bchanged: make(chan struct{}),
+	}
+	if cfg.Mode == ModeSingle {
+		s.batch, s.linger = 1, 0
+	}
+	s.client, err = newClient(&s.cfg, func(field string) { m.attributeErrors.WithLabelValues(field).Inc() })
+	if err != nil {
+		return nil, err
+	}
+	// A refresh is given as long as a request may take before another hit
+	// asks again.
+	perRequest := time.Duration(max(cfg.Retries, 0)+1) * (cfg.Timeout + cfg.BackoffMax)
+	if cfg.CacheSize > 0 {
+		s.cache = newCache(cfg.CacheSize, perRequest)
+	}
+	ratio, minReq := cfg.Breaker.FailureRatio, cfg.Breaker.MinRequests
+	s.cb = gobreaker.NewTwoStepCircuitBreaker[struct{}](gobreaker.Settings{
+		Name:         "enrich",
+		MaxRequests:  1, // one probe when half-open
+		Interval:     cfg.Breaker.Interval,
+		BucketPeriod: cfg.Breaker.Interval / 10,
+		Timeout:      cfg.Breaker.OpenTimeout,
+		ReadyToTrip: func(c gobreaker.Counts) bool {
+			// Judge finished requests only: Requests also counts those in
+			// flight, which would dilute the ratio during an outage.
+			finished := c.TotalSuccesses + c.TotalFailures
+			return finished >= minReq && float64(c.TotalFailures) >= ratio*float64(finished)
+		},
+		OnStateChange: s.onBreakerChange,
+		IsExcluded:    func(err error) bool { return errors.Is(err, errStopping) },
+	})
+	s.warnRisky()
+	return s, nil
+}
+
+func (s *Stage) warnRisky() {
+	c := s.cfg
+	if c.TLS.InsecureSkipVerify {
+		s.log.Warn("enrich.tls.insecure_skip_verify is on: the enrichment service's certificate is not checked")
+	}
+	if c.AuthHeader != "" && strings.HasPrefix(c.URL, "http://") {
+		s.log.Warn("enrich.auth_header is sent over plain http://; use https:// outside a trusted network")
+	}
+	if c.Breaker.Policy == PolicyPause && c.Retries < 0 {
+		s.log.Warn("enrich.retries is -1 under policy pause: every transient error holds the lanes until the breaker cycles")
+	}
+}
+
+// Run gathers submitted keys into requests and runs them until ctx ends,
+// then waits for its requests to stop and returns nil. Lanes still holding
+// records then close their Out without them: the caller redoes them from
+// Kafka. Run may be called once.
+func (s *Stage) Run(ctx context.Context) error {
+	if !s.started.CompareAndSwap(false, true) {
+		return errors.New("enrich: Stage.Run called twice")
+	}
+	var wg sync.WaitGroup
+	defer func() {
+		wg.Wait()
+		s.client.closeIdle()
+		close(s.done)
+	}()
+	linger := time.NewTimer(time.Hour)
+	linger.Stop()
+	for {
+		s.mu.Lock()
+		n, since := len(s.pending), s.pendingSince
+		s.mu.Unlock()
+		if n == 0 {
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-s.kick:
+			}
+			continue
+		}
+		if n < s.batch {
+			if wait := s.linger - time.Since(since); wait > 0 {
+				linger.Reset(wait)
+				select {
+				case <-ctx.Done():
+					linger.Stop()
+					return nil
+				case <-s.kick:
+					linger.Stop()
+					continue // recount: the batch may be full now
+				case <-linger.C:
+				}
+			}
+		}
+		// Take the keys only once a slot is free: while every slot is busy
+		// the batch keeps growing, up to BatchSize.
+		select {
+		case <-ctx.Done():
+			return nil
+		case s.slots <- struct{}{}:
+		}
+		s.mu.Lock()
+		var keys []string
+		if len(s.pending) <= s.batch {
+			keys, s.pending = s.pending, nil
+		} else {
+			keys = append([]string(nil), s.pending[:s.batch]...)
+			s.pending = s.pending[s.batch:]
+		}
+		s.mu.Unlock()
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { <-s.slots }()
+			s.resolve(ctx, keys)
+		}()
+	}
+}
+
+// lookup makes entry e of lane q wait for key: it joins the key's flight or
+// starts one.
+func (s *Stage) lookup(key string, q *Queue, e *entry) {
+	s.mu.Lock()
+	if f := s.flights[key]; f != nil {
+		f.waiters = append(f.waiters, waiter{q, e})
+		s.mu.Unlock()
+		s.m.coalesced.Inc()
+		return
+	}
+	// The key's flight may have completed since Submit read the cache: it
+	// caches before it leaves the flight map.
+	if v, fr := s.cache.get(key, monoNow()); fr != absent {
+		s.mu.Unlock()
+		q.finish(e, cachedResult(v))
+		return
+	}
+	s.flights[key] = &flight{waiters: []waiter{{q, e}}}
+	s.enqueueLocked(key)
+	s.mu.Unlock()
+}
+
+// forget removes an aborted lane's entries from the flights they wait for.
+// The flights themselves go on: their results still fill the cache.
+func (s *Stage) forget(q *Queue) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, f := range s.flights {
+		kept := f.waiters[:0]
+		for _, w := range f.waiters {
+			if w.q != q {
+				kept = append(kept, w)
+			}
+		}
+		clear(f.waiters[len(kept):])
+		f.waiters = kept
+	}
+}
+
+// refresh looks key up in the background, unless a lookup is in flight, so
+// that a hot key is renewed before it expires instead of stalling a lane.
+func (s *Stage) refresh(key string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.flights[key] != nil {
+		return
+	}
+	s.flights[key] = &flight{}
+	s.enqueueLocked(key)
+	s.m.refreshes.Inc()
+}
+
+func (s *Stage) enqueueLocked(key string) {
+	s.pending = append(s.pending, key)
+	if n := len(s.pending); n == 1 || n == s.batch {
+		if n == 1 {
+			s.pendingSince = time.Now()
+		}
+		select {
+		case s.kick <- struct{}{}:
+		default:
+		}
+	}
+}
+
+func cachedResult(v cached) Result {
+	if v.miss {
+		return Result{Status: StatusMiss}
+	}
+	return Result{Status: StatusOK, Values: v.vals}
+}
+
+// resolve looks keys up behind the breaker until they have a result, or ctx
+// ends (then the keys are abandoned with their lanes).
+func (s *Stage) resolve(ctx context.Context, keys []string) {
+	s.m.inFlightRequests.Inc()
+	defer s.m.inFlightRequests.Dec()
+	s.m.batchSize.Observe(float64(len(keys)))
+	policy := s.cfg.Breaker.Policy
+	for round := 0; ; round++ {
+		done, err := s.cb.Allow()
+		if err != nil { // open, or half-open with the probe already out
+			switch policy {
+			case PolicyPassthrough:
+				s.completeAll(keys, Result{Status: StatusSkipped})
+				return
+			case PolicyDLQ:
+				s.completeAll(keys, Result{Status: StatusDead, Err: ErrBreakerOpen})
+				return
+			}
+			if !s.waitBreaker(ctx) {
+				return
+			}
+			continue
+		}
+		res, err := s.attempts(ctx, keys)
+		if ctx.Err() != nil {
+			done(errStopping)
+			return
+		}
+		done(err)
+		if err == nil {
+			s.completeFound(keys, res)
+			return
+		}
+		s.lastErr.Store(&err)
+		if last := s.loggedAt.Load(); (last == 0 || time.Since(time.Unix(0, last)) > time.Minute) &&
+			s.loggedAt.CompareAndSwap(last, time.Now().UnixNano()) {
+			s.log.Warn("enrichment request failed", "err", err, "keys", len(keys), "policy", policy,
+				"breaker", s.cb.State().String())
+		}
+		switch policy {
+		case PolicyPassthrough:
+			s.completeAll(keys, Result{Status: StatusError, Err: err})
+			return
+		case PolicyDLQ:
+			s.completeAll(keys, Result{Status: StatusDead, Err: err})
+			return
+		}
+		// Pause: hold the keys and try again after a backoff, or as soon as
+		// the breaker changes state.
+		if !s.sleep(ctx, s.backoff(round), s.breakerChanged()) {
+			return
+		}
+	}
+}
+
+// attempts makes one request for keys, retrying retryable failures with
+// jittered backoff, and stops retrying once the breaker has opened.
+func (s *Stage) attempts(ctx context.Context, keys []string) (map[string]Values, error) {
+	for attempt := 0; ; attempt++ {
+		actx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
+		start := time.Now()
+		res, err := s.client.lookup(actx, keys)
+		cancel()
+		s.m.requestDuration.Observe(time.Since(start).Seconds())
+		if err == nil || ctx.Err() != nil {
+			return res, err
+		}
+		var re *RequestError
+		if !errors.As(err, &re) {
+			return nil, err
+		}
+		re.Attempts = attempt + 1
+		if !re.Retryable || attempt >= s.cfg.Retries || s.cb.State() == gobreaker.StateOpen {
+			return nil, err
+		}
+		s.m.retries.Inc()
+		if !s.sleep(ctx, s.backoff(attempt), nil) {
+			return nil, ctx.Err()
+		}
+	}
+}
+
+// backoff is full jitter: uniform in [0, min(BackoffMax, BackoffMin·2^n)).
+func (s *Stage) backoff(n int) time.Duration {
+	d := s.cfg.BackoffMax
+	if n < 30 {
+		d = min(d, s.cfg.BackoffMin<<n)
+	}
+	if d <= 0 {
+		return 0
+	}
+	return time.Duration(rand.Int64N(int64(d)))
+}
+
+// sleep waits d, or until wake is closed; false if ctx ended first.
+func (s *Stage) sleep(ctx context.Context, d time.Duration, wake <-chan struct{}) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+	case <-wake:
+	}
+	return true
+}
+
+// waitBreaker waits until the open breaker may let a probe through, or until
+// the half-open breaker's probe has decided; false if ctx ended first.
+func (s *Stage) waitBreaker(ctx context.Context) bool {
+	st := s.cb.State() // may move open → half-open; never under bmu
+	s.bmu.Lock()
+	wake, reopen := s.bchanged, s.openedAt.Add(s.cfg.Breaker.OpenTimeout)
+	s.bmu.Unlock()
+	var d time.Duration
+	switch st {
+	case gobreaker.StateOpen:
+		// Up to 10ms of jitter so the waiters do not all call Allow at once.
+		d = time.Until(reopen) + time.Duration(rand.Int64N(int64(10*time.Millisecond)))
+	case gobreaker.StateHalfOpen:
+		d = s.cfg.Timeout // the probe's outcome normally wakes us first
+	}
+	return s.sleep(ctx, max(d, time.Millisecond), wake)
+}
+
+func (s *Stage) breakerChanged() <-chan struct{} {
+	s.bmu.Lock()
+	defer s.bmu.Unlock()
+	return s.bchanged
+}
+
+// onBreakerChange runs under gobreaker's lock: it must not call the breaker.
+func (s *Stage) onBreakerChange(_ string, from, to gobreaker.State) {
+	s.m.breakerState.Set(float64(to))
+	s.m.transitions.WithLabelValues(to.String()).Inc()
+	s.bmu.Lock()
+	if to == gobreaker.StateOpen {
+		s.openedAt = time.Now()
+	}
+	close(s.bchanged)
+	s.bchanged = make(chan struct{})
+	s.bmu.Unlock()
+	var last error
+	if p := s.lastErr.Load(); p != nil {
+		last = *p
+	}
+	// A long outage cycles open → half-open → open every OpenTimeout: log
+	// the episode's start and end, and its probes only at debug level.
+	if from == gobreaker.StateHalfOpen && to == gobreaker.StateOpen {
+		s.log.Debug("enrichment circuit breaker probe failed; open again", "last_err", last)
+		return
+	}
+	if to == gobreaker.StateHalfOpen {
+		s.log.Debug("enrichment circuit breaker half-open: probing the service")
+		return
+	}
+	switch to {
+	case gobreaker.StateOpen:
+		var what string
+		switch s.cfg.Breaker.Policy {
+		case PolicyPause:
+			what = "holding lookups: lanes fill and fetching stops until the service answers again"
+		case PolicyPassthrough:
+			what = "records pass through unenriched (status skipped)"
+		case PolicyDLQ:
+			what = "records go to the dead-letter topic"
+		}
+		s.log.Warn("enrichment circuit breaker open: "+what, "from", from.String(), "last_err", last,
+			"retry_in", s.cfg.Breaker.OpenTimeout)
+	case gobreaker.StateClosed:
+		s.loggedAt.Store(0)
+		s.log.Info("enrichment circuit breaker closed: service answering again")
+	}
+}
+
+// completeFound completes the keys of a successful request and caches them.
+func (s *Stage) completeFound(keys []string, found map[string]Values) {
+	now := monoNow()
+	for _, k := range keys {
+		if vals, ok := found[k]; ok {
+			s.cache.put(k, vals, false, s.cfg.CacheTTL, now)
+			s.complete(k, Result{Status: StatusOK, Values: vals})
+		} else {
+			s.cache.put(k, nil, true, s.cfg.NegativeCacheTTL, now)
+			s.complete(k, Result{Status: StatusMiss})
+		}
+	}
+}
+
+// completeAll completes keys with one uncached result.
+func (s *Stage) completeAll(keys []string, r Result) {
+	for _, k := range keys {
+		s.complete(k, r)
+	}
+}
+
+// complete ends key's flight and hands r to its waiters. Callers cache
+// first, so a Submit that misses the flight finds the cache filled.
+func (s *Stage) complete(key string, r Result) {
+	s.mu.Lock()
+	f := s.flights[key]
+	delete(s.flights, key)
+	s.mu.Unlock()
+	if f == nil {
+		return
+	}
+	for _, w := range f.waiters {
+		w.q.finish(w.e, r)
+	}
+}
+
+// stopped reports whether Run has returned.
+func (s *Stage) stopped() bool {
+	select {
+	case <-s.done:
+		return true
+	default:
+		return false
+	}
+}

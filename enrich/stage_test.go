@@ -1,0 +1,539 @@
+package enrich_test
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/floe-dev/floe/enrich"
+)
+
+var outageFlag = flag.Duration("enrich.outage", 3*time.Second,
+	"length of the service outage in TestPauseOutageLosesNothing (the issue asks for 30s)")
+
+// runLanes submits recs[i] to lane i from one goroutine per lane, closes the
+// lanes, and returns what each lane's Out delivered.
+func runLanes(t *testing.T, st *enrich.Stage, recs [][]record) [][]enrich.Completed {
+	t.Helper()
+	out := make([][]enrich.Completed, len(recs))
+	var wg sync.WaitGroup
+	for i := range recs {
+		q := st.NewQueue()
+		wg.Add(2)
+		go func() {
+			defer wg.Done()
+			defer q.Close()
+			for _, r := range recs[i] {
+				if err := q.Submit(context.Background(), r.key, r); err != nil {
+					t.Errorf("lane %d: Submit: %v", i, err)
+					return
+				}
+			}
+		}()
+		go func() {
+			defer wg.Done()
+			out[i] = collect(q)
+		}()
+	}
+	wg.Wait()
+	return out
+}
+
+// checkLanes asserts every lane delivered exactly its records, in order,
+// each with the server's answer.
+func checkLanes(t *testing.T, srv *enrich.Server, recs [][]record, out [][]enrich.Completed) {
+	t.Helper()
+	for i := range recs {
+		if len(out[i]) != len(recs[i]) {
+			t.Fatalf("lane %d: %d records out, %d in", i, len(out[i]), len(recs[i]))
+		}
+		for j, c := range out[i] {
+			r := c.Item.(record)
+			if r.lane != i || r.seq != j {
+				t.Fatalf("lane %d position %d: got record %d/%d: order broken", i, j, r.lane, r.seq)
+			}
+			checkResult(t, srv, r.key, c.Result)
+		}
+	}
+}
+
+func TestOrderPerLaneUnderRandomLatency(t *testing.T) {
+	srv, url := startServer(t, enrich.ServerConfig{P50: 5 * time.Millisecond, P99: 80 * time.Millisecond, MissRate: 0.1, Seed: 1})
+	cfg := testConfig(url)
+	cfg.BatchSize = 16
+	cfg.Linger = time.Millisecond
+	cfg.MaxInFlightRecords = 400
+	h := startStage(t, cfg)
+
+	rng := rand.New(rand.NewPCG(7, 7))
+	const lanes, perLane, keys = 16, 3000, 5000
+	recs := make([][]record, lanes)
+	for i := range recs {
+		for j := range perLane {
+			k := key(rng.IntN(keys))
+			if rng.IntN(50) == 0 {
+				k = "" // no key: an immediate miss, still in order
+			}
+			recs[i] = append(recs[i], record{lane: i, seq: j, key: k})
+		}
+	}
+	out := runLanes(t, h.st, recs)
+	checkLanes(t, srv, recs, out)
+
+	total := float64(lanes * perLane)
+	if got := h.metric(t, "floe_enrich_results_total", "status", "ok") + h.metric(t, "floe_enrich_results_total", "status", "miss"); got != total {
+		t.Fatalf("results_total ok+miss = %v, want %v", got, total)
+	}
+	if got := h.metric(t, "floe_enrich_in_flight_records"); got != 0 {
+		t.Fatalf("in_flight_records = %v after draining", got)
+	}
+	t.Logf("%d records, %d requests, %v coalesced, %v cache hits", lanes*perLane, srv.Requests(),
+		h.metric(t, "floe_enrich_coalesced_total"), h.metric(t, "floe_enrich_cache_hits_total"))
+}
+
+func TestBatchingAndCoalescing(t *testing.T) {
+	srv, url := startServer(t, enrich.ServerConfig{P50: 50 * time.Millisecond, P99: 50 * time.Millisecond, Seed: 2})
+	h := startStage(t, testConfig(url))
+
+	// 8 lanes × 2500 records over 300 keys, all submitted well within one
+	// service latency: the keys share a few requests, duplicates coalesce.
+	const lanes, perLane, keys = 8, 2500, 300
+	recs := make([][]record, lanes)
+	for i := range recs {
+		for j := range perLane {
+			recs[i] = append(recs[i], record{lane: i, seq: j, key: key((i*perLane + j) % keys)})
+		}
+	}
+	out := runLanes(t, h.st, recs)
+	checkLanes(t, srv, recs, out)
+
+	if n := srv.Requests(); n > 30 {
+		t.Fatalf("%d requests for %d keys in %d records: not batched", n, keys, lanes*perLane)
+	}
+	looked := h.metric(t, "floe_enrich_batch_size")
+	coalesced := h.metric(t, "floe_enrich_coalesced_total")
+	if coalesced == 0 {
+		t.Fatal("no lookup was coalesced")
+	}
+	t.Logf("%d records → %d requests (%v batches), %v coalesced, %v cache hits",
+		lanes*perLane, srv.Requests(), looked, coalesced, h.metric(t, "floe_enrich_cache_hits_total"))
+}
+
+func TestSingleModeCoalescesWithoutCache(t *testing.T) {
+	srv, url := startServer(t, enrich.ServerConfig{P50: 300 * time.Millisecond, P99: 300 * time.Millisecond, Seed: 3})
+	cfg := testConfig(url)
+	cfg.Mode = enrich.ModeSingle
+	cfg.URL = url + "/lookup/{key}"
+	cfg.CacheSize = -1
+	h := startStage(t, cfg)
+
+	// A key that needs escaping in a path and in a query.
+	const odd = "u 1/ä?&x=%"
+	recs := [][]record{nil, nil}
+	for i := range recs {
+		for j := range 500 {
+			recs[i] = append(recs[i], record{lane: i, seq: j, key: odd})
+		}
+	}
+	out := runLanes(t, h.st, recs)
+	checkLanes(t, srv, recs, out)
+	if n := srv.Requests(); n > 5 {
+		t.Fatalf("%d requests for one key submitted 1000 times within one latency", n)
+	}
+}
+
+func TestCacheHitSkipsServer(t *testing.T) {
+	srv, url := startServer(t, enrich.ServerConfig{P50: enrich.NoLatency, MissRate: 0.5, Seed: 4})
+	h := startStage(t, testConfig(url))
+	var known, unknown string
+	for i := 0; known == "" || unknown == ""; i++ {
+		if srv.Knows(key(i)) {
+			known = key(i)
+		} else {
+			unknown = key(i)
+		}
+	}
+	q := h.st.NewQueue()
+	ctx := context.Background()
+	for _, k := range []string{known, unknown} {
+		if err := q.Submit(ctx, k, k); err != nil {
+			t.Fatal(err)
+		}
+		c := <-q.Out()
+		checkResult(t, srv, k, c.Result)
+	}
+	before := srv.Requests()
+	for range 100 {
+		for _, k := range []string{known, unknown} {
+			if err := q.Submit(ctx, k, k); err != nil {
+				t.Fatal(err)
+			}
+			c := <-q.Out()
+			checkResult(t, srv, k, c.Result)
+		}
+	}
+	q.Close()
+	if rest := collect(q); len(rest) != 0 {
+		t.Fatalf("%d unexpected records", len(rest))
+	}
+	if after := srv.Requests(); after != before {
+		t.Fatalf("cached keys (a result and a miss) reached the server: %d → %d requests", before, after)
+	}
+	if hits := h.metric(t, "floe_enrich_cache_hits_total"); hits != 200 {
+		t.Fatalf("cache_hits_total = %v, want 200", hits)
+	}
+}
+
+func TestRetryOn503ThenSuccess(t *testing.T) {
+	srv, url := startServer(t, enrich.ServerConfig{P50: enrich.NoLatency, Seed: 5})
+	cfg := testConfig(url)
+	cfg.Retries = 50
+	cfg.BackoffMin = 20 * time.Millisecond
+	cfg.BackoffMax = 40 * time.Millisecond
+	cfg.Breaker.MinRequests = 1000 // keep the breaker out of it
+	cfg.Breaker.Policy = enrich.PolicyPassthrough
+	h := startStage(t, cfg)
+
+	srv.SetOutage(true)
+	q := h.st.NewQueue()
+	if err := q.Submit(context.Background(), "u-1", "x"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 5*time.Second, "two failed attempts", func() bool { return srv.Requests() >= 2 })
+	srv.SetOutage(false)
+	c := <-q.Out()
+	checkResult(t, srv, "u-1", c.Result)
+	if r := h.metric(t, "floe_enrich_retries_total"); r < 1 {
+		t.Fatalf("retries_total = %v", r)
+	}
+	q.Close()
+	collect(q)
+}
+
+func TestRandomErrorsAreRetriedAway(t *testing.T) {
+	srv, url := startServer(t, enrich.ServerConfig{P50: time.Millisecond, P99: 10 * time.Millisecond, ErrorRate: 0.3, Seed: 6})
+	cfg := testConfig(url)
+	cfg.BatchSize = 20
+	cfg.Retries = 10
+	cfg.Breaker.FailureRatio = 1 // 0.3^11 per request: never trips
+	h := startStage(t, cfg)
+	recs := make([][]record, 4)
+	for i := range recs {
+		for j := range 500 {
+			recs[i] = append(recs[i], record{lane: i, seq: j, key: key(i*500 + j)})
+		}
+	}
+	checkLanes(t, srv, recs, runLanes(t, h.st, recs))
+	if r := h.metric(t, "floe_enrich_retries_total"); r == 0 {
+		t.Fatal("no retries at a 30% error rate")
+	}
+}
+
+func TestPermanentErrorIsNotRetried(t *testing.T) {
+	// 401: wrong credentials are permanent.
+	srv, url := startServer(t, enrich.ServerConfig{P50: enrich.NoLatency, RequireHeader: "X-Api-Key: right"})
+	cfg := testConfig(url)
+	cfg.AuthHeader = "X-Api-Key: wrong"
+	cfg.Breaker.Policy = enrich.PolicyPassthrough
+	cfg.Breaker.MinRequests = 1000
+	h := startStage(t, cfg)
+	q := h.st.NewQueue()
+	if err := q.Submit(context.Background(), "u-1", nil); err != nil {
+		t.Fatal(err)
+	}
+	c := <-q.Out()
+	var re *enrich.RequestError
+	if c.Result.Status != enrich.StatusError || !errors.As(c.Result.Err, &re) || re.StatusCode != 401 || re.Retryable {
+		t.Fatalf("got %s %v, want status error with a permanent 401", c.Result.Status, c.Result.Err)
+	}
+	if n := srv.Requests(); n != 1 {
+		t.Fatalf("%d requests: a permanent error was retried", n)
+	}
+	q.Close()
+	collect(q)
+}
+
+// TestPauseOutageLosesNothing is the issue's outage test: under policy pause
+// the lanes stall at their bound while the service is down, nothing leaves
+// them, and once the outage ends (by itself, on the server's schedule) every
+// record comes out enriched, in order, exactly once.
+func TestPauseOutageLosesNothing(t *testing.T) {
+	outage := *outageFlag
+	srv, url := startServer(t, enrich.ServerConfig{
+		P50: 2 * time.Millisecond, P99: 20 * time.Millisecond, Seed: 8,
+		Outages: []enrich.Outage{{Start: 0, End: outage}},
+	})
+	cfg := testConfig(url)
+	cfg.BatchSize = 10
+	cfg.MaxInFlightRecords = 100
+	cfg.Retries = 1
+	h := startStage(t, cfg)
+
+	const lanes, perLane = 4, 400
+	var submitted [lanes]atomic.Int64
+	var delivered [lanes]atomic.Int64
+	recs := make([][]record, lanes)
+	out := make([][]enrich.Completed, lanes)
+	var wg sync.WaitGroup
+	for i := range lanes {
+		for j := range perLane {
+			recs[i] = append(recs[i], record{lane: i, seq: j, key: key(i*perLane + j)})
+		}
+		q := h.st.NewQueue()
+		wg.Add(2)
+		go func() {
+			defer wg.Done()
+			defer q.Close()
+			for _, r := range recs[i] {
+				if err := q.Submit(context.Background(), r.key, r); err != nil {
+					t.Errorf("Submit: %v", err)
+					return
+				}
+				submitted[i].Add(1)
+			}
+		}()
+		go func() {
+			defer wg.Done()
+			for c := range q.Out() {
+				out[i] = append(out[i], c)
+				delivered[i].Add(1)
+			}
+		}()
+	}
+
+	waitFor(t, outage/2, "the breaker to open", func() bool { return h.metric(t, "floe_enrich_breaker_state") == 2 })
+	time.Sleep(outage / 6)
+	for i := range lanes {
+		if s, d := submitted[i].Load(), delivered[i].Load(); s != int64(cfg.MaxInFlightRecords) || d != 0 {
+			t.Fatalf("lane %d mid-outage: %d submitted, %d delivered; want Submit blocked at %d and nothing out",
+				i, s, d, cfg.MaxInFlightRecords)
+		}
+	}
+	if inflight := h.metric(t, "floe_enrich_in_flight_records"); inflight != lanes*100 {
+		t.Fatalf("in_flight_records = %v mid-outage", inflight)
+	}
+	wg.Wait() // the outage ends on the server's schedule; no intervention
+	checkLanes(t, srv, recs, out)
+	if h.metric(t, "floe_enrich_breaker_transitions_total", "to", "closed") < 1 {
+		t.Fatal("the breaker never closed again")
+	}
+	if got := h.metric(t, "floe_enrich_results_total", "status", "ok"); got != lanes*perLane {
+		t.Fatalf("results ok = %v, want %d", got, lanes*perLane)
+	}
+	t.Logf("outage %s: %d requests, breaker opened %v times (re-opened after failed probes included), closed %v times",
+		outage, srv.Requests(), h.metric(t, "floe_enrich_breaker_transitions_total", "to", "open"),
+		h.metric(t, "floe_enrich_breaker_transitions_total", "to", "closed"))
+	logs := h.logs.String()
+	if n := strings.Count(logs, "enrichment request failed"); n != 1 {
+		t.Fatalf("failure logged %d times: want once per outage\n%s", n, logs)
+	}
+	if n := strings.Count(logs, "level=WARN"); n != 2 {
+		t.Fatalf("%d warnings: want the failure and the breaker opening\n%s", n, logs)
+	}
+}
+
+func TestBreakerPolicies(t *testing.T) {
+	for _, tc := range []struct {
+		policy enrich.Policy
+		check  func(t *testing.T, r enrich.Result) (open bool)
+	}{
+		{enrich.PolicyPassthrough, func(t *testing.T, r enrich.Result) bool {
+			switch {
+			case r.Values != nil:
+				t.Fatalf("values %v during an outage", r.Values)
+			case r.Status == enrich.StatusSkipped && r.Err == nil:
+				return true
+			case r.Status == enrich.StatusError && r.Err != nil:
+				return false
+			}
+			t.Fatalf("got %s (%v), want skipped or error", r.Status, r.Err)
+			return false
+		}},
+		{enrich.PolicyDLQ, func(t *testing.T, r enrich.Result) bool {
+			if r.Status != enrich.StatusDead || r.Err == nil || r.Values != nil {
+				t.Fatalf("got %s (%v), want dead with a reason", r.Status, r.Err)
+			}
+			return errors.Is(r.Err, enrich.ErrBreakerOpen)
+		}},
+	} {
+		t.Run(string(tc.policy), func(t *testing.T) {
+			srv, url := startServer(t, enrich.ServerConfig{P50: enrich.NoLatency, Seed: 9})
+			cfg := testConfig(url)
+			cfg.BatchSize = 5
+			cfg.Retries = 1
+			// Two requests at a time, so the breaker opens before most
+			// requests are sent.
+			cfg.MaxInFlightRequests = 2
+			cfg.Breaker.Policy = tc.policy
+			h := startStage(t, cfg)
+			srv.SetOutage(true)
+			recs := make([][]record, 3)
+			for i := range recs {
+				for j := range 200 {
+					recs[i] = append(recs[i], record{lane: i, seq: j, key: key(i*200 + j)})
+				}
+			}
+			out := runLanes(t, h.st, recs)
+			opened := 0
+			for i := range recs {
+				if len(out[i]) != len(recs[i]) {
+					t.Fatalf("lane %d: %d of %d records out", i, len(out[i]), len(recs[i]))
+				}
+				for j, c := range out[i] {
+					if c.Item.(record).seq != j {
+						t.Fatalf("lane %d: order broken at %d", i, j)
+					}
+					if tc.check(t, c.Result) {
+						opened++
+					}
+				}
+			}
+			if opened == 0 {
+				t.Fatal("no record completed through the open breaker")
+			}
+			before := srv.Requests()
+			if before > 100 {
+				t.Fatalf("%d requests for 600 keys: the open breaker did not stop them", before)
+			}
+
+			// The service recovers: after the open timeout the probe
+			// succeeds and the breaker closes.
+			srv.SetOutage(false)
+			time.Sleep(cfg.Breaker.OpenTimeout + 50*time.Millisecond)
+			q := h.st.NewQueue()
+			if err := q.Submit(context.Background(), "u-new", nil); err != nil {
+				t.Fatal(err)
+			}
+			checkResult(t, srv, "u-new", (<-q.Out()).Result)
+			q.Close()
+			collect(q)
+			if h.metric(t, "floe_enrich_breaker_state") != 0 {
+				t.Fatal("breaker not closed after a successful probe")
+			}
+			if got := h.metric(t, "floe_enrich_results_total", "status", string(map[enrich.Policy]enrich.Status{
+				enrich.PolicyPassthrough: enrich.StatusSkipped, enrich.PolicyDLQ: enrich.StatusDead}[tc.policy])); got == 0 {
+				t.Fatal("results_total has no record of the open breaker")
+			}
+		})
+	}
+}
+
+func TestAbortReleasesAPausedLane(t *testing.T) {
+	srv, url := startServer(t, enrich.ServerConfig{P50: enrich.NoLatency})
+	srv.SetOutage(true)
+	cfg := testConfig(url)
+	cfg.MaxInFlightRecords = 10
+	h := startStage(t, cfg)
+	q := h.st.NewQueue()
+	for i := range 10 {
+		if err := q.Submit(context.Background(), key(i), i); err != nil {
+			t.Fatal(err)
+		}
+	}
+	blocked := make(chan error, 1)
+	go func() { blocked <- q.Submit(context.Background(), "u-x", nil) }()
+	select {
+	case err := <-blocked:
+		t.Fatalf("Submit beyond the bound returned %v", err)
+	case <-time.After(100 * time.Millisecond):
+	}
+	q.Abort()
+	if err := <-blocked; !errors.Is(err, enrich.ErrClosed) {
+		t.Fatalf("blocked Submit after Abort: %v, want ErrClosed", err)
+	}
+	if got := collect(q); len(got) != 0 {
+		t.Fatalf("%d records out of an aborted, paused lane", len(got))
+	}
+	waitFor(t, time.Second, "in-flight records released", func() bool {
+		return h.metric(t, "floe_enrich_in_flight_records") == 0
+	})
+}
+
+func TestStopDropsPendingRecords(t *testing.T) {
+	srv, url := startServer(t, enrich.ServerConfig{P50: enrich.NoLatency})
+	srv.SetOutage(true)
+	cfg := testConfig(url)
+	cfg.MaxInFlightRecords = 5
+	h := startStage(t, cfg)
+	q := h.st.NewQueue()
+	for i := range 5 {
+		if err := q.Submit(context.Background(), key(i), i); err != nil {
+			t.Fatal(err)
+		}
+	}
+	blocked := make(chan error, 1)
+	go func() { blocked <- q.Submit(context.Background(), "u-x", nil) }()
+	h.stop()
+	if err := <-blocked; !errors.Is(err, enrich.ErrStopped) {
+		t.Fatalf("blocked Submit after stop: %v, want ErrStopped", err)
+	}
+	if got := collect(q); len(got) != 0 {
+		t.Fatalf("%d records out after stop", len(got))
+	}
+	if err := q.Submit(context.Background(), "u-1", nil); !errors.Is(err, enrich.ErrStopped) {
+		t.Fatalf("Submit after stop: %v", err)
+	}
+}
+
+func TestMemoryBoundedWithSlowService(t *testing.T) {
+	_, url := startServer(t, enrich.ServerConfig{P50: 200 * time.Millisecond, P99: 200 * time.Millisecond})
+	cfg := testConfig(url)
+	cfg.MaxInFlightRecords = 50
+	h := startStage(t, cfg)
+	q := h.st.NewQueue()
+
+	// Nobody reads Out: the lane may hold MaxInFlightRecords records, and
+	// Out its buffer; then Submit must block, however long it is called.
+	var submitted atomic.Int64
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		for i := 0; ; i++ {
+			if err := q.Submit(ctx, key(i), i); err != nil {
+				done <- err
+				return
+			}
+			submitted.Add(1)
+		}
+	}()
+	bound := int64(cfg.MaxInFlightRecords + cap(q.Out()))
+	waitFor(t, 5*time.Second, "the lane to fill", func() bool { return submitted.Load() == bound })
+	time.Sleep(600 * time.Millisecond) // three service latencies
+	if n := submitted.Load(); n != bound {
+		t.Fatalf("%d records accepted, want Submit to block at %d", n, bound)
+	}
+	if g := h.metric(t, "floe_enrich_in_flight_records"); g != float64(cfg.MaxInFlightRecords) {
+		t.Fatalf("in_flight_records = %v, want %d", g, cfg.MaxInFlightRecords)
+	}
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("blocked Submit on ctx end: %v", err)
+	}
+	q.Close()
+	if got := collect(q); int64(len(got)) != bound {
+		t.Fatalf("%d records out, want %d", len(got), bound)
+	}
+}
+
+func TestEmptyKeyIsAnImmediateMiss(t *testing.T) {
+	srv, url := startServer(t, enrich.ServerConfig{P50: enrich.NoLatency})
+	h := startStage(t, testConfig(url))
+	q := h.st.NewQueue()
+	if err := q.Submit(context.Background(), "", 1); err != nil {
+		t.Fatal(err)
+	}
+	if c := <-q.Out(); c.Result.Status != enrich.StatusMiss || c.Item != 1 {
+		t.Fatalf("got %+v", c)
+	}
+	q.Close()
+	collect(q)
+	if srv.Requests() != 0 {
+		t.Fatal("an empty key reached the server")
+	}
+}

@@ -1,0 +1,175 @@
+package enrich
+
+import (
+	"testing"
+	"time"
+
+	"github.com/valyala/fastjson"
+)
+
+// convert converts one JSON document to a field type, through a decoder.
+func convert(t FieldType, raw string) (any, bool) {
+	d := newDecoder([]Field{{Name: "f", Type: t, Attribute: "f"}}, func(string) {})
+	v, err := fastjson.Parse(raw)
+	if err != nil {
+		panic(err)
+	}
+	return d.convert(0, v)
+}
+
+func TestConvert(t *testing.T) {
+	ts := time.Date(2024, 11, 29, 6, 0, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		t    FieldType
+		raw  string
+		want any
+		ok   bool
+	}{
+		{TypeString, `"gold"`, "gold", true},
+		{TypeString, `7`, "7", true},
+		{TypeString, `true`, "true", true},
+		{TypeString, `{"a":1}`, nil, false},
+		{TypeString, `null`, nil, true},
+		{TypeLong, `42`, int64(42), true},
+		{TypeLong, `42.0`, int64(42), true},
+		{TypeLong, `"42"`, int64(42), true},
+		{TypeLong, `42.5`, nil, false},
+		{TypeLong, `1e30`, nil, false},
+		{TypeLong, `"x"`, nil, false},
+		{TypeDouble, `0.7`, 0.7, true},
+		{TypeDouble, `"0.7"`, 0.7, true},
+		{TypeDouble, `3`, 3.0, true},
+		{TypeDouble, `[1]`, nil, false},
+		{TypeBoolean, `true`, true, true},
+		{TypeBoolean, `"false"`, false, true},
+		{TypeBoolean, `1`, nil, false},
+		{TypeTimestamp, `"2024-11-29T06:00:00Z"`, ts, true},
+		{TypeTimestamp, `"2024-11-29T07:00:00+01:00"`, ts, true},
+		{TypeTimestamp, `1732860000000`, ts, true},
+		{TypeTimestamp, `1732860000000.0`, ts, true},
+		{TypeTimestamp, `"yesterday"`, nil, false},
+		{TypeTimestamp, `true`, nil, false},
+	} {
+		got, ok := convert(tc.t, tc.raw)
+		if ok != tc.ok {
+			t.Errorf("%s %s: ok %v, want %v", tc.t, tc.raw, ok, tc.ok)
+			continue
+		}
+		if w, isTime := tc.want.(time.Time); isTime {
+			if g, _ := got.(time.Time); !g.Equal(w) || g.Location() != time.UTC {
+				t.Errorf("%s %s: got %v, want %v", tc.t, tc.raw, got, w)
+			}
+			continue
+		}
+		if got != tc.want {
+			t.Errorf("%s %s: got %v (%T), want %v (%T)", tc.t, tc.raw, got, got, tc.want, tc.want)
+		}
+	}
+}
+
+func TestAttrsCountsBadValuesAndInterns(t *testing.T) {
+	fields := []Field{{Name: "a", Type: TypeLong, Attribute: "a"}, {Name: "b", Type: TypeString, Attribute: "x"}, {Name: "c", Type: TypeBoolean, Attribute: "c"}}
+	var bad []string
+	d := newDecoder(fields, func(f string) { bad = append(bad, f) })
+	var p fastjson.Parser
+	v, _ := p.Parse(`{"a":"nope","x":"y","extra":1}`)
+	vals, err := d.attrs(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(vals) != 3 || vals[0] != nil || vals[1] != "y" || vals[2] != nil {
+		t.Fatalf("values %v", vals)
+	}
+	if len(bad) != 1 || bad[0] != "a" {
+		t.Fatalf("bad fields %v", bad)
+	}
+	// The parser's buffer is reused: values must not alias it.
+	v, _ = p.Parse(`{"x":"z"}`)
+	again, _ := d.attrs(v)
+	if vals[1] != "y" || again[1] != "z" {
+		t.Fatalf("values alias the parser: %v %v", vals, again)
+	}
+	if allocs := testing.AllocsPerRun(100, func() { d.interns[1].get([]byte("y")) }); allocs != 0 {
+		t.Fatalf("interned string lookup allocates %v times", allocs)
+	}
+	v, _ = p.Parse(`[1,2]`)
+	if _, err := d.attrs(v); err == nil {
+		t.Fatal("an array was taken for attributes")
+	}
+}
+
+func TestEscapeKey(t *testing.T) {
+	if got := escapeKey("u 1/ä?&x=%~._-"); got != "u%201%2F%C3%A4%3F%26x%3D%25~._-" {
+		t.Fatalf("escapeKey = %s", got)
+	}
+}
+
+func TestCacheTTLAndRefresh(t *testing.T) {
+	c := newCache(100, time.Second)
+	now := int64(1000 * time.Second)
+	c.put("k", Values{"v"}, false, 10*time.Second, now)
+	c.put("m", nil, true, 2*time.Second, now)
+	if v, fr := c.get("k", now+int64(time.Second)); fr != fresh || v.vals[0] != "v" {
+		t.Fatalf("fresh read: %v %v", v, fr)
+	}
+	// After 80% of the TTL: one stale read asks for a refresh, the next
+	// ones (within the retry period) do not.
+	if _, fr := c.get("k", now+int64(8500*time.Millisecond)); fr != stale {
+		t.Fatalf("read at 85%% of the TTL: %v, want stale", fr)
+	}
+	if _, fr := c.get("k", now+int64(8600*time.Millisecond)); fr != fresh {
+		t.Fatalf("second read at 86%%: %v, want fresh", fr)
+	}
+	if _, fr := c.get("k", now+int64(10*time.Second)); fr != absent {
+		t.Fatalf("read at the TTL: %v, want absent", fr)
+	}
+	if v, fr := c.get("m", now+int64(time.Second)); fr != fresh || !v.miss {
+		t.Fatalf("negative entry: %v %v", v, fr)
+	}
+	if _, fr := c.get("m", now+int64(3*time.Second)); fr != absent {
+		t.Fatal("negative entry outlived its TTL")
+	}
+	// Size bound: 16 shards of ceil(100/16) entries.
+	for i := range 1000 {
+		c.put(string(rune('a'+i%26))+string(rune(i)), nil, true, time.Hour, now)
+	}
+	if n := c.len(); n > 16*7 {
+		t.Fatalf("%d entries in a cache of 100", n)
+	}
+	var disabled *cache
+	if _, fr := disabled.get("k", now); fr != absent {
+		t.Fatal("a disabled cache answered")
+	}
+}
+
+// FuzzDecodeResponse feeds arbitrary bodies to the response decoder: it must
+// return one value per field or an error, and never panic.
+func FuzzDecodeResponse(f *testing.F) {
+	f.Add([]byte(`{"results":{"u-1":{"segment":"gold","score":0.7,"signup_ts":1732860000000,"vip":true,"visits":"12"}}}`), false)
+	f.Add([]byte(`{"results":{"u-1":null,"u-2":[1]}}`), false)
+	f.Add([]byte(`{"segment":"gold"}`), true)
+	f.Add([]byte(`null`), true)
+	f.Add([]byte(`{"results":{"u-\u0031":{"segment":"\ud83d\ude00"}}}`), false)
+	fields := []Field{
+		{Name: "segment", Type: TypeString, Attribute: "segment"},
+		{Name: "score", Type: TypeDouble, Attribute: "score"},
+		{Name: "signup_ts", Type: TypeTimestamp, Attribute: "signup_ts"},
+		{Name: "vip", Type: TypeBoolean, Attribute: "vip"},
+		{Name: "visits", Type: TypeLong, Attribute: "visits"},
+	}
+	f.Fuzz(func(t *testing.T, body []byte, single bool) {
+		c := &client{mode: ModeBatch, dec: newDecoder(fields, func(string) {})}
+		if single {
+			c.mode = ModeSingle
+		}
+		out, err := c.decode([]string{"u-1"}, body)
+		if err != nil {
+			return
+		}
+		for _, vals := range out {
+			if len(vals) != len(fields) {
+				t.Fatalf("%d values for %d fields", len(vals), len(fields))
+			}
+		}
+	})
+}
