@@ -10,6 +10,7 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/memory"
 	"github.com/segmentio/kafka-go"
 
+	"github.com/floe-dev/floe/enrich"
 	"github.com/floe-dev/floe/lakehouse"
 	"github.com/floe-dev/floe/schemas"
 )
@@ -51,15 +52,32 @@ func newPartitionBuffer(sc *schemas.Schema, topic string, partition int32, resum
 // append decodes msg into the buffer. A record that cannot be decoded becomes
 // a dead letter; either way its offset is covered by the segment.
 func (b *partitionBuffer) append(msg kafka.Message, now time.Time) (rowsDelta, bytesDelta int, dead bool, err error) {
+	return b.appendEnriched(msg, now, enrich.Result{Status: "off"})
+}
+
+// appendEnriched is append with the record's enrichment result: its values
+// fill the enrichment columns, its status _enrich_status. A record the
+// enrichment policy sends to the dead-letter topic (StatusDead) becomes a dead
+// letter with reason enrich_failed.
+func (b *partitionBuffer) appendEnriched(msg kafka.Message, now time.Time, res enrich.Result) (rowsDelta, bytesDelta int, dead bool, err error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if !b.started || b.from == b.next {
 		b.from, b.next, b.started = msg.Offset, msg.Offset, true
 	}
+	if res.Status == enrich.StatusDead {
+		detail := "enrichment unavailable"
+		if res.Err != nil {
+			detail = res.Err.Error()
+		}
+		b.next = msg.Offset + 1
+		b.letters = append(b.letters, deadLetter{msg: msg, reason: ReasonEnrichFailed, detail: detail})
+		return 1, len(msg.Value), true, nil
+	}
 	before := b.builder.SizeBytes()
-	err = b.builder.Append(msg.Value, schemas.Meta{
+	err = b.builder.AppendEnriched(msg.Value, schemas.Meta{
 		Topic: b.topic, Partition: b.partition, Offset: msg.Offset, Timestamp: msg.Time,
-	}, now, "off")
+	}, now, string(res.Status), res.Values)
 	var de *schemas.DecodeError
 	switch {
 	case err == nil:

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/floe-dev/floe/enrich"
 )
 
 // Config is floe's job configuration: one YAML file (DESIGN.md,
@@ -22,6 +24,9 @@ type Config struct {
 	Table   TableConfig   `yaml:"table"`
 	Commit  CommitConfig  `yaml:"commit"`
 	Metrics MetricsConfig `yaml:"metrics"`
+	// Enrich configures the asynchronous enrichment stage; absent means no
+	// enrichment (_enrich_status is "off").
+	Enrich *enrich.Config `yaml:"enrich"`
 	// MemoryLimit is a soft limit for the Go runtime (debug.SetMemoryLimit):
 	// the garbage collector works harder near it instead of letting the heap
 	// double. 0 keeps the runtime's default (or GOMEMLIMIT). Set it to about
@@ -181,7 +186,11 @@ func LoadConfig(path string) (Config, error) {
 // Finish applies defaults and validates; errors name the offending key.
 func (c *Config) Finish() error {
 	c.defaults()
-	return c.validate()
+	err := c.validate()
+	if c.Enrich != nil {
+		err = errors.Join(err, c.Enrich.Finish())
+	}
+	return err
 }
 
 func (c *Config) defaults() {

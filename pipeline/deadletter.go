@@ -25,6 +25,10 @@ const (
 	HeaderSourceTimestamp = "floe.source.timestamp"
 )
 
+// ReasonEnrichFailed is the dead-letter reason for records the enrichment
+// stage could not enrich under the dlq breaker policy.
+const ReasonEnrichFailed = "enrich_failed"
+
 // deadLetter is a record that cannot become a row, with why.
 type deadLetter struct {
 	msg    kafka.Message

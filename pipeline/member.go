@@ -24,9 +24,11 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/segmentio/kafka-go"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/floe-dev/floe/enrich"
 	"github.com/floe-dev/floe/lakehouse"
 	"github.com/floe-dev/floe/schemas"
 )
@@ -41,6 +43,8 @@ type Member struct {
 	stats  *Stats
 	until  map[int32]int64
 	dialer *kafka.Dialer
+	reg    prometheus.Registerer
+	stage  *enrich.Stage // nil without enrichment
 }
 
 // Option configures a Member.
@@ -52,13 +56,16 @@ func WithLogger(l *slog.Logger) Option { return func(m *Member) { m.log = l } }
 // WithStats shares a Stats across members (default: a fresh one).
 func WithStats(s *Stats) Option { return func(m *Member) { m.stats = s } }
 
+// WithRegisterer registers the member's enrichment metrics (default: none).
+func WithRegisterer(reg prometheus.Registerer) Option { return func(m *Member) { m.reg = reg } }
+
 // UntilOffsets makes Run return once the table's offset map reaches these
 // end offsets for every partition: scheduled (--until-caught-up) mode.
 func UntilOffsets(end map[int32]int64) Option { return func(m *Member) { m.until = end } }
 
-// NewMember checks cfg (which must have been Finish()ed) and returns a member
-// that writes to tbl.
-func NewMember(cfg Config, tbl *lakehouse.Table, sc *schemas.Schema, opts ...Option) *Member {
+// NewMember returns a member that writes to tbl. cfg must have been
+// Finish()ed, and sc extended by WithEnrichment when cfg.Enrich is set.
+func NewMember(cfg Config, tbl *lakehouse.Table, sc *schemas.Schema, opts ...Option) (*Member, error) {
 	m := &Member{cfg: cfg, table: tbl, schema: sc, dialer: &kafka.Dialer{Timeout: 10 * time.Second, DualStack: true, ClientID: cfg.Kafka.ClientID}}
 	for _, o := range opts {
 		o(m)
@@ -69,7 +76,14 @@ func NewMember(cfg Config, tbl *lakehouse.Table, sc *schemas.Schema, opts ...Opt
 	if m.stats == nil {
 		m.stats = &Stats{}
 	}
-	return m
+	if cfg.Enrich != nil {
+		st, err := enrich.NewStage(*cfg.Enrich, m.reg, m.log)
+		if err != nil {
+			return nil, err
+		}
+		m.stage = st
+	}
+	return m, nil
 }
 
 // Stats returns the member's counters.
@@ -113,6 +127,14 @@ func (m *Member) Run(ctx context.Context) error {
 
 	dlq := newDeadLetterWriter(k, &kafka.Transport{Dial: m.dialer.DialFunc, ClientID: k.ClientID})
 	defer dlq.close()
+
+	if m.stage != nil {
+		stageCtx, stopStage := context.WithCancel(context.WithoutCancel(ctx))
+		stageDone := make(chan error, 1)
+		go func() { stageDone <- m.stage.Run(stageCtx) }()
+		// The stage outlives the generations' final flushes; it stops last.
+		defer func() { stopStage(); <-stageDone }()
+	}
 
 	for {
 		gen, err := cg.Next(ctx)
@@ -208,8 +230,12 @@ func (m *Member) generation(ctx, genCtx context.Context, gen *kafka.Generation, 
 		} else {
 			end = -1
 		}
+		fetch := m.fetch
+		if m.stage != nil {
+			fetch = m.fetchEnriched
+		}
 		workers.Go(func() error {
-			return m.fetch(wctx, b, seek, win, end, func() {
+			return fetch(wctx, b, seek, win, end, func() {
 				if behind.Add(-1) == 0 {
 					win.kick()
 				}

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/floe-dev/floe/enrich"
 	"github.com/floe-dev/floe/lakehouse"
 	"github.com/floe-dev/floe/pipeline"
 	"github.com/floe-dev/floe/pipeline/embedded"
@@ -21,6 +22,12 @@ import (
 // startMember runs one in-process member against a fresh broker and table,
 // with the commit settings of commit, after producing n records.
 func startMember(t *testing.T, n int, commit pipeline.CommitConfig) (*lakehouse.Table, map[int32]int64, *pipeline.Member) {
+	t.Helper()
+	return startEnrichedMember(t, n, commit, nil)
+}
+
+// startEnrichedMember is startMember with an enrich section (nil: none).
+func startEnrichedMember(t *testing.T, n int, commit pipeline.CommitConfig, enrichCfg *enrich.Config) (*lakehouse.Table, map[int32]int64, *pipeline.Member) {
 	t.Helper()
 	ctx := t.Context()
 	cl, err := embedded.Start(1)
@@ -47,11 +54,16 @@ func startMember(t *testing.T, n int, commit pipeline.CommitConfig) (*lakehouse.
 			"type": "sql", "uri": "file:" + filepath.Join(dir, "c.db"), "sql.dialect": "sqlite", "sql.driver": "sqlite",
 			"warehouse": "file://" + filepath.Join(dir, "wh")}},
 		Commit: commit,
+		Enrich: enrichCfg,
 	}
 	if err := cfg.Finish(); err != nil {
 		t.Fatal(err)
 	}
 	sc, _ := schemas.Lookup(schemas.Clickstream)
+	sc, err = pipeline.WithEnrichment(sc, cfg.Enrich)
+	if err != nil {
+		t.Fatal(err)
+	}
 	tbl, err := lakehouse.Open(ctx, lakehouse.Config{Table: cfg.Table.Name, Catalog: cfg.Table.Catalog, Group: "g"}, sc)
 	if err != nil {
 		t.Fatal(err)
@@ -59,7 +71,10 @@ func startMember(t *testing.T, n int, commit pipeline.CommitConfig) (*lakehouse.
 	t.Cleanup(func() { tbl.Close() })
 	runCtx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	m := pipeline.NewMember(cfg, tbl, sc)
+	m, err := pipeline.NewMember(cfg, tbl, sc)
+	if err != nil {
+		t.Fatal(err)
+	}
 	go func() { done <- m.Run(runCtx) }()
 	t.Cleanup(func() {
 		cancel()

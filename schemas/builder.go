@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"strconv"
+	"strings"
 	"time"
 	"unicode/utf8"
 	"unsafe"
@@ -73,7 +74,7 @@ func jsonSlot(key []byte) int {
 }
 
 // row is one decoded, validated message, holding slices into the parser's
-// buffer until they are copied into the Arrow builders.
+// buffer until they are copied into the column buffers.
 type row struct {
 	strs     [numStringEventCols][]byte
 	strValid [numStringEventCols]bool
@@ -84,10 +85,10 @@ type row struct {
 }
 
 // Builder turns messages of one schema into Arrow record batches. It exists
-// so that the per-record path reuses everything it can: one JSON parser,
-// column buffers that keep their capacity from batch to batch, and the stack
-// for the row being validated. It is not safe for concurrent use; give each
-// worker its own.
+// so that the per-record path allocates nothing: one reusable JSON parser,
+// the stack for the row being validated, and column buffers sized from the
+// previous batch. It is not safe for concurrent use; give each worker its
+// own.
 type Builder struct {
 	arrow    *arrow.Schema
 	mem      memory.Allocator
@@ -95,59 +96,90 @@ type Builder struct {
 	parser   fastjson.Parser
 
 	strs      [numStringEventCols]stringColumn
-	eventTS   fixedColumn[int64]
-	seq       fixedColumn[int64]
+	eventTS   fixedColumn
+	seq       fixedColumn
 	topic     stringColumn
-	partition fixedColumn[int32]
-	offset    fixedColumn[int64]
-	kafkaTS   fixedColumn[int64]
-	ingested  fixedColumn[int64]
+	partition fixedColumn
+	offset    fixedColumn
+	kafkaTS   fixedColumn
+	ingested  fixedColumn
 	status    stringColumn
+	extra     []extraColumn
 
 	rows     int
 	strBytes int
 }
 
-// NewBuilder returns an empty Builder for s whose batches allocate from mem.
-// maxMessageBytes bounds the size of a message that is parsed at all (larger
-// ones are rejected as too_large, protecting the worker's memory and time);
-// a value <= 0 selects DefaultMaxMessageBytes. It panics if s does not have
-// the layout of a schema returned by Lookup, since that is a programming
-// error.
+// NewBuilder returns an empty Builder for s whose batches allocate from mem
+// (nil means memory.DefaultAllocator). maxMessageBytes bounds the size of a
+// message that is parsed at all (larger ones are rejected as too_large,
+// protecting the worker's memory and time); a value <= 0 selects
+// DefaultMaxMessageBytes. It panics if s does not have the layout of a
+// schema returned by Lookup, since that is a programming error.
 func (s *Schema) NewBuilder(mem memory.Allocator, maxMessageBytes int) *Builder {
-	if err := checkLayout(s.Arrow); err != nil {
+	if err := checkLayout(s.Arrow, s.Extra); err != nil {
 		panic(fmt.Sprintf("schemas: NewBuilder: schema %q: %v", s.Name, err))
 	}
 	if maxMessageBytes <= 0 {
 		maxMessageBytes = DefaultMaxMessageBytes
 	}
-	b := &Builder{arrow: s.Arrow, mem: mem, maxBytes: maxMessageBytes}
-	b.reset()
+	if mem == nil {
+		mem = memory.DefaultAllocator
+	}
+	b := &Builder{
+		arrow:     s.Arrow,
+		mem:       mem,
+		maxBytes:  maxMessageBytes,
+		eventTS:   newFixedColumn(mem, 8),
+		seq:       newFixedColumn(mem, 8),
+		topic:     newStringColumn(mem),
+		partition: newFixedColumn(mem, 4),
+		offset:    newFixedColumn(mem, 8),
+		kafkaTS:   newFixedColumn(mem, 8),
+		ingested:  newFixedColumn(mem, 8),
+		status:    newStringColumn(mem),
+	}
+	for i := range b.strs {
+		b.strs[i] = newStringColumn(mem)
+	}
+	for _, c := range s.Extra {
+		b.extra = append(b.extra, newExtraColumn(mem, c.Type))
+	}
 	return b
 }
 
-// checkLayout verifies that as has the column types the Builder writes.
-func checkLayout(as *arrow.Schema) error {
-	if as == nil || as.NumFields() != numCols {
-		return fmt.Errorf("want the %d columns of the %s schema", numCols, Clickstream)
+// checkLayout verifies that as has the column types the Builder writes: the
+// clickstream columns, then extra.
+func checkLayout(as *arrow.Schema, extra []Column) error {
+	if as == nil || as.NumFields() != numCols+len(extra) {
+		return fmt.Errorf("want the %d columns of the %s schema and %d extra", numCols, Clickstream, len(extra))
 	}
 	for i, f := range as.Fields() {
-		var want arrow.DataType
-		switch i {
-		case colEventTS, colKafkaTimestamp, colIngestedAt:
-			want = arrow.FixedWidthTypes.Timestamp_us
-		case colSeq, colKafkaOffset:
-			want = arrow.PrimitiveTypes.Int64
-		case colKafkaPartition:
-			want = arrow.PrimitiveTypes.Int32
-		default:
-			want = arrow.BinaryTypes.String
+		want := clickstreamArrowType(i)
+		if i >= numCols {
+			var err error
+			if want, err = extraArrowType(extra[i-numCols].Type); err != nil {
+				return err
+			}
 		}
 		if !arrow.TypeEqual(f.Type, want) {
 			return fmt.Errorf("column %d (%s) is %s, want %s", i, f.Name, f.Type, want)
 		}
 	}
 	return nil
+}
+
+// clickstreamArrowType is the Arrow type of built-in column i.
+func clickstreamArrowType(i int) arrow.DataType {
+	switch i {
+	case colEventTS, colKafkaTimestamp, colIngestedAt:
+		return arrow.FixedWidthTypes.Timestamp_us
+	case colSeq, colKafkaOffset:
+		return arrow.PrimitiveTypes.Int64
+	case colKafkaPartition:
+		return arrow.PrimitiveTypes.Int32
+	}
+	return arrow.BinaryTypes.String
 }
 
 // Append decodes value and appends it as one row, stamped with the Kafka
@@ -159,6 +191,13 @@ func checkLayout(as *arrow.Schema) error {
 // become a row (send it to the dead-letter topic), or ErrBuilderFull when the
 // builder must be flushed first (then append the same message again).
 func (b *Builder) Append(value []byte, m Meta, ingestedAt time.Time, enrichStatus string) error {
+	return b.AppendEnriched(value, m, ingestedAt, enrichStatus, nil)
+}
+
+// AppendEnriched is Append that also fills the schema's extra columns from
+// extra, in Schema.Extra order: string, int64, float64, bool or time.Time
+// values; nil (or a short slice, or a value of another type) stores null.
+func (b *Builder) AppendEnriched(value []byte, m Meta, ingestedAt time.Time, enrichStatus string, extra []any) error {
 	if len(value) > b.maxBytes {
 		return &DecodeError{
 			Reason: ReasonTooLarge,
@@ -172,6 +211,11 @@ func (b *Builder) Append(value []byte, m Meta, ingestedAt time.Time, enrichStatu
 		return err
 	}
 	add := r.strBytes + len(m.Topic) + len(enrichStatus)
+	for i := range b.extra {
+		if i < len(extra) {
+			add += b.extra[i].strLen(extra[i])
+		}
+	}
 	if b.strBytes+add > maxStringBytes {
 		return ErrBuilderFull
 	}
@@ -184,21 +228,28 @@ func (b *Builder) Append(value []byte, m Meta, ingestedAt time.Time, enrichStatu
 			b.strs[i].appendNull(n)
 		}
 	}
-	b.eventTS.append(n, r.eventTS)
+	b.eventTS.append64(n, r.eventTS)
 	if r.hasSeq {
-		b.seq.append(n, r.seq)
+		b.seq.append64(n, r.seq)
 	} else {
 		b.seq.appendNull(n)
 	}
 	b.topic.append(n, stringBytes(m.Topic))
-	b.partition.append(n, m.Partition)
-	b.offset.append(n, m.Offset)
+	b.partition.append32(n, m.Partition)
+	b.offset.append64(n, m.Offset)
 	appendTime(&b.kafkaTS, n, m.Timestamp)
 	appendTime(&b.ingested, n, ingestedAt)
 	if enrichStatus == "" {
 		b.status.appendNull(n)
 	} else {
 		b.status.append(n, stringBytes(enrichStatus))
+	}
+	for i := range b.extra {
+		var v any
+		if i < len(extra) {
+			v = extra[i]
+		}
+		b.extra[i].append(n, v)
 	}
 
 	b.rows++
@@ -213,7 +264,8 @@ func (b *Builder) decode(value []byte, r *row) *DecodeError {
 	}
 	v, err := b.parser.ParseBytes(value)
 	if err != nil {
-		return &DecodeError{Reason: ReasonMalformedJSON, Detail: err.Error()}
+		// fastjson's messages can quote the whole rest of the input.
+		return &DecodeError{Reason: ReasonMalformedJSON, Detail: truncate(err.Error(), maxDetailBytes)}
 	}
 	if t := v.Type(); t != fastjson.TypeObject {
 		return &DecodeError{Reason: ReasonMalformedJSON, Detail: "the message is a JSON " + t.String() + ", want an object"}
@@ -298,16 +350,34 @@ func decodeTS(v *fastjson.Value) (int64, *DecodeError) {
 		if len(s) == 0 {
 			return 0, &DecodeError{Reason: ReasonInvalidField, Field: jsonNames[colEventTS], Detail: "must not be empty"}
 		}
-		// The string is only read during the call; on success nothing keeps it.
+		// The string is only read during the call, and the error (which
+		// would quote all of it) is dropped, so nothing keeps it.
 		t, err := time.Parse(time.RFC3339, unsafe.String(unsafe.SliceData(s), len(s)))
 		if err != nil {
 			return 0, &DecodeError{Reason: ReasonInvalidField, Field: jsonNames[colEventTS],
-				Detail: "a string ts must be RFC 3339: " + err.Error()}
+				Detail: "a string ts must be an RFC 3339 date-time with a zone, like 2024-11-29T06:00:00Z"}
 		}
 		return t.UnixMicro(), nil
 	default:
 		return 0, wrongType(colEventTS, "epoch milliseconds or an RFC 3339 string", v)
 	}
+}
+
+// maxDetailBytes bounds DecodeError.Detail, which travels in dead-letter
+// headers and log lines.
+const maxDetailBytes = 256
+
+// truncate shortens s to at most n bytes without splitting a UTF-8 sequence.
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	const more = "…"
+	cut := n - len(more)
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return strings.ToValidUTF8(s[:cut], "") + more
 }
 
 // isASCII reports whether p has no byte >= 0x80, eight bytes at a time.
@@ -334,12 +404,12 @@ func wrongType(col int, want string, v *fastjson.Value) *DecodeError {
 		Detail: "must be " + want + ", got a JSON " + v.Type().String()}
 }
 
-func appendTime(c *fixedColumn[int64], n int, t time.Time) {
+func appendTime(c *fixedColumn, n int, t time.Time) {
 	if t.IsZero() {
 		c.appendNull(n)
 		return
 	}
-	c.append(n, t.UnixMicro())
+	c.append64(n, t.UnixMicro())
 }
 
 // stringBytes views s as bytes without copying, for appends that only read
@@ -350,57 +420,60 @@ func stringBytes(s string) []byte { return unsafe.Slice(unsafe.StringData(s), le
 func (b *Builder) Len() int { return b.rows }
 
 // SizeBytes returns an estimate of the Arrow bytes buffered since the last
-// NewRecord (string data plus the fixed width of each row, not the builders'
-// spare capacity), so the caller can flush by size without walking buffers.
-func (b *Builder) SizeBytes() int { return b.rows*rowFixedBytes + b.strBytes }
+// NewRecord, so the caller can flush by size without walking buffers. It
+// counts what the rows use (string data plus each row's fixed width); the
+// allocation behind them can be up to half as much again while a batch
+// outgrows the previous one, or the previous batch's size when it is
+// smaller.
+func (b *Builder) SizeBytes() int { return b.rows*(rowFixedBytes+9*len(b.extra)) + b.strBytes }
 
 // NewRecord hands the buffered rows over as a record batch whose schema is
 // s.Arrow, and leaves the Builder empty and ready for the next batch. The
-// caller owns the batch and must Release it; its buffers are exact-size
-// copies allocated from the Builder's allocator, so it stays valid after
+// caller owns the batch and must Release it; the batch owns its memory (the
+// Builder's buffers, taken over without copying), so it stays valid after
 // further Appends and after the Builder is released.
 func (b *Builder) NewRecord() arrow.RecordBatch {
-	n, mem := b.rows, b.mem
-	cols := make([]arrow.Array, numCols)
+	n, as := b.rows, b.arrow
+	cols := make([]arrow.Array, numCols+len(b.extra))
 	for i := range b.strs {
-		cols[i] = b.strs[i].newArray(mem, b.arrow.Field(i).Type, n)
+		cols[i] = b.strs[i].take(as.Field(i).Type, n)
 	}
-	cols[colEventTS] = b.eventTS.newArray(mem, b.arrow.Field(colEventTS).Type, n)
-	cols[colSeq] = b.seq.newArray(mem, b.arrow.Field(colSeq).Type, n)
-	cols[colKafkaTopic] = b.topic.newArray(mem, b.arrow.Field(colKafkaTopic).Type, n)
-	cols[colKafkaPartition] = b.partition.newArray(mem, b.arrow.Field(colKafkaPartition).Type, n)
-	cols[colKafkaOffset] = b.offset.newArray(mem, b.arrow.Field(colKafkaOffset).Type, n)
-	cols[colKafkaTimestamp] = b.kafkaTS.newArray(mem, b.arrow.Field(colKafkaTimestamp).Type, n)
-	cols[colIngestedAt] = b.ingested.newArray(mem, b.arrow.Field(colIngestedAt).Type, n)
-	cols[colEnrichStatus] = b.status.newArray(mem, b.arrow.Field(colEnrichStatus).Type, n)
-	rec := array.NewRecordBatch(b.arrow, cols, int64(n))
+	cols[colEventTS] = b.eventTS.take(as.Field(colEventTS).Type, n)
+	cols[colSeq] = b.seq.take(as.Field(colSeq).Type, n)
+	cols[colKafkaTopic] = b.topic.take(as.Field(colKafkaTopic).Type, n)
+	cols[colKafkaPartition] = b.partition.take(as.Field(colKafkaPartition).Type, n)
+	cols[colKafkaOffset] = b.offset.take(as.Field(colKafkaOffset).Type, n)
+	cols[colKafkaTimestamp] = b.kafkaTS.take(as.Field(colKafkaTimestamp).Type, n)
+	cols[colIngestedAt] = b.ingested.take(as.Field(colIngestedAt).Type, n)
+	cols[colEnrichStatus] = b.status.take(as.Field(colEnrichStatus).Type, n)
+	for i := range b.extra {
+		cols[numCols+i] = b.extra[i].take(as.Field(numCols+i).Type, n)
+	}
+	rec := array.NewRecordBatch(as, cols, int64(n))
 	for _, c := range cols {
 		c.Release()
 	}
-	b.reset()
+	b.rows, b.strBytes = 0, 0
 	return rec
 }
 
-// reset empties every column for the next batch.
-func (b *Builder) reset() {
-	for i := range b.strs {
-		b.strs[i].reset()
-	}
-	b.eventTS.reset()
-	b.seq.reset()
-	b.topic.reset()
-	b.partition.reset()
-	b.offset.reset()
-	b.kafkaTS.reset()
-	b.ingested.reset()
-	b.status.reset()
-	b.rows, b.strBytes = 0, 0
-}
-
-// Release drops the Builder's buffers, including any rows not yet taken by
-// NewRecord, rather than waiting for the garbage collector to find them.
-// The Builder must not be used afterwards. Batches already returned by
-// NewRecord are unaffected.
+// Release frees the Builder's buffers, including any rows not yet taken by
+// NewRecord, back to its allocator. The Builder must not be used
+// afterwards; batches already returned by NewRecord are unaffected.
 func (b *Builder) Release() {
-	*b = Builder{}
+	for i := range b.strs {
+		b.strs[i].release()
+	}
+	b.eventTS.release()
+	b.seq.release()
+	b.topic.release()
+	b.partition.release()
+	b.offset.release()
+	b.kafkaTS.release()
+	b.ingested.release()
+	b.status.release()
+	for i := range b.extra {
+		b.extra[i].release()
+	}
+	b.rows, b.strBytes = 0, 0
 }

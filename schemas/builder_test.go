@@ -2,6 +2,7 @@ package schemas_test
 
 import (
 	"errors"
+	"fmt"
 	"reflect"
 	"strconv"
 	"strings"
@@ -221,6 +222,7 @@ func TestAppendErrors(t *testing.T) {
 		{"top-level true", `true`, "malformed_json", ""},
 		{"too large", good + strings.Repeat(" ", 200-len(good)+1), "too_large", ""},
 		{"too large and not JSON", strings.Repeat("x", 1000), "too_large", ""},
+		{"long garbage quoted in the parser error", `{"a":t` + strings.Repeat("\xff", 190), "malformed_json", ""},
 
 		{"session_id absent", without("session_id"), "missing_field", "session_id"},
 		{"session_id null", with("session_id", "null"), "missing_field", "session_id"},
@@ -277,8 +279,8 @@ func TestAppendErrors(t *testing.T) {
 			if de.Reason != tc.reason || de.Field != tc.field {
 				t.Errorf("Append(%q) = {Reason:%q Field:%q}, want {%q %q} (%v)", tc.in, de.Reason, de.Field, tc.reason, tc.field, err)
 			}
-			if de.Detail == "" || !strings.Contains(err.Error(), tc.reason) {
-				t.Errorf("error %q has no detail or does not name its reason", err)
+			if de.Detail == "" || len(de.Detail) > 256 || !strings.Contains(err.Error(), tc.reason) {
+				t.Errorf("error %q has no detail, a detail over 256 bytes, or does not name its reason", err)
 			}
 			if b.Len() != 1 || b.SizeBytes() != size {
 				t.Errorf("after a failed Append Len, SizeBytes = %d, %d; want 1, %d", b.Len(), b.SizeBytes(), size)
@@ -472,5 +474,28 @@ func TestDecodeErrorMessage(t *testing.T) {
 		if got := tc.err.Error(); got != tc.want {
 			t.Errorf("Error() = %q, want %q", got, tc.want)
 		}
+	}
+}
+
+func TestNewBuilderRejectsForeignSchema(t *testing.T) {
+	defer func() {
+		if r := recover(); r == nil || !strings.Contains(fmt.Sprint(r), `"handmade"`) {
+			t.Errorf("NewBuilder on a foreign schema: recovered %v, want a panic naming the schema", r)
+		}
+	}()
+	s := &schemas.Schema{Name: "handmade", Arrow: arrow.NewSchema([]arrow.Field{{Name: "x", Type: arrow.BinaryTypes.String}}, nil)}
+	s.NewBuilder(nil, 0)
+}
+
+func TestNilAllocator(t *testing.T) {
+	b := clickstream(t).NewBuilder(nil, 0)
+	defer b.Release()
+	if err := b.Append(message(1, 333), testMeta(1), testIngested, "ok"); err != nil {
+		t.Fatal(err)
+	}
+	rec := b.NewRecord()
+	defer rec.Release()
+	if rec.NumRows() != 1 {
+		t.Fatalf("record has %d rows", rec.NumRows())
 	}
 }

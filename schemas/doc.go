@@ -1,8 +1,8 @@
 // Package schemas owns the one place where bytes from Kafka become table rows:
 // the record schemas (today only the built-in "clickstream"), their Iceberg and
-// Arrow forms, and the decoder that appends a message to reusable Arrow
-// builders or explains, as a [DecodeError], why the message belongs in the
-// dead-letter topic instead.
+// Arrow forms, and the decoder that appends a message to a batch being built
+// or explains, as a [DecodeError], why the message belongs in the dead-letter
+// topic instead.
 //
 // Invariants the rest of floe relies on:
 //
@@ -20,5 +20,8 @@
 // Decoding is the hottest per-record code in the pipeline, so a Builder parses
 // with one reusable fastjson parser, keeps only byte slices into the parser's
 // buffer until the row is known to be good, and then copies each value once,
-// into Arrow's buffers. The steady state allocates nothing per record.
+// straight into Arrow-layout column buffers from the caller's allocator,
+// which NewRecord hands to the batch without copying (columns.go says why
+// not arrow-go's builders). Nothing is allocated per record: each batch's
+// buffers are allocated at the size the previous batch reached.
 package schemas

@@ -43,8 +43,9 @@ type DecodeError struct {
 	// Field is the offending field as named in the message ("ts", not
 	// "event_ts"), or "" when the problem is not about one field.
 	Field string
-	// Detail is a human-readable explanation. It never contains more than a
-	// short excerpt of the message.
+	// Detail is a human-readable explanation, at most 256 bytes of valid
+	// UTF-8, so it fits in a dead-letter header; it quotes at most a short
+	// excerpt of the message.
 	Detail string
 }
 

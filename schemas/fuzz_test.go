@@ -36,8 +36,8 @@ func FuzzAppend(f *testing.F) {
 	}
 
 	_, b, _ := newBuilder(f, 4096)
+	good := message(0, 333)
 	f.Fuzz(func(t *testing.T, data []byte) {
-		good := message(0, 333)
 		if err := b.Append(good, testMeta(1), testIngested, "ok"); err != nil {
 			t.Fatalf("good message rejected: %v", err)
 		}
@@ -46,8 +46,8 @@ func FuzzAppend(f *testing.F) {
 		if err != nil && !errors.As(err, &de) {
 			t.Fatalf("Append(%q) = %v (%T), want nil or *DecodeError", data, err, err)
 		}
-		if de != nil && (de.Reason == "" || de.Detail == "") {
-			t.Fatalf("Append(%q) = %#v: reason or detail empty", data, de)
+		if de != nil && (de.Reason == "" || de.Detail == "" || len(de.Detail) > 256 || !utf8.ValidString(de.Detail)) {
+			t.Fatalf("Append(%q) = %#v: reason or detail empty, over 256 bytes or not UTF-8", data, de)
 		}
 		wantRows := int64(2)
 		if err != nil {

@@ -34,6 +34,9 @@ type Schema struct {
 	// KeyField is the column that is the ordering unit: records sharing it
 	// share a Kafka partition and must keep their relative order.
 	KeyField string
+	// Extra lists the optional columns appended by WithColumns (enrichment
+	// attributes), in column order after the schema's own.
+	Extra []Column
 }
 
 // Column positions of the clickstream schema. They are the positions in both

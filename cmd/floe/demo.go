@@ -123,7 +123,10 @@ func runDemo(ctx context.Context, d *demoFlags, log *slog.Logger) error {
 		_, err := cluster.ProduceRate(runCtx, topic, clickgen.New(gcfg), d.records, d.rate)
 		produced <- err
 	}()
-	m := pipeline.NewMember(cfg, tbl, sc, pipeline.WithLogger(log))
+	m, err := pipeline.NewMember(cfg, tbl, sc, pipeline.WithLogger(log))
+	if err != nil {
+		return err
+	}
 	ran := make(chan error, 1)
 	go func() { ran <- m.Run(runCtx) }()
 

@@ -79,7 +79,7 @@ func rootCmd() *cobra.Command {
 			prof.Close()
 		}
 	}
-	root.AddCommand(runCmd(g), verifyCmd(g), demoCmd(g))
+	root.AddCommand(runCmd(g), verifyCmd(g), demoCmd(g), enrichdCmd(g))
 	return root
 }
 
@@ -136,6 +136,9 @@ func (g *globalFlags) loadConfig() (pipeline.Config, error) {
 func openTable(ctx context.Context, cfg pipeline.Config, log *slog.Logger) (*lakehouse.Table, *schemas.Schema, error) {
 	sc, err := schemas.Lookup(cfg.Schema)
 	if err != nil {
+		return nil, nil, err
+	}
+	if sc, err = pipeline.WithEnrichment(sc, cfg.Enrich); err != nil {
 		return nil, nil, err
 	}
 	tbl, err := lakehouse.Open(ctx, lakehouse.Config{

@@ -45,7 +45,10 @@ With --until-caught-up it stops once the end offsets seen at start are committed
 				opts = append(opts, pipeline.UntilOffsets(end))
 				log.Info("scheduled run: stopping once these end offsets are committed", "end_offsets", end)
 			}
-			m := pipeline.NewMember(cfg, tbl, sc, opts...)
+			m, err := pipeline.NewMember(cfg, tbl, sc, opts...)
+			if err != nil {
+				return err
+			}
 			if cfg.Metrics.Listen != "" {
 				serve, err := pipeline.ListenMetrics(ctx, cfg.Metrics.Listen, m.Stats())
 				if err != nil {

@@ -153,7 +153,10 @@ func startFaultyMember(t *testing.T, e *env) (*faultcat.Catalog, func()) {
 		t.Fatal(err)
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	m := pipeline.NewMember(cfg, tbl, sc, pipeline.WithLogger(log))
+	m, err := pipeline.NewMember(cfg, tbl, sc, pipeline.WithLogger(log))
+	if err != nil {
+		t.Fatal(err)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- m.Run(ctx) }()

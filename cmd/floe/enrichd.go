@@ -1,0 +1,64 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/floe-dev/floe/enrich"
+)
+
+func enrichdCmd(g *globalFlags) *cobra.Command {
+	var (
+		listen  string
+		cfg     enrich.ServerConfig
+		outages []string
+	)
+	cmd := &cobra.Command{
+		Use:   "enrichd",
+		Short: "Run the reference enrichment server (the lookup contract, with configurable latency and failures)",
+		Long: `Serves the lookup contract floe's enrichment speaks: POST /lookup {"keys":[...]} and
+GET /lookup/{key}. Latency is lognormal with the given p50/p99 (default 600ms/2.8s, the case
+studies' service); --error-rate answers a share of requests 503; --outage START-END (from start,
+e.g. 30s-60s) answers everything 503 in that window.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			log, err := g.logger()
+			if err != nil {
+				return err
+			}
+			for _, o := range outages {
+				a, b, ok := strings.Cut(o, "-")
+				start, err1 := time.ParseDuration(a)
+				end, err2 := time.ParseDuration(b)
+				if !ok || err1 != nil || err2 != nil || end <= start {
+					return fmt.Errorf("--outage %q: want START-END durations, e.g. 30s-60s", o)
+				}
+				cfg.Outages = append(cfg.Outages, enrich.Outage{Start: start, End: end})
+			}
+			srv := enrich.NewServer(cfg)
+			url, err := srv.Start(listen)
+			if err != nil {
+				return err
+			}
+			defer srv.Close()
+			fmt.Fprintf(os.Stdout, "enrichd: batch lookups at %s/lookup, single at %s/lookup/{key}\n", url, url)
+			log.Info("enrichd serving", "url", url, "p50", cfg.P50, "p99", cfg.P99, "error_rate", cfg.ErrorRate)
+			<-cmd.Context().Done()
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&listen, "listen", "127.0.0.1:8081", "address to listen on")
+	f.DurationVar(&cfg.P50, "p50", 600*time.Millisecond, "median latency per request")
+	f.DurationVar(&cfg.P99, "p99", 2800*time.Millisecond, "99th percentile latency per request")
+	f.Float64Var(&cfg.ErrorRate, "error-rate", 0, "share of requests answered 503")
+	f.Float64Var(&cfg.MissRate, "miss-rate", 0, "share of keys the server does not know")
+	f.StringArrayVar(&outages, "outage", nil, "START-END window (from start) answered 503; repeatable")
+	f.StringVar(&cfg.RequireHeader, "require-header", "", `"Name: value" every request must carry`)
+	f.Int64Var(&cfg.Seed, "seed", 1, "seed of the latency and error draws")
+	return cmd
+}

@@ -1,0 +1,213 @@
+package pipeline_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/apache/arrow-go/v18/arrow/array"
+	"github.com/apache/iceberg-go/table"
+
+	"github.com/floe-dev/floe/enrich"
+	"github.com/floe-dev/floe/lakehouse"
+	"github.com/floe-dev/floe/pipeline"
+)
+
+// enrichedRow is what the enrichment tests read back from the table.
+type enrichedRow struct {
+	partition int32
+	offset    int64
+	session   string
+	seq       int64
+	user      string
+	status    string
+	segment   string // "" when null
+}
+
+func readEnriched(t *testing.T, tbl *lakehouse.Table) []enrichedRow {
+	t.Helper()
+	it, err := tbl.Load(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, batches, err := it.Scan(table.WithSelectedFields("_kafka_partition", "_kafka_offset", "session_id", "seq",
+		"user_id", "_enrich_status", "segment")).ToArrowRecords(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rows []enrichedRow
+	for b, err := range batches {
+		if err != nil {
+			t.Fatal(err)
+		}
+		col := func(n string) int { return b.Schema().FieldIndices(n)[0] }
+		ps := b.Column(col("_kafka_partition")).(*array.Int32)
+		os := b.Column(col("_kafka_offset")).(*array.Int64)
+		ss := b.Column(col("session_id")).(*array.String)
+		sq := b.Column(col("seq")).(*array.Int64)
+		us := b.Column(col("user_id")).(*array.String)
+		st := b.Column(col("_enrich_status")).(*array.String)
+		sg := b.Column(col("segment")).(*array.String)
+		for i := 0; i < int(b.NumRows()); i++ {
+			r := enrichedRow{ps.Value(i), os.Value(i), ss.Value(i), sq.Value(i), us.Value(i), st.Value(i), ""}
+			if !sg.IsNull(i) {
+				r.segment = sg.Value(i)
+			}
+			rows = append(rows, r)
+		}
+		b.Release()
+	}
+	return rows
+}
+
+// checkOnceInOrder asserts no (partition, offset) repeats and each session's
+// seq grows with its offsets.
+func checkOnceInOrder(t *testing.T, rows []enrichedRow) {
+	t.Helper()
+	seen := map[[2]int64]bool{}
+	type at struct{ offset, seq int64 }
+	last := map[string]at{}
+	byOffset := map[int32][]enrichedRow{}
+	for _, r := range rows {
+		id := [2]int64{int64(r.partition), r.offset}
+		if seen[id] {
+			t.Fatalf("duplicate row %v", id)
+		}
+		seen[id] = true
+		byOffset[r.partition] = append(byOffset[r.partition], r)
+	}
+	for _, rs := range byOffset {
+		sortRows(rs)
+		for _, r := range rs {
+			if p, ok := last[r.session]; ok && r.seq <= p.seq {
+				t.Fatalf("session %s: seq %d at offset %d after seq %d at %d", r.session, r.seq, r.offset, p.seq, p.offset)
+			}
+			last[r.session] = at{r.offset, r.seq}
+		}
+	}
+}
+
+func sortRows(rs []enrichedRow) {
+	for i := 1; i < len(rs); i++ {
+		for j := i; j > 0 && rs[j].offset < rs[j-1].offset; j-- {
+			rs[j], rs[j-1] = rs[j-1], rs[j]
+		}
+	}
+}
+
+func enrichConfig(url string, policy enrich.Policy) *enrich.Config {
+	return &enrich.Config{
+		URL: url + "/lookup", Key: "user_id",
+		Fields:     []enrich.Field{{Name: "segment", Type: enrich.TypeString}, {Name: "score", Type: enrich.TypeDouble}, {Name: "vip", Type: enrich.TypeBoolean}},
+		BatchSize:  200, Timeout: time.Second, Retries: 1, BackoffMin: 10 * time.Millisecond, BackoffMax: 50 * time.Millisecond,
+		Breaker: enrich.BreakerConfig{Policy: policy, MinRequests: 2, OpenTimeout: 500 * time.Millisecond},
+	}
+}
+
+func startServer(t *testing.T, cfg enrich.ServerConfig) (*enrich.Server, string) {
+	t.Helper()
+	srv := enrich.NewServer(cfg)
+	url, err := srv.Start("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Close() })
+	return srv, url
+}
+
+var fastCommit = pipeline.CommitConfig{Interval: pipeline.Duration(300 * time.Millisecond)}
+
+func TestEnrichmentValuesAndOrder(t *testing.T) {
+	srv, url := startServer(t, enrich.ServerConfig{P50: 20 * time.Millisecond, P99: 300 * time.Millisecond, MissRate: 0.1})
+	tbl, end, _ := startEnrichedMember(t, 3000, fastCommit, enrichConfig(url, enrich.PolicyPause))
+	waitCaughtUp(t, tbl, end, 60*time.Second)
+	rows := readEnriched(t, tbl)
+	if len(rows) != 3000 {
+		t.Fatalf("%d rows, want 3000", len(rows))
+	}
+	checkOnceInOrder(t, rows)
+	var ok, miss int
+	for _, r := range rows {
+		switch r.status {
+		case "ok":
+			ok++
+			if want := enrich.Attributes(r.user)["segment"]; r.segment != want {
+				t.Fatalf("user %s: segment %q, want %q", r.user, r.segment, want)
+			}
+		case "miss":
+			miss++
+			if srv.Knows(r.user) || r.segment != "" {
+				t.Fatalf("user %s: miss, but the server knows it (segment %q)", r.user, r.segment)
+			}
+		default:
+			t.Fatalf("status %q", r.status)
+		}
+	}
+	if ok == 0 || miss == 0 {
+		t.Fatalf("ok %d, miss %d: want both", ok, miss)
+	}
+	if srv.Requests() >= 3000/10 {
+		t.Fatalf("%d requests for 3000 records: lookups are not batched", srv.Requests())
+	}
+}
+
+// TestEnrichmentPauseOutage: with the service down for 30 s under the pause
+// policy, nothing is committed past the last enriched record, nothing is
+// lost or duplicated, and the pipeline resumes by itself.
+func TestEnrichmentPauseOutage(t *testing.T) {
+	if testing.Short() {
+		t.Skip("30-second outage")
+	}
+	srv, url := startServer(t, enrich.ServerConfig{P50: enrich.NoLatency})
+	srv.SetOutage(true)
+	tbl, end, m := startEnrichedMember(t, 2000, fastCommit, enrichConfig(url, enrich.PolicyPause))
+	time.Sleep(30 * time.Second)
+	if n := m.Stats().Rows.Load(); n != 0 {
+		t.Fatalf("%d rows committed during the outage under pause", n)
+	}
+	srv.SetOutage(false)
+	waitCaughtUp(t, tbl, end, 60*time.Second)
+	rows := readEnriched(t, tbl)
+	if len(rows) != 2000 {
+		t.Fatalf("%d rows, want 2000", len(rows))
+	}
+	checkOnceInOrder(t, rows)
+	for _, r := range rows {
+		if r.status != "ok" {
+			t.Fatalf("row %d/%d: status %q after the outage, want ok", r.partition, r.offset, r.status)
+		}
+	}
+}
+
+func TestEnrichmentOutagePolicies(t *testing.T) {
+	for _, tc := range []struct {
+		policy   enrich.Policy
+		statuses map[string]bool // allowed _enrich_status values
+		dead     bool            // records go to the dead-letter topic
+	}{
+		{enrich.PolicyPassthrough, map[string]bool{"skipped": true, "error": true}, false},
+		{enrich.PolicyDLQ, nil, true},
+	} {
+		t.Run(string(tc.policy), func(t *testing.T) {
+			srv, url := startServer(t, enrich.ServerConfig{P50: enrich.NoLatency})
+			srv.SetOutage(true)
+			tbl, end, m := startEnrichedMember(t, 1000, fastCommit, enrichConfig(url, tc.policy))
+			waitCaughtUp(t, tbl, end, 60*time.Second)
+			rows := readEnriched(t, tbl)
+			checkOnceInOrder(t, rows)
+			if tc.dead {
+				if len(rows) != 0 || m.Stats().DeadLettered.Load() != 1000 {
+					t.Fatalf("%d rows, %d dead letters; want 0 and 1000", len(rows), m.Stats().DeadLettered.Load())
+				}
+				return
+			}
+			if len(rows) != 1000 {
+				t.Fatalf("%d rows, want 1000", len(rows))
+			}
+			for _, r := range rows {
+				if !tc.statuses[r.status] || r.segment != "" {
+					t.Fatalf("status %q segment %q under %s", r.status, r.segment, tc.policy)
+				}
+			}
+		})
+	}
+}

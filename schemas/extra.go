@@ -1,0 +1,186 @@
+package schemas
+
+import (
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/memory"
+	"github.com/apache/iceberg-go"
+	"github.com/apache/iceberg-go/table"
+)
+
+// Column is an optional column appended after a schema's own, such as an
+// enrichment attribute. Its Type is one of Iceberg's string, long, double,
+// boolean or timestamptz.
+type Column struct {
+	Name string
+	Type iceberg.Type
+}
+
+// WithColumns returns a copy of s with cols appended as optional columns
+// (field IDs continue after the last one), so the table and every batch
+// carry them as typed columns. Builders of the result fill them from
+// AppendEnriched.
+func (s *Schema) WithColumns(cols []Column) (*Schema, error) {
+	if len(cols) == 0 {
+		return s, nil
+	}
+	fields := s.Iceberg.Fields()
+	seen := map[string]bool{}
+	for _, f := range fields {
+		seen[f.Name] = true
+	}
+	next := s.Iceberg.HighestFieldID() + 1
+	for _, c := range cols {
+		if c.Name == "" {
+			return nil, fmt.Errorf("schema %s: an extra column has no name", s.Name)
+		}
+		if seen[c.Name] {
+			return nil, fmt.Errorf("schema %s: column %q already exists", s.Name, c.Name)
+		}
+		if _, err := extraArrowType(c.Type); err != nil {
+			return nil, fmt.Errorf("schema %s: column %q: %w", s.Name, c.Name, err)
+		}
+		seen[c.Name] = true
+		fields = append(fields, iceberg.NestedField{ID: next, Name: c.Name, Type: c.Type})
+		next++
+	}
+	sc := iceberg.NewSchemaWithIdentifiers(0, s.Iceberg.IdentifierFieldIDs, fields...)
+	as, err := table.SchemaToArrowSchema(sc, nil, true, false)
+	if err != nil {
+		return nil, fmt.Errorf("converting schema %s to Arrow: %w", s.Name, err)
+	}
+	out := *s
+	out.Iceberg, out.Arrow = sc, as
+	out.Extra = append(append([]Column(nil), s.Extra...), cols...)
+	return &out, nil
+}
+
+func extraArrowType(t iceberg.Type) (arrow.DataType, error) {
+	switch t {
+	case iceberg.PrimitiveTypes.String:
+		return arrow.BinaryTypes.String, nil
+	case iceberg.PrimitiveTypes.Int64:
+		return arrow.PrimitiveTypes.Int64, nil
+	case iceberg.PrimitiveTypes.Float64:
+		return arrow.PrimitiveTypes.Float64, nil
+	case iceberg.PrimitiveTypes.Bool:
+		return arrow.FixedWidthTypes.Boolean, nil
+	case iceberg.PrimitiveTypes.TimestampTz:
+		return arrow.FixedWidthTypes.Timestamp_us, nil
+	}
+	return nil, fmt.Errorf("type %s is not supported for an extra column (string, long, double, boolean, timestamptz)", t)
+}
+
+// extraColumn buffers one extra column; exactly one of its buffers is used,
+// by kind.
+type extraColumn struct {
+	typ   iceberg.Type
+	str   stringColumn
+	fixed fixedColumn
+	bools boolColumn
+}
+
+func newExtraColumn(mem memory.Allocator, t iceberg.Type) extraColumn {
+	return extraColumn{typ: t, str: newStringColumn(mem), fixed: newFixedColumn(mem, 8), bools: newBoolColumn(mem)}
+}
+
+// strLen is the string bytes v would add to this column.
+func (c *extraColumn) strLen(v any) int {
+	if s, ok := v.(string); ok && c.typ == iceberg.PrimitiveTypes.String {
+		return len(s)
+	}
+	return 0
+}
+
+// append stores v, or a null when v is nil or not of the column's Go type
+// (string, int64, float64, bool, time.Time).
+func (c *extraColumn) append(n int, v any) {
+	switch c.typ {
+	case iceberg.PrimitiveTypes.String:
+		if s, ok := v.(string); ok {
+			c.str.append(n, stringBytes(s))
+		} else {
+			c.str.appendNull(n)
+		}
+	case iceberg.PrimitiveTypes.Int64:
+		if x, ok := v.(int64); ok {
+			c.fixed.append64(n, x)
+		} else {
+			c.fixed.appendNull(n)
+		}
+	case iceberg.PrimitiveTypes.Float64:
+		if x, ok := v.(float64); ok {
+			c.fixed.append64(n, int64(math.Float64bits(x)))
+		} else {
+			c.fixed.appendNull(n)
+		}
+	case iceberg.PrimitiveTypes.Bool:
+		if x, ok := v.(bool); ok {
+			c.bools.append(n, x)
+		} else {
+			c.bools.appendNull(n)
+		}
+	case iceberg.PrimitiveTypes.TimestampTz:
+		if x, ok := v.(time.Time); ok && !x.IsZero() {
+			c.fixed.append64(n, x.UnixMicro())
+		} else {
+			c.fixed.appendNull(n)
+		}
+	}
+}
+
+func (c *extraColumn) take(dt arrow.DataType, n int) arrow.Array {
+	switch c.typ {
+	case iceberg.PrimitiveTypes.String:
+		return c.str.take(dt, n)
+	case iceberg.PrimitiveTypes.Bool:
+		return c.bools.take(dt, n)
+	}
+	return c.fixed.take(dt, n)
+}
+
+func (c *extraColumn) release() {
+	c.str.release()
+	c.fixed.release()
+	c.bools.release()
+}
+
+// boolColumn buffers a Boolean column: a value bitmap and validity.
+type boolColumn struct {
+	valid  validity
+	values region
+}
+
+func newBoolColumn(mem memory.Allocator) boolColumn {
+	return boolColumn{valid: validity{bits: region{mem: mem}}, values: region{mem: mem}}
+}
+
+func (c *boolColumn) append(n int, v bool) {
+	if n&7 == 0 {
+		c.values.putBytes(zeroByte[:])
+	}
+	if v {
+		c.values.b[n>>3] |= 1 << (n & 7)
+	}
+	c.valid.add(n, true)
+}
+
+func (c *boolColumn) appendNull(n int) {
+	if n&7 == 0 {
+		c.values.putBytes(zeroByte[:])
+	}
+	c.valid.add(n, false)
+}
+
+func (c *boolColumn) take(dt arrow.DataType, n int) arrow.Array {
+	bits, nulls := c.valid.take()
+	return newArray(dt, n, nulls, bits, c.values.take())
+}
+
+func (c *boolColumn) release() {
+	c.valid.bits.release()
+	c.values.release()
+}
