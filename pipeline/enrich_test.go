@@ -97,8 +97,8 @@ func sortRows(rs []enrichedRow) {
 func enrichConfig(url string, policy enrich.Policy) *enrich.Config {
 	return &enrich.Config{
 		URL: url + "/lookup", Key: "user_id",
-		Fields:     []enrich.Field{{Name: "segment", Type: enrich.TypeString}, {Name: "score", Type: enrich.TypeDouble}, {Name: "vip", Type: enrich.TypeBoolean}},
-		BatchSize:  200, Timeout: time.Second, Retries: 1, BackoffMin: 10 * time.Millisecond, BackoffMax: 50 * time.Millisecond,
+		Fields:    []enrich.Field{{Name: "segment", Type: enrich.TypeString}, {Name: "score", Type: enrich.TypeDouble}, {Name: "vip", Type: enrich.TypeBoolean}},
+		BatchSize: 200, Timeout: time.Second, Retries: 1, BackoffMin: 10 * time.Millisecond, BackoffMax: 50 * time.Millisecond,
 		Breaker: enrich.BreakerConfig{Policy: policy, MinRequests: 2, OpenTimeout: 500 * time.Millisecond},
 	}
 }

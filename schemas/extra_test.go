@@ -38,7 +38,7 @@ func TestWithColumnsRoundTrip(t *testing.T) {
 	signup := time.Date(2021, 3, 4, 5, 6, 7, 0, time.UTC)
 	rows := [][]any{
 		{"gold", int64(42), 0.5, true, signup},
-		nil, // not enriched: all null
+		nil,                                  // not enriched: all null
 		{"silver", "not a long", nil, false}, // wrong type and short: nulls
 	}
 	for i, extra := range rows {
