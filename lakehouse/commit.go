@@ -151,6 +151,12 @@ func (t *Table) Commit(ctx context.Context, parts []Part) (res Result, err error
 			DuplicatesKey:              strconv.FormatInt(res.Skipped, 10),
 		}
 		committed, cerr := t.commitOnce(ctx, tbl, files, props)
+		var staging *stagingError
+		if errors.As(cerr, &staging) {
+			// Never reached the catalog: a clean failure.
+			err = fmt.Errorf("commit %s: %w", res.CommitID, cerr)
+			return res, err
+		}
 		if cerr == nil {
 			res.SnapshotID = committed.CurrentSnapshot().SnapshotID
 			res.Offsets = offsets
@@ -247,15 +253,22 @@ func (t *Table) commitOnce(ctx context.Context, tbl *table.Table, files []iceber
 	if len(files) == 0 {
 		// An empty snapshot still moves the watermarks (a flush of only
 		// dead-lettered records).
-		err = tx.AddFiles(ctx, nil, props, false)
+		err = tx.AddFiles(ctx, nil, props, true)
 	} else {
 		err = tx.AddDataFiles(ctx, files, props, table.WithoutDuplicateCheck())
 	}
 	if err != nil {
-		return nil, fmt.Errorf("staging append: %w", err)
+		return nil, &stagingError{err}
 	}
 	return tx.Commit(ctx)
 }
+
+// stagingError is a failure to build the transaction, before the catalog
+// was contacted: the commit certainly did not apply.
+type stagingError struct{ err error }
+
+func (e *stagingError) Error() string { return "staging append: " + e.err.Error() }
+func (e *stagingError) Unwrap() error { return e.err }
 
 // isConflict reports a commit the catalog rejected without applying it.
 // iceberg-go's SQL catalog reports a failed requirement (the branch moved)
@@ -329,8 +342,16 @@ func (t *Table) writeFiles(ctx context.Context, tbl *table.Table, rows arrow.Rec
 		sorted = s
 		defer s.Release()
 	}
-	sorted.Retain() // WriteRecords releases what it consumes.
+	// WriteRecords releases what it consumes, but may fail before consuming.
+	sorted.Retain()
+	yielded := false
+	defer func() {
+		if !yielded {
+			sorted.Release()
+		}
+	}()
 	var one iter.Seq2[arrow.RecordBatch, error] = func(yield func(arrow.RecordBatch, error) bool) {
+		yielded = true
 		yield(sorted, nil)
 	}
 	var out []iceberg.DataFile

@@ -32,6 +32,10 @@ type partitionBuffer struct {
 	// last offset appended. from == next means the segment is empty.
 	from, next int64
 	started    bool
+	// gap is called (under mu) when the log skips offsets: retention deleted
+	// them before they were read, compaction removed them, or they were
+	// transaction markers.
+	gap func(from, to int64)
 }
 
 // segment is what one flush takes from one partition.
@@ -40,12 +44,13 @@ type segment struct {
 	letters []deadLetter
 }
 
-func newPartitionBuffer(sc *schemas.Schema, topic string, partition int32, resume int64, maxMessageBytes int) *partitionBuffer {
+func newPartitionBuffer(sc *schemas.Schema, topic string, partition int32, resume int64, maxMessageBytes int, gap func(from, to int64)) *partitionBuffer {
 	return &partitionBuffer{
 		topic:     topic,
 		partition: partition,
 		builder:   sc.NewBuilder(memory.DefaultAllocator, maxMessageBytes),
 		resume:    resume,
+		gap:       gap,
 	}
 }
 
@@ -62,6 +67,13 @@ func (b *partitionBuffer) append(msg kafka.Message, now time.Time) (rowsDelta, b
 func (b *partitionBuffer) appendEnriched(msg kafka.Message, now time.Time, res enrich.Result) (rowsDelta, bytesDelta int, dead bool, err error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	expect := b.next
+	if !b.started {
+		expect = b.resume
+	}
+	if expect >= 0 && msg.Offset > expect && b.gap != nil {
+		b.gap(expect, msg.Offset)
+	}
 	if !b.started || b.from == b.next {
 		b.from, b.next, b.started = msg.Offset, msg.Offset, true
 	}
@@ -147,6 +159,16 @@ func newWindow(maxRows, maxBytes int) *window {
 func (w *window) wait(ctx context.Context) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	if w.closed || (w.rows < w.maxRows && w.bytes < w.maxBytes) {
+		return ctx.Err()
+	}
+	// Wake this waiter if ctx ends first (a failed sibling worker).
+	stop := context.AfterFunc(ctx, func() {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		w.cond.Broadcast()
+	})
+	defer stop()
 	for !w.closed && (w.rows >= w.maxRows || w.bytes >= w.maxBytes) {
 		if ctx.Err() != nil {
 			return ctx.Err()

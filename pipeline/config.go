@@ -78,8 +78,8 @@ type CommitConfig struct {
 	MaxBytes   ByteSize `yaml:"max_bytes"`   // default 128 MiB
 	// Grace bounds the final flush on revocation or shutdown; after it the
 	// buffer is dropped and the partition's next owner redoes it. It must be
-	// below kafka.rebalance_timeout. Default: 20s or half the rebalance
-	// timeout, whichever is less.
+	// below kafka.session_timeout and kafka.rebalance_timeout. Default: the
+	// least of 20s and half of each.
 	Grace Duration `yaml:"grace"`
 }
 
@@ -235,7 +235,7 @@ func (c *Config) defaults() {
 		c.Commit.MaxBytes = 128 << 20
 	}
 	if c.Commit.Grace == 0 {
-		c.Commit.Grace = Duration(min(20*time.Second, k.RebalanceTimeout.D()/2))
+		c.Commit.Grace = Duration(min(20*time.Second, k.SessionTimeout.D()/2, k.RebalanceTimeout.D()/2))
 	}
 }
 
@@ -285,9 +285,9 @@ func (c *Config) validate() error {
 	if c.Commit.Interval.D() < 0 {
 		bad("commit.interval", "must be positive")
 	}
-	if c.Commit.Grace.D() >= k.RebalanceTimeout.D() {
-		bad("commit.grace", "%s must be below kafka.rebalance_timeout %s, or a revoked member could still be flushing when the next owner starts",
-			c.Commit.Grace.D(), k.RebalanceTimeout.D())
+	if limit := min(k.SessionTimeout.D(), k.RebalanceTimeout.D()); c.Commit.Grace.D() >= limit {
+		bad("commit.grace", "%s must be below kafka.session_timeout and kafka.rebalance_timeout (%s): a revoked member stops heartbeating, and the coordinator evicts it after the session timeout",
+			c.Commit.Grace.D(), limit)
 	}
 	return errors.Join(errs...)
 }

@@ -21,6 +21,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sort"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -42,6 +43,7 @@ type Member struct {
 	log    *slog.Logger
 	stats  *Stats
 	until  map[int32]int64
+	idle   sync.Map // partitions with nothing to read before until: int32 → true
 	dialer *kafka.Dialer
 	reg    prometheus.Registerer
 	stage  *enrich.Stage // nil without enrichment
@@ -222,12 +224,27 @@ func (m *Member) generation(ctx, genCtx context.Context, gen *kafka.Generation, 
 		if !ok {
 			resume, seek = lakehouse.NoWatermark, a.Offset
 		}
-		bufs[i] = newPartitionBuffer(m.schema, k.Topic, p, resume, int(k.MaxMessageBytes))
+		warned := false
+		bufs[i] = newPartitionBuffer(m.schema, k.Topic, p, resume, int(k.MaxMessageBytes), func(from, to int64) {
+			m.stats.OffsetGaps.Add(to - from)
+			if !warned {
+				warned = true
+				m.log.Warn("offsets skipped by the log: deleted by retention before they were read, compacted, or transaction markers",
+					"topic", k.Topic, "partition", p, "from", from, "to", to)
+			}
+		})
 		b := bufs[i]
 		end, scheduled := m.until[p]
-		if scheduled && end > max(resume, 0) {
+		switch {
+		case !scheduled:
+			end = -1
+		case seek == kafka.LastOffset || (seek >= 0 && seek >= end):
+			// Nothing to read before the end seen at start.
+			m.idle.Store(p, true)
+			end = -1
+		case end > max(resume, 0):
 			behind.Add(1)
-		} else {
+		default:
 			end = -1
 		}
 		fetch := m.fetch
@@ -254,18 +271,26 @@ func (m *Member) generation(ctx, genCtx context.Context, gen *kafka.Generation, 
 			stop(err)
 		}
 	}()
+	// Flushes do not stop with fetching: a flush in progress at revocation or
+	// shutdown finishes, and so does the final one, until commit.grace after
+	// the stop. Then they are cancelled and the buffer is dropped.
+	flushCtx, cancelFlush := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelFlush()
+	stopGrace := context.AfterFunc(stopCtx, func() {
+		t := time.AfterFunc(m.cfg.Commit.Grace.D(), cancelFlush)
+		context.AfterFunc(flushCtx, func() { t.Stop() })
+	})
+	defer stopGrace()
+
 	f := &flusher{m: m, gen: gen, dlq: dlq, bufs: bufs, win: win}
-	ferr := f.loop(stopCtx)
+	ferr := f.loop(stopCtx, flushCtx)
 	stop(ferr)
 	werr := workers.Wait()
 	if ferr != nil {
 		return ferr
 	}
 	// Final flush: fetching has stopped, so what is buffered is complete.
-	// It is bounded by the grace period; what it cannot commit is dropped.
-	graceCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.cfg.Commit.Grace.D())
-	defer cancel()
-	if err := f.flush(graceCtx); err != nil {
+	if err := f.flush(flushCtx); err != nil {
 		return fmt.Errorf("final flush: %w", err)
 	}
 	if f.caughtUp {
@@ -304,6 +329,9 @@ func (m *Member) caughtUp(wm lakehouse.Offsets) bool {
 		return false
 	}
 	for p, end := range m.until {
+		if _, idle := m.idle.Load(p); idle {
+			continue
+		}
 		got, ok := wm.Get(m.cfg.Kafka.Topic, p)
 		if end > 0 && (!ok || got < end) {
 			return false
@@ -384,20 +412,19 @@ type flusher struct {
 	caughtUp bool
 }
 
-func (f *flusher) loop(ctx context.Context) error {
+// loop flushes on the triggers until stop ends; flushes themselves run on
+// flushCtx, which outlives stop by the grace period.
+func (f *flusher) loop(stop, flushCtx context.Context) error {
 	t := time.NewTicker(f.m.cfg.Commit.Interval.D())
 	defer t.Stop()
 	for {
 		select {
-		case <-ctx.Done():
+		case <-stop.Done():
 			return nil
 		case <-t.C:
 		case <-f.win.full:
 		}
-		if err := f.flush(ctx); err != nil {
-			if ctx.Err() != nil {
-				return nil
-			}
+		if err := f.flush(flushCtx); err != nil {
 			return err
 		}
 		if f.caughtUp {

@@ -21,6 +21,7 @@ type Stats struct {
 	KafkaCommitErrors atomic.Int64 // advisory Kafka offset commits that failed
 	LastCommitNanos   atomic.Int64 // duration of the last table commit
 	Assigned          atomic.Int32 // partitions currently assigned
+	OffsetGaps        atomic.Int64 // offsets the log skipped (retention, compaction, transaction markers)
 	lastOffsets       atomic.Pointer[lakehouse.Offsets]
 }
 

@@ -2,7 +2,11 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
+	neturl "net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,6 +20,7 @@ import (
 
 	"github.com/segmentio/kafka-go"
 
+	"github.com/floe-dev/floe/enrich"
 	"github.com/floe-dev/floe/pipeline"
 	"github.com/floe-dev/floe/pipeline/embedded"
 	"github.com/floe-dev/floe/schemas/clickgen"
@@ -58,7 +63,7 @@ func BenchmarkEndToEnd(b *testing.B) {
 
 	for i := 0; i < b.N; i++ {
 		raw := rawConsume(b, cl.Addrs(), end)
-		e2e, rss := floeRun(b, cl.Addrs())
+		e2e, rss := floeRun(b, cl.Addrs(), "")
 		rawRate, e2eRate := float64(n)/raw.Seconds(), float64(n)/e2e.Seconds()
 		b.ReportMetric(rawRate, "raw-rec/s")
 		b.ReportMetric(e2eRate, "floe-rec/s")
@@ -101,14 +106,32 @@ func rawConsume(b *testing.B, brokers []string, end map[int32]int64) time.Durati
 }
 
 // floeRun runs the floe binary until caught up and returns its wall time and
-// peak resident memory.
-func floeRun(b *testing.B, brokers []string) (time.Duration, int64) {
+// peak resident memory. extra is appended to its config.
+func floeRun(b *testing.B, brokers []string, extra string) (time.Duration, int64) {
+	cfg := benchConfig(b, brokers, extra)
+	args := []string{"run", "--until-caught-up", "--config", cfg}
+	if p := os.Getenv("FLOE_BENCH_CPUPROFILE"); p != "" {
+		args = append(args, "--cpuprofile", p)
+	}
+	cmd := exec.Command(floeBinary(b), args...)
+	cmd.Stderr = os.Stderr
+	started := time.Now()
+	if err := cmd.Run(); err != nil {
+		b.Fatalf("floe run: %v", err)
+	}
+	took := time.Since(started)
+	ru := cmd.ProcessState.SysUsage().(*syscall.Rusage)
+	return took, ru.Maxrss << 10
+}
+
+// benchConfig writes the benchmark's floe config to a new directory.
+func benchConfig(b *testing.B, brokers []string, extra string) string {
 	dir := b.TempDir()
 	cfg := filepath.Join(dir, "floe.yaml")
 	yaml := fmt.Sprintf(`kafka:
   brokers: [%s]
   topic: %s
-  group: floe-bench
+  group: floe-bench-%d
 table:
   name: bench.clicks
   catalog:
@@ -122,21 +145,105 @@ commit:
   max_records: 250000
   max_bytes: 64MiB
 memory_limit: 256MiB
-`, brokers[0], testTopic, dir, dir)
+%s`, brokers[0], testTopic, time.Now().UnixNano(), dir, dir, extra)
 	if err := os.WriteFile(cfg, []byte(yaml), 0o644); err != nil {
 		b.Fatal(err)
 	}
-	args := []string{"run", "--until-caught-up", "--config", cfg, "--log-level", "debug"}
-	if p := os.Getenv("FLOE_BENCH_CPUPROFILE"); p != "" {
-		args = append(args, "--cpuprofile", p)
+	return cfg
+}
+
+// enrichYAML is the enrich section the enrichment benchmarks use: user_id
+// looked up in batches of 500, all six reference attributes kept.
+func enrichYAML(url string) string {
+	return fmt.Sprintf(`enrich:
+  url: %s/lookup
+  key: user_id
+  fields:
+    - {name: segment, type: string}
+    - {name: country, type: string}
+    - {name: score, type: double}
+    - {name: visits, type: long}
+    - {name: vip, type: boolean}
+    - {name: signup_ts, type: timestamp}
+`, url)
+}
+
+// BenchmarkEnrichment compares, in one run on one backlog: floe without
+// enrichment, floe with the reference service at p50 600 ms / p99 2.8 s, and
+// the case studies' design — a consumer per partition making one synchronous
+// lookup per record (measured over 15 s, it would take days to finish).
+func BenchmarkEnrichment(b *testing.B) {
+	n := benchRecords()
+	cl, err := embedded.Start(1)
+	if err != nil {
+		b.Fatal(err)
 	}
-	cmd := exec.Command(floeBinary(b), args...)
-	cmd.Stderr = os.Stderr
-	started := time.Now()
-	if err := cmd.Run(); err != nil {
-		b.Fatalf("floe run: %v", err)
+	defer cl.Close()
+	ctx := context.Background()
+	if err := cl.CreateTopic(ctx, testTopic, 12); err != nil {
+		b.Fatal(err)
 	}
-	took := time.Since(started)
-	ru := cmd.ProcessState.SysUsage().(*syscall.Rusage)
-	return took, ru.Maxrss << 10
+	if _, err := cl.ProduceRate(ctx, testTopic, clickgen.New(clickgen.Config{Sessions: 50000, Seed: 1}), n, 0); err != nil {
+		b.Fatal(err)
+	}
+	srv := enrich.NewServer(enrich.ServerConfig{}) // p50 600ms, p99 2.8s
+	url, err := srv.Start("127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer srv.Close()
+
+	for i := 0; i < b.N; i++ {
+		plain, plainRSS := floeRun(b, cl.Addrs(), "")
+		enriched, enrichedRSS := floeRun(b, cl.Addrs(), enrichYAML(url))
+		syncRate := syncLookupRate(b, cl.Addrs(), url, 15*time.Second)
+		pr, er := float64(n)/plain.Seconds(), float64(n)/enriched.Seconds()
+		b.ReportMetric(pr, "plain-rec/s")
+		b.ReportMetric(er, "enriched-rec/s")
+		b.ReportMetric(er/pr, "enriched/plain")
+		b.ReportMetric(syncRate, "sync-rec/s")
+		b.ReportMetric(float64(enrichedRSS)/(1<<20), "enriched-peak-MiB")
+		b.Logf("\n| %d records, 12 partitions, %d cores | records/s | vs plain | peak RSS |\n|---|---|---|---|\n"+
+			"| floe, no enrichment | %.0f | 1.00 | %d MiB |\n| floe, enrichment p50 600 ms / p99 2.8 s (%d requests) | %.0f | %.2f | %d MiB |\n"+
+			"| synchronous lookup per record, one consumer per partition | %.1f | %.5f | |",
+			n, runtime.NumCPU(), pr, plainRSS>>20, srv.Requests(), er, er/pr, enrichedRSS>>20, syncRate, syncRate/pr)
+	}
+}
+
+// syncLookupRate is the case studies' design: per partition, fetch a record,
+// GET its key from the service, wait, repeat. It returns records/s over d.
+func syncLookupRate(b *testing.B, brokers []string, url string, d time.Duration) float64 {
+	k := pipeline.KafkaConfig{Brokers: brokers, Topic: testTopic, FetchMaxBytes: 1 << 20}
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	var done atomic.Int64
+	var wg sync.WaitGroup
+	for p := int32(0); p < 12; p++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r := kafka.NewReader(pipeline.ReaderConfig(k, p, &kafka.Dialer{Timeout: 10 * time.Second}))
+			defer r.Close()
+			for {
+				m, err := r.FetchMessage(ctx)
+				if err != nil {
+					return
+				}
+				var ev struct {
+					UserID string `json:"user_id"`
+				}
+				_ = json.Unmarshal(m.Value, &ev)
+				req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url+"/lookup/"+neturl.PathEscape(ev.UserID), nil)
+				resp, err := http.DefaultClient.Do(req)
+				if err != nil {
+					return
+				}
+				_, _ = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				done.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	return float64(done.Load()) / d.Seconds()
 }

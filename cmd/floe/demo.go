@@ -11,6 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/floe-dev/floe/enrich"
 	"github.com/floe-dev/floe/lakehouse"
 	"github.com/floe-dev/floe/pipeline"
 	"github.com/floe-dev/floe/pipeline/embedded"
@@ -26,6 +27,8 @@ type demoFlags struct {
 	partitions int
 	interval   time.Duration
 	asJSON     bool
+	noEnrich   bool
+	p50, p99   time.Duration
 }
 
 func demoCmd(g *globalFlags) *cobra.Command {
@@ -55,6 +58,9 @@ Each run starts from an empty table: --dir's catalog.db and warehouse/ are repla
 	f.IntVar(&d.partitions, "partitions", 12, "partitions of the demo topic")
 	f.DurationVar(&d.interval, "commit-interval", 2*time.Second, "commit.interval")
 	f.BoolVar(&d.asJSON, "json", false, "print the verify summary as JSON")
+	f.BoolVar(&d.noEnrich, "no-enrich", false, "run without the enrichment stage")
+	f.DurationVar(&d.p50, "enrich-p50", 600*time.Millisecond, "median latency of the reference enrichment server")
+	f.DurationVar(&d.p99, "enrich-p99", 2800*time.Millisecond, "99th percentile latency of the reference enrichment server")
 	return cmd
 }
 
@@ -105,6 +111,17 @@ func runDemo(ctx context.Context, d *demoFlags, log *slog.Logger) error {
 		}},
 		Commit: pipeline.CommitConfig{Interval: pipeline.Duration(d.interval)},
 	}
+	enrichURL := "off"
+	if !d.noEnrich {
+		srv := enrich.NewServer(enrich.ServerConfig{P50: d.p50, P99: d.p99, MissRate: 0.05})
+		url, err := srv.Start("127.0.0.1:0")
+		if err != nil {
+			return err
+		}
+		defer srv.Close()
+		enrichURL = url + "/lookup"
+		cfg.Enrich = demoEnrichConfig(enrichURL)
+	}
 	if err := cfg.Finish(); err != nil {
 		return err
 	}
@@ -113,8 +130,8 @@ func runDemo(ctx context.Context, d *demoFlags, log *slog.Logger) error {
 		return err
 	}
 	defer tbl.Close()
-	fmt.Fprintf(os.Stderr, "floe demo: broker %v, table demo.clicks in %s, %d partitions, generator at %d rec/s\n",
-		cluster.Addrs(), abs, d.partitions, d.rate)
+	fmt.Fprintf(os.Stderr, "floe demo: broker %v, table demo.clicks in %s, %d partitions, generator at %d rec/s, enrichment %s (p50 %s, p99 %s)\n",
+		cluster.Addrs(), abs, d.partitions, d.rate, enrichURL, d.p50, d.p99)
 
 	runCtx, stopRun := context.WithCancel(ctx)
 	defer stopRun()
@@ -130,6 +147,12 @@ func runDemo(ctx context.Context, d *demoFlags, log *slog.Logger) error {
 	ran := make(chan error, 1)
 	go func() { ran <- m.Run(runCtx) }()
 
+	// On a terminal the progress line rewrites itself; elsewhere (CI, logs)
+	// each tick is a line of its own.
+	lineStart := "\n"
+	if fi, err := os.Stderr.Stat(); err == nil && fi.Mode()&os.ModeCharDevice != 0 {
+		lineStart = "\r"
+	}
 	started := time.Now()
 	var end map[int32]int64 // set once the generator is done
 	tick := time.NewTicker(time.Second)
@@ -166,8 +189,8 @@ func runDemo(ctx context.Context, d *demoFlags, log *slog.Logger) error {
 			rate := float64(committed-lastCommitted) / now.Sub(lastAt).Seconds()
 			lastCommitted, lastAt = committed, now
 			s := m.Stats()
-			fmt.Fprintf(os.Stderr, "\r%6.0fs  committed %9d  %8.0f rec/s  lag %8d  commits %4d  dead-lettered %6d  ",
-				now.Sub(started).Seconds(), committed, rate, lag, s.Commits.Load(), s.DeadLettered.Load())
+			fmt.Fprintf(os.Stderr, "%s%6.0fs  committed %9d  %8.0f rec/s  lag %8d  commits %4d  dead-lettered %6d  ",
+				lineStart, now.Sub(started).Seconds(), committed, rate, lag, s.Commits.Load(), s.DeadLettered.Load())
 			if end != nil && reached(wm, topic, end) {
 				fmt.Fprintln(os.Stderr)
 				stopRun()
@@ -178,6 +201,19 @@ func runDemo(ctx context.Context, d *demoFlags, log *slog.Logger) error {
 			}
 		}
 	}
+}
+
+// demoEnrichConfig looks user_id up in the reference server and keeps all
+// of its attributes as typed columns.
+func demoEnrichConfig(url string) *enrich.Config {
+	return &enrich.Config{URL: url, Key: "user_id", Fields: []enrich.Field{
+		{Name: "segment", Type: enrich.TypeString},
+		{Name: "country", Type: enrich.TypeString},
+		{Name: "score", Type: enrich.TypeDouble},
+		{Name: "visits", Type: enrich.TypeLong},
+		{Name: "vip", Type: enrich.TypeBoolean},
+		{Name: "signup_ts", Type: enrich.TypeTimestamp},
+	}}
 }
 
 // progress sums committed offsets and lag over partitions.
