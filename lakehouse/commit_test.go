@@ -333,3 +333,30 @@ func TestConcurrentMembersBothCommit(t *testing.T) {
 		t.Fatalf("W(1) = %d", w1)
 	}
 }
+
+func TestTableCreatedWithWriteProperties(t *testing.T) {
+	f := newFixture(t)
+	tbl := f.open(t, "g")
+	it, err := tbl.Load(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	props := it.Properties()
+	for key, want := range map[string]string{
+		"write.parquet.compression-codec":                          "zstd",
+		"write.parquet.dict-encoding-enabled.column.event_id":      "false",
+		"write.parquet.dict-encoding-enabled.column.url":           "false",
+		"write.parquet.dict-encoding-enabled.column._kafka_offset": "false",
+		"commit.manifest-merge.enabled":                            "true",
+	} {
+		if props[key] != want {
+			t.Errorf("property %s = %q, want %q", key, props[key], want)
+		}
+	}
+	if _, ok := props["write.parquet.dict-encoding-enabled.column.session_id"]; ok {
+		t.Error("session_id lost its dictionary")
+	}
+	if spec := it.Spec(); spec.NumFields() != 1 || spec.Field(0).Name != "event_ts_day" {
+		t.Errorf("partition spec %v, want day(event_ts) as event_ts_day", spec)
+	}
+}

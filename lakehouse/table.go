@@ -224,8 +224,8 @@ func (t *Table) ensure(ctx context.Context) (*table.Table, error) {
 // tableProperties are the properties of a table floe creates: zstd Parquet,
 // bounded metadata history, merged manifests (so scan planning stays cheap
 // as commits accumulate), and no Parquet dictionary for the columns where it
-// costs CPU and saves nothing: 64-bit ids, counters and timestamps, which are
-// nearly all distinct.
+// costs CPU and saves nothing: 64-bit ids, counters and timestamps, and the
+// schema's high-cardinality strings, which are nearly all distinct.
 func tableProperties(sc *schemas.Schema) iceberg.Properties {
 	props := iceberg.Properties{
 		table.PropertyFormatVersion:               "2",
@@ -236,11 +236,15 @@ func tableProperties(sc *schemas.Schema) iceberg.Properties {
 		table.MetadataPreviousVersionsMaxKey:      "50",
 		"floe.schema":                             sc.Name,
 	}
+	const noDict = "write.parquet.dict-encoding-enabled.column."
 	for _, f := range sc.Iceberg.Fields() {
 		switch f.Type {
 		case iceberg.PrimitiveTypes.Int64, iceberg.PrimitiveTypes.Timestamp, iceberg.PrimitiveTypes.TimestampTz:
-			props["write.parquet.dict-encoding-enabled.column."+f.Name] = "false"
+			props[noDict+f.Name] = "false"
 		}
+	}
+	for _, name := range sc.HighCardinality {
+		props[noDict+name] = "false"
 	}
 	return props
 }

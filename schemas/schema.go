@@ -37,6 +37,10 @@ type Schema struct {
 	// Extra lists the optional columns appended by WithColumns (enrichment
 	// attributes), in column order after the schema's own.
 	Extra []Column
+	// HighCardinality names the string columns whose values are nearly all
+	// distinct (ids, URLs): a Parquet dictionary for them costs CPU and
+	// saves nothing, so tables are created without one.
+	HighCardinality []string
 }
 
 // Column positions of the clickstream schema. They are the positions in both
@@ -133,10 +137,11 @@ func newClickstream() (*Schema, error) {
 	}
 
 	return &Schema{
-		Name:     Clickstream,
-		Iceberg:  sc,
-		Arrow:    as,
-		Spec:     spec,
-		KeyField: fields[colSessionID].Name,
+		Name:            Clickstream,
+		Iceberg:         sc,
+		Arrow:           as,
+		Spec:            spec,
+		KeyField:        fields[colSessionID].Name,
+		HighCardinality: []string{fields[colEventID].Name, fields[colURL].Name},
 	}, nil
 }
