@@ -360,3 +360,24 @@ func TestTableCreatedWithWriteProperties(t *testing.T) {
 		t.Errorf("partition spec %v, want day(event_ts) as event_ts_day", spec)
 	}
 }
+
+func TestOpenCatalogErrorsAreClear(t *testing.T) {
+	f := newFixture(t)
+	for _, tc := range []struct {
+		props map[string]string
+		want  string
+	}{
+		{map[string]string{"type": "rest", "uri": "http://127.0.0.1:1"}, "rest catalog"},
+		{map[string]string{"type": "nosuch", "uri": "x"}, "nosuch"},
+		{map[string]string{"type": "sql", "uri": "file:" + f.dir + "/c.db", "sql.dialect": "sqlite"}, "driver"},
+	} {
+		_, err := lakehouse.Open(t.Context(), lakehouse.Config{Table: "a.b", Catalog: tc.props, Group: "g"}, f.schema)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("Open(%v) = %v, want an error mentioning %q", tc.props, err, tc.want)
+		}
+	}
+	_, err := lakehouse.Open(t.Context(), lakehouse.Config{Table: "nonamespace", Catalog: f.props, Group: "g"}, f.schema)
+	if err == nil || !strings.Contains(err.Error(), "table.name") {
+		t.Errorf("bad table name: %v", err)
+	}
+}

@@ -19,6 +19,8 @@ import (
 	"github.com/apache/iceberg-go/table"
 
 	// Catalog implementations selectable with catalog.type.
+	_ "github.com/apache/iceberg-go/catalog/glue"
+	_ "github.com/apache/iceberg-go/catalog/hive"
 	_ "github.com/apache/iceberg-go/catalog/rest"
 	_ "github.com/apache/iceberg-go/catalog/sql"
 	// The pure-Go SQLite driver, registered as "sqlite", for the default catalog.
