@@ -111,6 +111,11 @@ type Config struct {
 	// MaxInFlightRecords bounds the records one lane (partition) holds
 	// between Submit and Out; Submit blocks beyond it. Default 20000.
 	MaxInFlightRecords int `yaml:"max_in_flight_records"`
+	// MaxInFlightBytes bounds the bytes one lane holds between Submit and
+	// Out, as sized by the caller (SubmitSized; the pipeline counts a
+	// record's key and value plus 256 bytes of overhead). A lane always
+	// admits one record. 0 means 16 MiB; -1 means no byte bound.
+	MaxInFlightBytes int64 `yaml:"max_in_flight_bytes"`
 	// MaxInFlightRequests bounds the requests in flight for the whole stage.
 	// Default 256.
 	MaxInFlightRequests int `yaml:"max_in_flight_requests"`
@@ -242,6 +247,9 @@ func (c *Config) validate() error {
 	}
 	if c.Linger < 0 {
 		bad("linger", "must not be negative")
+	}
+	if c.MaxInFlightBytes < -1 {
+		bad("max_in_flight_bytes", "must be >= 0, or -1 for no byte bound; got %d", c.MaxInFlightBytes)
 	}
 	if c.MaxInFlightRecords < 1 {
 		bad("max_in_flight_records", "must be positive")

@@ -50,8 +50,11 @@
 //     keys, sent when full or Linger after the first key arrived, at most
 //     MaxInFlightRequests at once. While all request slots are busy, the
 //     next batch keeps filling.
-//   - A lane holds at most MaxInFlightRecords records between Submit and
-//     Out (plus 256 in Out); then Submit blocks. That is the backpressure
+//   - A lane holds at most MaxInFlightRecords records and MaxInFlightBytes
+//     bytes (as sized by SubmitSized) between Submit and Out, plus 256 in
+//     Out; then Submit blocks. While no record in it waits for a lookup, a
+//     lane holds at most 1024: it then waits only for its consumer, and
+//     holding more would cost memory and GC time without hiding latency. That is the backpressure
 //     that stops the partition's fetching: the pipeline's group heartbeats
 //     run elsewhere, so a slow service can never cause a rebalance.
 //   - Results are cached for CacheTTL, misses for NegativeCacheTTL, in an LRU

@@ -12,6 +12,18 @@ const outBuffer = 256
 // emitBatch bounds the records the emitter moves out of the lane per lock.
 const emitBatch = 256
 
+// DefaultMaxInFlightBytes is a lane's byte bound when
+// Config.MaxInFlightBytes is 0.
+const DefaultMaxInFlightBytes = 16 << 20
+
+// readyMax bounds the records a lane holds while none of them waits for a
+// lookup: then the lane waits only for its consumer, and holding more would
+// only cost memory (and the garbage collector's time) without hiding any
+// latency. A lane grows beyond it, up to MaxInFlightRecords, only while a
+// record in it waits for a lookup, so that the keys behind a cold one are
+// looked up meanwhile.
+const readyMax = 1024
+
 // Completed is one record leaving a lane: the item given to Submit and its
 // enrichment.
 type Completed struct {
@@ -37,6 +49,9 @@ type Queue struct {
 	pending  []*entry // FIFO from start
 	start    int
 	inflight int           // records from Submit until sent to out
+	waiting  int           // records in pending whose lookup has not completed
+	bytes    int64         // sizes (SubmitSized) of the inflight records
+	maxBytes int64         // MaxInFlightBytes; < 0: no byte bound
 	space    chan struct{} // closed when inflight drops; nil if nobody waits
 	emitting bool          // the emitter holds records it has not sent yet
 	closed   bool          // Close or Abort called
@@ -48,17 +63,23 @@ type Queue struct {
 type entry struct {
 	item any
 	res  Result
+	size int64
 	done bool
 }
 
 // NewQueue returns a new lane. Its goroutine ends once the lane is closed
 // and drained, aborted, or the stage's Run has returned.
 func (s *Stage) NewQueue() *Queue {
+	maxBytes := s.cfg.MaxInFlightBytes
+	if maxBytes == 0 {
+		maxBytes = DefaultMaxInFlightBytes
+	}
 	q := &Queue{
-		s:      s,
-		out:    make(chan Completed, outBuffer),
-		notify: make(chan struct{}, 1),
-		abort:  make(chan struct{}),
+		s:        s,
+		maxBytes: maxBytes,
+		out:      make(chan Completed, outBuffer),
+		notify:   make(chan struct{}, 1),
+		abort:    make(chan struct{}),
 	}
 	go q.emit()
 	return q
@@ -77,6 +98,13 @@ func (q *Queue) Out() <-chan Completed { return q.out }
 // after Close or Abort, ErrStopped once the stage's Run has returned. A
 // record without a key ("") completes at once with StatusMiss.
 func (q *Queue) Submit(ctx context.Context, key string, item any) error {
+	return q.SubmitSized(ctx, key, item, 0)
+}
+
+// SubmitSized is Submit for an item of size bytes, counted against
+// MaxInFlightBytes while the item is in the lane. A lane always admits a
+// record when it holds none, however large.
+func (q *Queue) SubmitSized(ctx context.Context, key string, item any, size int) error {
 	s := q.s
 	var res Result
 	immediate := true
@@ -120,7 +148,7 @@ func (q *Queue) Submit(ctx context.Context, key string, item any) error {
 			default:
 			}
 		}
-		if q.inflight < s.cfg.MaxInFlightRecords {
+		if q.roomLocked(int64(size)) {
 			break
 		}
 		if q.space == nil {
@@ -136,8 +164,9 @@ func (q *Queue) Submit(ctx context.Context, key string, item any) error {
 		}
 		q.mu.Lock()
 	}
-	e := &entry{item: item}
+	e := &entry{item: item, size: int64(size)}
 	q.inflight++
+	q.bytes += int64(size)
 	s.m.inFlightRecords.Inc()
 	q.pending = append(q.pending, e)
 	if immediate {
@@ -145,12 +174,31 @@ func (q *Queue) Submit(ctx context.Context, key string, item any) error {
 		if q.start == len(q.pending)-1 {
 			q.wake()
 		}
+	} else {
+		q.waiting++
 	}
 	q.mu.Unlock()
 	if !immediate {
 		s.lookup(key, q, e)
 	}
 	return nil
+}
+
+// roomLocked reports whether the lane may take one more record of size
+// bytes: it holds fewer than MaxInFlightRecords records and, unless it is
+// empty, fewer than MaxInFlightBytes bytes with this one; and beyond
+// readyMax records only while one of them waits for a lookup.
+func (q *Queue) roomLocked(size int64) bool {
+	if q.inflight == 0 {
+		return true
+	}
+	if q.inflight >= q.s.cfg.MaxInFlightRecords {
+		return false
+	}
+	if q.maxBytes >= 0 && q.bytes+size > q.maxBytes {
+		return false
+	}
+	return q.waiting > 0 || q.inflight < readyMax
 }
 
 // Close ends Submits. Out closes once the records already submitted have
@@ -194,6 +242,9 @@ func (q *Queue) finish(e *entry, r Result) {
 		q.mu.Unlock()
 		return
 	}
+	if !e.done {
+		q.waiting--
+	}
 	e.res, e.done = r, true
 	head := q.start < len(q.pending) && q.pending[q.start] == e
 	q.mu.Unlock()
@@ -207,15 +258,17 @@ func (q *Queue) finish(e *entry, r Result) {
 func (q *Queue) emit() {
 	s := q.s
 	batch := make([]Completed, 0, emitBatch)
+	sizes := make([]int64, 0, emitBatch)
 	for {
 		q.mu.Lock()
-		batch = batch[:0]
+		batch, sizes = batch[:0], sizes[:0]
 		for q.start < len(q.pending) && len(batch) < emitBatch {
 			e := q.pending[q.start]
 			if !e.done {
 				break
 			}
 			batch = append(batch, Completed{Item: e.item, Result: e.res})
+			sizes = append(sizes, e.size)
 			q.pending[q.start] = nil
 			q.start++
 		}
@@ -241,22 +294,24 @@ func (q *Queue) emit() {
 		}
 		q.emitting = true
 		q.mu.Unlock()
-		sent := 0
-		for _, c := range batch {
+		sent, sentBytes := 0, int64(0)
+		for i, c := range batch {
 			select {
 			case q.out <- c:
 				sent++
+				sentBytes += sizes[i]
 				s.m.result(c.Result.Status)
 				continue
 			default:
 			}
 			// Out is full: release the records already sent before
 			// blocking, so the lane's bound stays exact.
-			q.settle(sent)
-			sent = 0
+			q.settle(sent, sentBytes)
+			sent, sentBytes = 0, 0
 			select {
 			case q.out <- c:
 				sent++
+				sentBytes += sizes[i]
 				s.m.result(c.Result.Status)
 				continue
 			case <-q.abort:
@@ -267,17 +322,18 @@ func (q *Queue) emit() {
 			q.mu.Unlock()
 			return
 		}
-		q.settle(sent)
+		q.settle(sent, sentBytes)
 	}
 }
 
-// settle accounts for n records sent to Out.
-func (q *Queue) settle(n int) {
+// settle accounts for n records of size bytes sent to Out.
+func (q *Queue) settle(n int, size int64) {
 	if n == 0 {
 		return
 	}
 	q.mu.Lock()
 	q.inflight -= n
+	q.bytes -= size
 	q.s.m.inFlightRecords.Sub(float64(n))
 	q.releaseLocked()
 	q.mu.Unlock()
@@ -286,7 +342,7 @@ func (q *Queue) settle(n int) {
 // shutLocked drops what is pending, closes out and releases blocked Submits.
 func (q *Queue) shutLocked() {
 	q.s.m.inFlightRecords.Sub(float64(q.inflight))
-	q.inflight = 0
+	q.inflight, q.waiting, q.bytes = 0, 0, 0
 	clear(q.pending)
 	q.pending, q.start = nil, 0
 	q.outDone = true

@@ -78,6 +78,10 @@ func (k *keyExtractor) key(value []byte) string {
 	return ""
 }
 
+// laneOverhead is what a record costs in a lane beyond its key and value:
+// the kafka.Message, its box and the lane's entry, rounded up.
+const laneOverhead = 256
+
 // fetchEnriched is fetch with the enrichment stage between fetching and
 // buffering: the fetcher submits records to the partition's lane (blocking
 // when the lane is full, which stops fetching), and the drainer buffers them
@@ -105,7 +109,7 @@ func (m *Member) fetchEnriched(ctx context.Context, b *partitionBuffer, seek int
 	for {
 		msg, err := r.FetchMessage(ctx)
 		if err == nil {
-			err = lane.Submit(ctx, ex.key(msg.Value), msg)
+			err = lane.SubmitSized(ctx, ex.key(msg.Value), msg, len(msg.Key)+len(msg.Value)+laneOverhead)
 		}
 		if err != nil {
 			lane.Abort()
