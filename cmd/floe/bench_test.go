@@ -303,7 +303,12 @@ func BenchmarkBacklogDrain(b *testing.B) {
 		}
 		rss := cmd.ProcessState.SysUsage().(*syscall.Rusage).Maxrss << 10
 		if !drained {
-			b.Fatalf("not drained within 10 minutes: lag %d", lag)
+			// A result, not a crash: report how far it got.
+			b.ReportMetric(float64(lag), "lag-after-10min")
+			b.ReportMetric(float64(rss)/(1<<20), "peak-MiB")
+			b.Logf("\n| backlog | arriving | after 10 min | peak RSS |\n|---|---|---|---|\n| %d | %d/s | not drained: lag %d (%.0f committed/s) | %d MiB |",
+				backlog, arrivals, lag, float64(backlog+n-int(lag))/took.Seconds(), rss>>20)
+			continue
 		}
 		b.ReportMetric(took.Seconds(), "drain-s")
 		b.ReportMetric(float64(backlog+n)/took.Seconds(), "committed-rec/s")
