@@ -54,16 +54,12 @@ func newPartitionBuffer(sc *schemas.Schema, topic string, partition int32, resum
 	}
 }
 
-// append decodes msg into the buffer. A record that cannot be decoded becomes
-// a dead letter; either way its offset is covered by the segment.
-func (b *partitionBuffer) append(msg kafka.Message, now time.Time) (rowsDelta, bytesDelta int, dead bool, err error) {
-	return b.appendEnriched(msg, now, enrich.Result{Status: "off"})
-}
-
-// appendEnriched is append with the record's enrichment result: its values
-// fill the enrichment columns, its status _enrich_status. A record the
-// enrichment policy sends to the dead-letter topic (StatusDead) becomes a dead
-// letter with reason enrich_failed.
+// appendEnriched decodes msg into the buffer with its enrichment result (the
+// values fill the enrichment columns, the status _enrich_status; "off"
+// without enrichment). A record that cannot be decoded, or that the
+// enrichment policy sends to the dead-letter topic (StatusDead, reason
+// enrich_failed), becomes a dead letter; either way its offset is covered by
+// the segment.
 func (b *partitionBuffer) appendEnriched(msg kafka.Message, now time.Time, res enrich.Result) (rowsDelta, bytesDelta int, dead bool, err error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"strconv"
-	"time"
 
 	"github.com/apache/iceberg-go"
 	"github.com/segmentio/kafka-go"
@@ -139,18 +138,8 @@ func (m *Member) drain(ctx context.Context, b *partitionBuffer, lane *enrich.Que
 		if err := win.wait(ctx); err != nil {
 			return nil
 		}
-		msg := c.Item.(kafka.Message)
-		rows, bytes, dead, err := b.appendEnriched(msg, time.Now(), c.Result)
-		if err != nil {
+		if err := m.buffer(b, c.Item.(kafka.Message), c.Result, win, end, reached); err != nil {
 			return err
-		}
-		m.stats.Consumed.Add(1)
-		if dead {
-			m.stats.DeadLettered.Add(1)
-		}
-		win.add(rows, bytes)
-		if msg.Offset+1 == end {
-			reached()
 		}
 	}
 }

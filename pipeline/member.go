@@ -360,19 +360,28 @@ func (m *Member) fetch(ctx context.Context, b *partitionBuffer, seek int64, win 
 			}
 			return fmt.Errorf("fetching %s/%d: %w", k.Topic, b.partition, err)
 		}
-		rows, bytes, dead, err := b.append(msg, time.Now())
-		if err != nil {
+		if err := m.buffer(b, msg, enrich.Result{Status: "off"}, win, end, reached); err != nil {
 			return err
 		}
-		m.stats.Consumed.Add(1)
-		if dead {
-			m.stats.DeadLettered.Add(1)
-		}
-		win.add(rows, bytes)
-		if msg.Offset+1 == end {
-			reached()
-		}
 	}
+}
+
+// buffer appends one record to b and accounts for it: counters, the window,
+// and whether the partition reached its scheduled end.
+func (m *Member) buffer(b *partitionBuffer, msg kafka.Message, res enrich.Result, win *window, end int64, reached func()) error {
+	rows, bytes, dead, err := b.appendEnriched(msg, time.Now(), res)
+	if err != nil {
+		return err
+	}
+	m.stats.Consumed.Add(1)
+	if dead {
+		m.stats.DeadLettered.Add(1)
+	}
+	win.add(rows, bytes)
+	if msg.Offset+1 == end {
+		reached()
+	}
+	return nil
 }
 
 // ReaderConfig is the per-partition fetch configuration. Benchmarks use it

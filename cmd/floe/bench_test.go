@@ -36,6 +36,27 @@ func benchRecords() int {
 	return 1_000_000
 }
 
+// backlogCluster starts a broker whose 12-partition topic holds n
+// clickstream records over 50,000 sessions; gen continues the stream.
+func backlogCluster(b *testing.B, n int, seed int64) (*embedded.Cluster, *clickgen.Generator) {
+	cl, err := embedded.Start(1)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(cl.Close)
+	ctx := context.Background()
+	if err := cl.CreateTopic(ctx, testTopic, 12); err != nil {
+		b.Fatal(err)
+	}
+	gen := clickgen.New(clickgen.Config{Sessions: 50000, Seed: seed})
+	started := time.Now()
+	if _, err := cl.ProduceRate(ctx, testTopic, gen, n, 0); err != nil {
+		b.Fatal(err)
+	}
+	b.Logf("produced %d records in %s", n, time.Since(started).Round(time.Millisecond))
+	return cl, gen
+}
+
 // BenchmarkEndToEnd drains a clickstream backlog from the in-process broker
 // into a SQLite-catalog table with `floe run --until-caught-up` (a separate
 // process, so its peak RSS is its own), and measures, in the same run and
@@ -43,21 +64,8 @@ func benchRecords() int {
 // configuration floe uses. Run it with `make bench`.
 func BenchmarkEndToEnd(b *testing.B) {
 	n := benchRecords()
-	cl, err := embedded.Start(1)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer cl.Close()
+	cl, _ := backlogCluster(b, n, 1)
 	ctx := context.Background()
-	if err := cl.CreateTopic(ctx, testTopic, 12); err != nil {
-		b.Fatal(err)
-	}
-	gen := clickgen.New(clickgen.Config{Sessions: 50000, Seed: 1})
-	started := time.Now()
-	if _, err := cl.ProduceRate(ctx, testTopic, gen, n, 0); err != nil {
-		b.Fatal(err)
-	}
-	b.Logf("produced %d records in %s", n, time.Since(started).Round(time.Millisecond))
 	end, err := cl.EndOffsets(ctx, testTopic)
 	if err != nil {
 		b.Fatal(err)
@@ -175,18 +183,7 @@ func enrichYAML(url string) string {
 // lookup per record (measured over 15 s, it would take days to finish).
 func BenchmarkEnrichment(b *testing.B) {
 	n := benchRecords()
-	cl, err := embedded.Start(1)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer cl.Close()
-	ctx := context.Background()
-	if err := cl.CreateTopic(ctx, testTopic, 12); err != nil {
-		b.Fatal(err)
-	}
-	if _, err := cl.ProduceRate(ctx, testTopic, clickgen.New(clickgen.Config{Sessions: 50000, Seed: 1}), n, 0); err != nil {
-		b.Fatal(err)
-	}
+	cl, _ := backlogCluster(b, n, 1)
 	srv := enrich.NewServer(enrich.ServerConfig{}) // p50 600ms, p99 2.8s
 	url, err := srv.Start("127.0.0.1:0")
 	if err != nil {
@@ -259,19 +256,8 @@ func BenchmarkBacklogDrain(b *testing.B) {
 		backlog = v
 	}
 	const arrivals = 45000
-	cl, err := embedded.Start(1)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer cl.Close()
+	cl, gen := backlogCluster(b, backlog, 9)
 	ctx := context.Background()
-	if err := cl.CreateTopic(ctx, testTopic, 12); err != nil {
-		b.Fatal(err)
-	}
-	gen := clickgen.New(clickgen.Config{Sessions: 50000, Seed: 9})
-	if _, err := cl.ProduceRate(ctx, testTopic, gen, backlog, 0); err != nil {
-		b.Fatal(err)
-	}
 	srv := enrich.NewServer(enrich.ServerConfig{})
 	url, err := srv.Start("127.0.0.1:0")
 	if err != nil {
