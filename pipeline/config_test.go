@@ -114,3 +114,16 @@ func TestParseByteSize(t *testing.T) {
 		}
 	}
 }
+
+func TestExampleConfigLoads(t *testing.T) {
+	cfg, err := pipeline.LoadConfig("../deploy/floe.example.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cfg.Finish(); err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Enrich == nil || len(cfg.Enrich.Fields) != 6 || cfg.Kafka.Brokers[0] != "127.0.0.1:9092" {
+		t.Fatalf("example config: enrich %+v brokers %v", cfg.Enrich, cfg.Kafka.Brokers)
+	}
+}
