@@ -8,6 +8,7 @@ import (
 	"iter"
 	"math/rand/v2"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -85,6 +86,9 @@ type Result struct {
 // does not commit are deleted. It returns ErrFenced (wrapped) when a fence
 // fails.
 func (t *Table) Commit(ctx context.Context, parts []Part) (res Result, err error) {
+	// The MERGE swaps rows for their deduplicated copies: in a copy of the
+	// slice, so the caller's parts are untouched.
+	parts = slices.Clone(parts)
 	defer func() {
 		for _, p := range parts {
 			if p.Rows != nil {

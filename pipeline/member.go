@@ -470,18 +470,21 @@ func (f *flusher) flush(ctx context.Context) error {
 		parts[i] = s.part
 		letters = append(letters, s.letters...)
 	}
+	defer releaseParts(parts)
 	started := time.Now()
-	if err := f.dlq.write(ctx, letters); err != nil {
-		releaseParts(parts)
+	if err := m.retry(ctx, "writing dead letters", func() error { return f.dlq.write(ctx, letters) }); err != nil {
 		return err
 	}
 	dlqTook := time.Since(started)
-	res, err := m.table.Commit(ctx, parts)
+	var res lakehouse.Result
+	err := m.retry(ctx, "committing to "+m.table.Name(), func() error {
+		retainParts(parts) // Commit releases what it is given
+		var err error
+		res, err = m.table.Commit(ctx, parts)
+		return err
+	})
 	if err != nil {
-		if errors.Is(err, lakehouse.ErrFenced) {
-			return err
-		}
-		return fmt.Errorf("committing to %s: %w", m.table.Name(), err)
+		return err
 	}
 	m.stats.recordCommit(res, time.Since(started))
 	offsets := map[int]int64{}
@@ -497,6 +500,39 @@ func (f *flusher) flush(ctx context.Context) error {
 		"dlq_write", dlqTook.Round(time.Millisecond), "took", time.Since(started).Round(time.Millisecond))
 	f.caughtUp = m.caughtUp(res.Offsets)
 	return nil
+}
+
+// retry runs op until it succeeds, is fenced, or ctx ends, backing off up
+// to 30 s. An unreachable catalog or broker therefore pauses the member in
+// place — the window fills, fetching stops, heartbeats go on — instead of
+// ending the generation and rebalancing the whole group.
+func (m *Member) retry(ctx context.Context, what string, op func() error) error {
+	backoff := 250 * time.Millisecond
+	for {
+		err := op()
+		if err == nil || errors.Is(err, lakehouse.ErrFenced) {
+			return err
+		}
+		if ctx.Err() != nil {
+			return fmt.Errorf("%s: %w", what, err)
+		}
+		m.stats.FlushRetries.Add(1)
+		m.log.Warn("flush failed, retrying", "op", what, "in", backoff, "err", err)
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%s: %w", what, err)
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 30*time.Second)
+	}
+}
+
+func retainParts(parts []lakehouse.Part) {
+	for _, p := range parts {
+		if p.Rows != nil {
+			p.Rows.Retain()
+		}
+	}
 }
 
 func releaseParts(parts []lakehouse.Part) {

@@ -2,6 +2,9 @@ package pipeline_test
 
 import (
 	"context"
+
+	"github.com/apache/arrow-go/v18/arrow/array"
+	"github.com/apache/iceberg-go/table"
 	"io"
 	"net"
 	"net/http"
@@ -13,6 +16,7 @@ import (
 
 	"github.com/floe-dev/floe/enrich"
 	"github.com/floe-dev/floe/lakehouse"
+	"github.com/floe-dev/floe/lakehouse/faultcat"
 	"github.com/floe-dev/floe/pipeline"
 	"github.com/floe-dev/floe/pipeline/embedded"
 	"github.com/floe-dev/floe/schemas"
@@ -28,6 +32,13 @@ func startMember(t *testing.T, n int, commit pipeline.CommitConfig) (*lakehouse.
 
 // startEnrichedMember is startMember with an enrich section (nil: none).
 func startEnrichedMember(t *testing.T, n int, commit pipeline.CommitConfig, enrichCfg *enrich.Config) (*lakehouse.Table, map[int32]int64, *pipeline.Member) {
+	t.Helper()
+	return startMemberWith(t, n, commit, enrichCfg, nil)
+}
+
+// startMemberWith is startEnrichedMember whose member commits through a
+// fault-injecting wrapper of the real catalog with these faults planned.
+func startMemberWith(t *testing.T, n int, commit pipeline.CommitConfig, enrichCfg *enrich.Config, faults []faultcat.Fault) (*lakehouse.Table, map[int32]int64, *pipeline.Member) {
 	t.Helper()
 	ctx := t.Context()
 	cl, err := embedded.Start(1)
@@ -69,9 +80,22 @@ func startEnrichedMember(t *testing.T, n int, commit pipeline.CommitConfig, enri
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { tbl.Close() })
+	memberTable := tbl
+	if faults != nil {
+		cat, err := lakehouse.OpenCatalog(ctx, cfg.Table.Catalog)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fc := faultcat.Wrap(cat)
+		fc.Inject(faults...)
+		if memberTable, err = lakehouse.OpenIn(ctx, fc, lakehouse.Config{Table: cfg.Table.Name, Group: "g"}, sc); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { memberTable.Close() })
+	}
 	runCtx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	m, err := pipeline.NewMember(cfg, tbl, sc)
+	m, err := pipeline.NewMember(cfg, memberTable, sc)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -194,4 +218,57 @@ func TestMetricsEndpoint(t *testing.T) {
 			t.Errorf("/metrics lacks %q", want)
 		}
 	}
+}
+
+// TestCatalogOutageRetriedInPlace: a catalog that fails every commit for a
+// while (more attempts than one Commit makes) pauses the member in place: no
+// new generation (no rebalance), and everything is committed exactly once
+// when it answers again.
+func TestCatalogOutageRetriedInPlace(t *testing.T) {
+	faults := make([]faultcat.Fault, 30)
+	for i := range faults {
+		faults[i] = faultcat.Unavailable
+	}
+	tbl, end, m := startMemberWith(t, 2000, pipeline.CommitConfig{Interval: pipeline.Duration(200 * time.Millisecond)}, nil, faults)
+	waitCaughtUp(t, tbl, end, 90*time.Second)
+	if g := m.Stats().Generations.Load(); g != 1 {
+		t.Fatalf("%d generations: the outage caused a rebalance", g)
+	}
+	if m.Stats().FlushRetries.Load() == 0 {
+		t.Fatal("no flush was retried: the outage was not exercised")
+	}
+	if n := distinctIDs(t, tbl); n != 2000 {
+		t.Fatalf("%d distinct ids, want 2000", n)
+	}
+}
+
+// distinctIDs scans the table and returns how many distinct (partition,
+// offset) ids it holds, failing on a duplicate.
+func distinctIDs(t *testing.T, tbl *lakehouse.Table) int {
+	t.Helper()
+	it, err := tbl.Load(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, batches, err := it.Scan(table.WithSelectedFields("_kafka_partition", "_kafka_offset")).ToArrowRecords(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[[2]int64]bool{}
+	for b, err := range batches {
+		if err != nil {
+			t.Fatal(err)
+		}
+		ps := b.Column(b.Schema().FieldIndices("_kafka_partition")[0]).(*array.Int32)
+		os := b.Column(b.Schema().FieldIndices("_kafka_offset")[0]).(*array.Int64)
+		for i := 0; i < int(b.NumRows()); i++ {
+			id := [2]int64{int64(ps.Value(i)), os.Value(i)}
+			if seen[id] {
+				t.Fatalf("duplicate row %v", id)
+			}
+			seen[id] = true
+		}
+		b.Release()
+	}
+	return len(seen)
 }

@@ -28,6 +28,7 @@ func (s *Stats) Register(reg prometheus.Registerer) error {
 		counter("zombie_fences_total", "Flushes refused because another member advanced a watermark.", s.Fenced.Load),
 		counter("generations_total", "Consumer-group generations joined (rebalances).", s.Generations.Load),
 		counter("kafka_offset_commit_errors_total", "Advisory Kafka offset commits that failed.", s.KafkaCommitErrors.Load),
+		counter("flush_retries_total", "Failed dead-letter writes or table commits retried in place.", s.FlushRetries.Load),
 		counter("offset_gaps_total", "Offsets the log skipped: deleted by retention before they were read, compacted, or transaction markers.", s.OffsetGaps.Load),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "floe_assigned_partitions", Help: "Partitions assigned to this member."},
 			func() float64 { return float64(s.Assigned.Load()) }),

@@ -22,6 +22,7 @@ type Stats struct {
 	LastCommitNanos   atomic.Int64 // duration of the last table commit
 	Assigned          atomic.Int32 // partitions currently assigned
 	OffsetGaps        atomic.Int64 // offsets the log skipped (retention, compaction, transaction markers)
+	FlushRetries      atomic.Int64 // failed dead-letter writes or table commits retried in place
 	lastOffsets       atomic.Pointer[lakehouse.Offsets]
 }
 
