@@ -165,12 +165,6 @@ func OpenIn(ctx context.Context, cat catalog.Catalog, cfg Config, sc *schemas.Sc
 	return t, nil
 }
 
-// Identifier returns the table's catalog identifier.
-func (t *Table) Identifier() table.Identifier { return t.ident }
-
-// Catalog returns the catalog the table lives in.
-func (t *Table) Catalog() catalog.Catalog { return t.cat }
-
 // Load reloads the table's current metadata from the catalog.
 func (t *Table) Load(ctx context.Context) (*table.Table, error) {
 	tbl, err := t.cat.LoadTable(ctx, t.ident)

@@ -6,6 +6,8 @@ import (
 
 	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/iceberg-go/table"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/floe-dev/floe/enrich"
 	"github.com/floe-dev/floe/lakehouse"
@@ -118,8 +120,12 @@ var fastCommit = pipeline.CommitConfig{Interval: pipeline.Duration(300 * time.Mi
 
 func TestEnrichmentValuesAndOrder(t *testing.T) {
 	srv, url := startServer(t, enrich.ServerConfig{P50: 20 * time.Millisecond, P99: 300 * time.Millisecond, MissRate: 0.1})
-	tbl, end, _ := startEnrichedMember(t, 3000, fastCommit, enrichConfig(url, enrich.PolicyPause))
+	reg := prometheus.NewRegistry()
+	tbl, end, _ := startMemberWith(t, 3000, fastCommit, enrichConfig(url, enrich.PolicyPause), nil, pipeline.WithRegisterer(reg))
 	waitCaughtUp(t, tbl, end, 60*time.Second)
+	if n, err := testutil.GatherAndCount(reg, "floe_enrich_results_total"); err != nil || n == 0 {
+		t.Fatalf("enrichment metrics not registered: %d series, %v", n, err)
+	}
 	rows := readEnriched(t, tbl)
 	if len(rows) != 3000 {
 		t.Fatalf("%d rows, want 3000", len(rows))

@@ -55,10 +55,8 @@ type Option func(*Member)
 // WithLogger sets the logger (default: discard).
 func WithLogger(l *slog.Logger) Option { return func(m *Member) { m.log = l } }
 
-// WithStats shares a Stats across members (default: a fresh one).
-func WithStats(s *Stats) Option { return func(m *Member) { m.stats = s } }
-
-// WithRegisterer registers the member's enrichment metrics (default: none).
+// WithRegisterer registers the member's enrichment metrics (default: none);
+// pass the registry given to ListenMetrics.
 func WithRegisterer(reg prometheus.Registerer) Option { return func(m *Member) { m.reg = reg } }
 
 // UntilOffsets makes Run return once the table's offset map reaches these

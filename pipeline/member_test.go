@@ -5,6 +5,7 @@ import (
 
 	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/iceberg-go/table"
+	"github.com/prometheus/client_golang/prometheus"
 	"io"
 	"net"
 	"net/http"
@@ -38,7 +39,7 @@ func startEnrichedMember(t *testing.T, n int, commit pipeline.CommitConfig, enri
 
 // startMemberWith is startEnrichedMember whose member commits through a
 // fault-injecting wrapper of the real catalog with these faults planned.
-func startMemberWith(t *testing.T, n int, commit pipeline.CommitConfig, enrichCfg *enrich.Config, faults []faultcat.Fault) (*lakehouse.Table, map[int32]int64, *pipeline.Member) {
+func startMemberWith(t *testing.T, n int, commit pipeline.CommitConfig, enrichCfg *enrich.Config, faults []faultcat.Fault, opts ...pipeline.Option) (*lakehouse.Table, map[int32]int64, *pipeline.Member) {
 	t.Helper()
 	ctx := t.Context()
 	cl, err := embedded.Start(1)
@@ -95,7 +96,7 @@ func startMemberWith(t *testing.T, n int, commit pipeline.CommitConfig, enrichCf
 	}
 	runCtx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	m, err := pipeline.NewMember(cfg, memberTable, sc)
+	m, err := pipeline.NewMember(cfg, memberTable, sc, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -188,12 +189,12 @@ func TestMetricsEndpoint(t *testing.T) {
 	}
 	addr := ln.Addr().String()
 	ln.Close()
-	serve, err := pipeline.ListenMetrics(t.Context(), addr, m.Stats())
+	serve, err := pipeline.ListenMetrics(t.Context(), addr, prometheus.NewRegistry(), m.Stats())
 	if err != nil {
 		t.Fatal(err)
 	}
 	go serve()
-	if _, err := pipeline.ListenMetrics(t.Context(), addr, m.Stats()); err == nil {
+	if _, err := pipeline.ListenMetrics(t.Context(), addr, prometheus.NewRegistry(), m.Stats()); err == nil {
 		t.Fatal("a second listener on a taken port did not fail")
 	}
 	waitCaughtUp(t, tbl, end, 30*time.Second)

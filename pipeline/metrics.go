@@ -43,10 +43,10 @@ func (s *Stats) Register(reg prometheus.Registerer) error {
 }
 
 // ListenMetrics binds addr (so a taken port fails start-up) and returns the
-// function that serves /metrics, /livez and /readyz on it until ctx ends.
-// /readyz answers 200 only while partitions are assigned.
-func ListenMetrics(ctx context.Context, addr string, s *Stats) (serve func() error, err error) {
-	reg := prometheus.NewRegistry()
+// function that serves reg's metrics, s's and the Go runtime's on /metrics,
+// and /livez and /readyz, until ctx ends. /readyz answers 200 only while
+// partitions are assigned.
+func ListenMetrics(ctx context.Context, addr string, reg *prometheus.Registry, s *Stats) (serve func() error, err error) {
 	if err := s.Register(reg); err != nil {
 		return nil, err
 	}

@@ -6,6 +6,7 @@ import (
 	"runtime/debug"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
 
 	"github.com/floe-dev/floe/pipeline"
@@ -34,7 +35,8 @@ With --until-caught-up it stops once the end offsets seen at start are committed
 				return err
 			}
 			defer tbl.Close()
-			opts := []pipeline.Option{pipeline.WithLogger(log)}
+			reg := prometheus.NewRegistry()
+			opts := []pipeline.Option{pipeline.WithLogger(log), pipeline.WithRegisterer(reg)}
 			if untilCaughtUp {
 				endCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
 				end, err := pipeline.EndOffsets(endCtx, cfg.Kafka)
@@ -50,7 +52,7 @@ With --until-caught-up it stops once the end offsets seen at start are committed
 				return err
 			}
 			if cfg.Metrics.Listen != "" {
-				serve, err := pipeline.ListenMetrics(ctx, cfg.Metrics.Listen, m.Stats())
+				serve, err := pipeline.ListenMetrics(ctx, cfg.Metrics.Listen, reg, m.Stats())
 				if err != nil {
 					return err
 				}
