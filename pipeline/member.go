@@ -97,6 +97,14 @@ var errCaughtUp = errors.New("caught up")
 // until caught up in scheduled mode. It returns nil on a clean stop.
 func (m *Member) Run(ctx context.Context) error {
 	k := m.cfg.Kafka
+	// Fail fast and clearly on an unreachable cluster or a missing topic;
+	// once running, such errors are retried.
+	checkCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	_, err := EndOffsets(checkCtx, k)
+	cancel()
+	if err != nil {
+		return fmt.Errorf("kafka %v: %w", k.Brokers, err)
+	}
 	start := kafka.FirstOffset
 	if k.StartOffset == "latest" {
 		start = kafka.LastOffset

@@ -2,8 +2,11 @@ package main
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"os"
+	"os/exec"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -240,4 +243,32 @@ func mustClient(t *testing.T, e *env) *kgo.Client {
 	}
 	t.Cleanup(cl.Close)
 	return cl
+}
+
+// TestRunFailsClearly: bad input to `floe run` ends it with exit status 2 and
+// a message naming the problem, never a hang or a crash.
+func TestRunFailsClearly(t *testing.T) {
+	e := newEnv(t, 1, "")
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"unreachable broker", []string{"run", "--brokers", "127.0.0.1:1"}, "127.0.0.1:1"},
+		{"missing topic", []string{"run", "--topic", "nosuchtopic"}, "nosuchtopic"},
+		{"bad table name", []string{"run", "--table", "nodot"}, "table.name"},
+		{"stray argument", []string{"run", "extra"}, "extra"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := e.start(tc.name, tc.args...)
+			err := p.wait(t, 60*time.Second)
+			var exit *exec.ExitError
+			if !errors.As(err, &exit) || exit.ExitCode() != 2 {
+				t.Fatalf("exit: %v, want status 2\n%s", err, p.output())
+			}
+			if !strings.Contains(p.output(), tc.want) {
+				t.Fatalf("output does not mention %q:\n%s", tc.want, p.output())
+			}
+		})
+	}
 }
