@@ -217,3 +217,66 @@ func TestEnrichmentOutagePolicies(t *testing.T) {
 		})
 	}
 }
+
+// TestEnrichmentRetriesAndSingleMode: a service failing a third of its
+// requests (retried) and a service without a batch endpoint (single-key GET
+// with coalescing) both end with every row enriched exactly once.
+func TestEnrichmentRetriesAndSingleMode(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		server enrich.ServerConfig
+		mode   string
+	}{
+		{"retried 503s", enrich.ServerConfig{P50: 5 * time.Millisecond, P99: 50 * time.Millisecond, ErrorRate: 0.3, Seed: 5}, enrich.ModeBatch},
+		{"single-key GET", enrich.ServerConfig{P50: 5 * time.Millisecond, P99: 50 * time.Millisecond}, enrich.ModeSingle},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv, url := startServer(t, tc.server)
+			cfg := enrichConfig(url, enrich.PolicyPause)
+			cfg.Retries = 5
+			cfg.Breaker.MinRequests = 1000 // the 503s must be retried, not trip the breaker
+			if tc.mode == enrich.ModeSingle {
+				cfg.Mode, cfg.URL = enrich.ModeSingle, url+"/lookup/{key}"
+			}
+			reg := prometheus.NewRegistry()
+			tbl, end, _ := startMemberWith(t, 1500, fastCommit, cfg, nil, pipeline.WithRegisterer(reg))
+			waitCaughtUp(t, tbl, end, 60*time.Second)
+			if tc.server.ErrorRate > 0 {
+				if retries := gatherCounter(t, reg, "floe_enrich_retries_total"); retries == 0 {
+					t.Fatal("no request was retried: the failures were not exercised")
+				}
+			}
+			rows := readEnriched(t, tbl)
+			if len(rows) != 1500 {
+				t.Fatalf("%d rows, want 1500", len(rows))
+			}
+			checkOnceInOrder(t, rows)
+			for _, r := range rows {
+				if r.status != "ok" || r.segment != enrich.Attributes(r.user)["segment"] {
+					t.Fatalf("user %s: status %q segment %q", r.user, r.status, r.segment)
+				}
+			}
+			if srv.Requests() == 0 {
+				t.Fatal("the service was never asked")
+			}
+		})
+	}
+}
+
+// gatherCounter sums the counter family name in reg.
+func gatherCounter(t *testing.T, reg *prometheus.Registry, name string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sum float64
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			for _, m := range mf.GetMetric() {
+				sum += m.GetCounter().GetValue()
+			}
+		}
+	}
+	return sum
+}
