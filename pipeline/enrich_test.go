@@ -227,13 +227,14 @@ func TestEnrichmentRetriesAndSingleMode(t *testing.T) {
 		server enrich.ServerConfig
 		mode   string
 	}{
-		{"retried 503s", enrich.ServerConfig{P50: 5 * time.Millisecond, P99: 50 * time.Millisecond, ErrorRate: 0.3, Seed: 5}, enrich.ModeBatch},
+		{"retried 503s", enrich.ServerConfig{P50: 5 * time.Millisecond, P99: 50 * time.Millisecond, ErrorRate: 0.8, Seed: 5}, enrich.ModeBatch},
 		{"single-key GET", enrich.ServerConfig{P50: 5 * time.Millisecond, P99: 50 * time.Millisecond}, enrich.ModeSingle},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			srv, url := startServer(t, tc.server)
 			cfg := enrichConfig(url, enrich.PolicyPause)
 			cfg.Retries = 5
+			cfg.BatchSize = 10 // many requests, so many are failed and retried
 			cfg.Breaker.MinRequests = 1000 // the 503s must be retried, not trip the breaker
 			if tc.mode == enrich.ModeSingle {
 				cfg.Mode, cfg.URL = enrich.ModeSingle, url+"/lookup/{key}"
