@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"log/slog"
 	"os"
@@ -232,6 +233,25 @@ func TestGracefulShutdown(t *testing.T) {
 	}
 	if rows+dead != total {
 		t.Fatalf("rows %d + dead letters %d != produced %d", rows, dead, total)
+	}
+
+	// floe verify agrees with the independent check, and exits 0.
+	v := e.start("verify", "verify", "--json")
+	if err := v.wait(t, 60*time.Second); err != nil {
+		t.Fatalf("floe verify: %v\n%s", err, v.output())
+	}
+	out := v.output()
+	var rep struct {
+		Rows         int64 `json:"rows"`
+		DuplicateIDs int64 `json:"duplicate_ids"`
+		DeadLetters  int64 `json:"dead_letters"`
+	}
+	if err := json.Unmarshal([]byte(out[strings.Index(out, "{"):]), &rep); err != nil {
+		t.Fatalf("verify --json: %v\n%s", err, out)
+	}
+	if rep.Rows != rows || rep.DeadLetters != dead || rep.DuplicateIDs != 0 {
+		t.Fatalf("verify reports rows %d, dead letters %d, duplicates %d; the checker found %d, %d, 0",
+			rep.Rows, rep.DeadLetters, rep.DuplicateIDs, rows, dead)
 	}
 }
 
