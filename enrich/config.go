@@ -132,9 +132,9 @@ type Config struct {
 	BackoffMax time.Duration `yaml:"backoff_max"`
 
 	// CacheSize bounds the cached keys (results and misses). Default
-	// 1000000; -1 disables the cache. Budget about 350 bytes per entry with
+	// 200000; -1 disables the cache. Budget about 350 bytes per entry with
 	// six attributes (BenchmarkCacheEntryBytes): the default may reach
-	// ~350 MB if that many distinct keys are seen within CacheTTL.
+	// ~70 MB, a small share of a 1 GiB budget.
 	CacheSize int `yaml:"cache_size"`
 	// CacheTTL is how long a result is used. Default 10m. Hot keys are
 	// refreshed in the background after 80% of it, so they never stall a
@@ -177,7 +177,7 @@ func (c *Config) defaults() {
 	setDefault(&c.Retries, 3)
 	setDefault(&c.BackoffMin, 100*time.Millisecond)
 	setDefault(&c.BackoffMax, 2*time.Second)
-	setDefault(&c.CacheSize, 1_000_000)
+	setDefault(&c.CacheSize, 200_000)
 	setDefault(&c.CacheTTL, 10*time.Minute)
 	setDefault(&c.NegativeCacheTTL, time.Minute)
 	b := &c.Breaker
