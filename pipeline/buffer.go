@@ -54,6 +54,9 @@ func newPartitionBuffer(sc *schemas.Schema, topic string, partition int32, resum
 	}
 }
 
+// offResult is the enrichment result of every record when enrichment is off.
+var offResult = enrich.Result{Status: "off"}
+
 // appendEnriched decodes msg into the buffer with its enrichment result (the
 // values fill the enrichment columns, the status _enrich_status; "off"
 // without enrichment). A record that cannot be decoded, or that the

@@ -234,7 +234,7 @@ func TestEnrichmentRetriesAndSingleMode(t *testing.T) {
 			srv, url := startServer(t, tc.server)
 			cfg := enrichConfig(url, enrich.PolicyPause)
 			cfg.Retries = 5
-			cfg.BatchSize = 10 // many requests, so many are failed and retried
+			cfg.BatchSize = 10             // many requests, so many are failed and retried
 			cfg.Breaker.MinRequests = 1000 // the 503s must be retried, not trip the breaker
 			if tc.mode == enrich.ModeSingle {
 				cfg.Mode, cfg.URL = enrich.ModeSingle, url+"/lookup/{key}"

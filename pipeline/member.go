@@ -366,7 +366,7 @@ func (m *Member) fetch(ctx context.Context, b *partitionBuffer, seek int64, win 
 			}
 			return fmt.Errorf("fetching %s/%d: %w", k.Topic, b.partition, err)
 		}
-		if err := m.buffer(b, msg, enrich.Result{Status: "off"}, win, end, reached); err != nil {
+		if err := m.buffer(b, msg, offResult, win, end, reached); err != nil {
 			return err
 		}
 	}

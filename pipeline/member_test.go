@@ -41,6 +41,49 @@ func startEnrichedMember(t *testing.T, n int, commit pipeline.CommitConfig, enri
 // fault-injecting wrapper of the real catalog with these faults planned.
 func startMemberWith(t *testing.T, n int, commit pipeline.CommitConfig, enrichCfg *enrich.Config, faults []faultcat.Fault, opts ...pipeline.Option) (*lakehouse.Table, map[int32]int64, *pipeline.Member) {
 	t.Helper()
+	j := newJob(t, n, commit, enrichCfg)
+	ctx := t.Context()
+	cfg, tbl, sc := j.cfg, j.tbl, j.sc
+	memberTable := tbl
+	if faults != nil {
+		cat, err := lakehouse.OpenCatalog(ctx, cfg.Table.Catalog)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fc := faultcat.Wrap(cat)
+		fc.Inject(faults...)
+		if memberTable, err = lakehouse.OpenIn(ctx, fc, lakehouse.Config{Table: cfg.Table.Name, Group: "g"}, sc); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { memberTable.Close() })
+	}
+	runCtx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	m, err := pipeline.NewMember(cfg, memberTable, sc, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { done <- m.Run(runCtx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	})
+	return tbl, j.end, m
+}
+
+// job is a broker with n records on a 4-partition topic, a config and a
+// table, for tests that run members or replays on them.
+type job struct {
+	cfg pipeline.Config
+	tbl *lakehouse.Table
+	sc  *schemas.Schema
+	end map[int32]int64
+}
+
+func newJob(t *testing.T, n int, commit pipeline.CommitConfig, enrichCfg *enrich.Config) *job {
+	t.Helper()
 	ctx := t.Context()
 	cl, err := embedded.Start(1)
 	if err != nil {
@@ -81,33 +124,7 @@ func startMemberWith(t *testing.T, n int, commit pipeline.CommitConfig, enrichCf
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { tbl.Close() })
-	memberTable := tbl
-	if faults != nil {
-		cat, err := lakehouse.OpenCatalog(ctx, cfg.Table.Catalog)
-		if err != nil {
-			t.Fatal(err)
-		}
-		fc := faultcat.Wrap(cat)
-		fc.Inject(faults...)
-		if memberTable, err = lakehouse.OpenIn(ctx, fc, lakehouse.Config{Table: cfg.Table.Name, Group: "g"}, sc); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { memberTable.Close() })
-	}
-	runCtx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	m, err := pipeline.NewMember(cfg, memberTable, sc, opts...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	go func() { done <- m.Run(runCtx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Error(err)
-		}
-	})
-	return tbl, end, m
+	return &job{cfg: cfg, tbl: tbl, sc: sc, end: end}
 }
 
 // waitCaughtUp polls the table until its watermarks reach end.
