@@ -23,17 +23,14 @@ rows already in the table are skipped, missing ones inserted. Watermarks never m
 may run while the live job runs.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			log, cfg, err := g.setup()
-			if err != nil {
-				return err
-			}
 			ctx := cmd.Context()
-			tbl, sc, err := openTable(ctx, cfg, log)
+			j, err := g.open(ctx)
 			if err != nil {
 				return err
 			}
-			defer tbl.Close()
-			res, err := pipeline.Replay(ctx, cfg, tbl, sc, r, log)
+			defer j.tbl.Close()
+			cfg := j.cfg
+			res, err := pipeline.Replay(ctx, cfg, j.tbl, j.sc, r, j.log)
 			if err != nil {
 				return err
 			}

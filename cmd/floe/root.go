@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"runtime/debug"
 	"runtime/pprof"
 	"strings"
 
@@ -95,14 +96,33 @@ func (g *globalFlags) logger() (*slog.Logger, error) {
 	return slog.New(slog.NewTextHandler(os.Stderr, opts)), nil
 }
 
-// setup returns the logger and the loaded configuration.
-func (g *globalFlags) setup() (*slog.Logger, pipeline.Config, error) {
+// job is what every table command works with.
+type job struct {
+	log *slog.Logger
+	cfg pipeline.Config
+	tbl *lakehouse.Table
+	sc  *schemas.Schema
+}
+
+// open loads the configuration, applies its memory limit and opens the
+// schema and table. The caller closes j.tbl.
+func (g *globalFlags) open(ctx context.Context) (*job, error) {
 	log, err := g.logger()
 	if err != nil {
-		return nil, pipeline.Config{}, err
+		return nil, err
 	}
 	cfg, err := g.loadConfig()
-	return log, cfg, err
+	if err != nil {
+		return nil, err
+	}
+	if cfg.MemoryLimit > 0 {
+		debug.SetMemoryLimit(int64(cfg.MemoryLimit))
+	}
+	tbl, sc, err := openTable(ctx, cfg, log)
+	if err != nil {
+		return nil, err
+	}
+	return &job{log: log, cfg: cfg, tbl: tbl, sc: sc}, nil
 }
 
 // loadConfig reads --config, applies flag overrides, defaults and validation.

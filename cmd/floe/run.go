@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"runtime/debug"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -22,19 +21,13 @@ SIGTERM or SIGINT flushes what is buffered (within commit.grace), commits it and
 With --until-caught-up it stops once the end offsets seen at start are committed (scheduled mode).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			log, cfg, err := g.setup()
-			if err != nil {
-				return err
-			}
 			ctx := cmd.Context()
-			if cfg.MemoryLimit > 0 {
-				debug.SetMemoryLimit(int64(cfg.MemoryLimit))
-			}
-			tbl, sc, err := openTable(ctx, cfg, log)
+			j, err := g.open(ctx)
 			if err != nil {
 				return err
 			}
-			defer tbl.Close()
+			defer j.tbl.Close()
+			log, cfg, tbl, sc := j.log, j.cfg, j.tbl, j.sc
 			reg := prometheus.NewRegistry()
 			opts := []pipeline.Option{pipeline.WithLogger(log), pipeline.WithRegisterer(reg)}
 			if untilCaughtUp {

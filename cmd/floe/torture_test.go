@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -252,6 +253,26 @@ func TestGracefulShutdown(t *testing.T) {
 	if rep.Rows != rows || rep.DeadLetters != dead || rep.DuplicateIDs != 0 {
 		t.Fatalf("verify reports rows %d, dead letters %d, duplicates %d; the checker found %d, %d, 0",
 			rep.Rows, rep.DeadLetters, rep.DuplicateIDs, rows, dead)
+	}
+
+	// Replaying a committed partition inserts nothing.
+	r := e.start("replay", "replay", "--partition", "0", "--from", "0", "--to", strconv.FormatInt(end[0], 10), "--json")
+	if err := r.wait(t, 60*time.Second); err != nil {
+		t.Fatalf("floe replay: %v\n%s", err, r.output())
+	}
+	out = r.output()
+	var res struct {
+		Read, Inserted, Skipped int64
+		DeadLettered            int64 `json:"dead_lettered"`
+	}
+	if err := json.Unmarshal([]byte(out[strings.LastIndex(out, "{"):]), &res); err != nil {
+		t.Fatalf("replay --json: %v\n%s", err, out)
+	}
+	if res.Inserted != 0 || res.Read != end[0] || res.Skipped+res.DeadLettered != end[0] {
+		t.Fatalf("replay of committed partition 0 [0,%d): %+v, want nothing inserted", end[0], res)
+	}
+	if again, _ := e.check(end, malformed); again != rows {
+		t.Fatalf("after the replay the table holds %d rows, before %d", again, rows)
 	}
 }
 

@@ -21,16 +21,13 @@ duplicate ids, per-partition offset gaps below the watermark, and sessions seen 
 Kafka partition. Exit status 1 when duplicates (or other invariant violations) exist.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			log, cfg, err := g.setup()
-			if err != nil {
-				return err
-			}
 			ctx := cmd.Context()
-			tbl, _, err := openTable(ctx, cfg, log)
+			j, err := g.open(ctx)
 			if err != nil {
 				return err
 			}
-			defer tbl.Close()
+			defer j.tbl.Close()
+			log, cfg, tbl := j.log, j.cfg, j.tbl
 			var dl lakehouse.DeadLetters
 			if !noDLQ {
 				if dl, err = pipeline.ReadDeadLetters(ctx, cfg.Kafka); err != nil {
