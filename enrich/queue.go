@@ -287,9 +287,7 @@ func (q *Queue) emit() {
 			case <-q.abort:
 			case <-s.done:
 			}
-			q.mu.Lock()
-			q.shutLocked()
-			q.mu.Unlock()
+			q.shut()
 			return
 		}
 		q.emitting = true
@@ -298,32 +296,34 @@ func (q *Queue) emit() {
 		for i, c := range batch {
 			select {
 			case q.out <- c:
-				sent++
-				sentBytes += sizes[i]
-				s.m.result(c.Result.Status)
-				continue
 			default:
+				// Out is full: release the records already sent before
+				// blocking, so the lane's bound stays exact.
+				q.settle(sent, sentBytes)
+				sent, sentBytes = 0, 0
+				select {
+				case q.out <- c:
+				case <-q.abort:
+					q.shut()
+					return
+				case <-s.done:
+					q.shut()
+					return
+				}
 			}
-			// Out is full: release the records already sent before
-			// blocking, so the lane's bound stays exact.
-			q.settle(sent, sentBytes)
-			sent, sentBytes = 0, 0
-			select {
-			case q.out <- c:
-				sent++
-				sentBytes += sizes[i]
-				s.m.result(c.Result.Status)
-				continue
-			case <-q.abort:
-			case <-s.done:
-			}
-			q.mu.Lock()
-			q.shutLocked()
-			q.mu.Unlock()
-			return
+			sent++
+			sentBytes += sizes[i]
+			s.m.result(c.Result.Status)
 		}
 		q.settle(sent, sentBytes)
 	}
+}
+
+// shut closes the lane for good (see shutLocked).
+func (q *Queue) shut() {
+	q.mu.Lock()
+	q.shutLocked()
+	q.mu.Unlock()
 }
 
 // settle accounts for n records of size bytes sent to Out.

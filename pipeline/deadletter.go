@@ -135,11 +135,11 @@ func readDeadLetterPartition(ctx context.Context, dialer *kafka.Dialer, k KafkaC
 	}
 	rk := k
 	rk.Topic = k.DLQTopic
-	r := kafka.NewReader(ReaderConfig(rk, int32(partition), dialer))
-	defer r.Close()
-	if err := r.SetOffset(first); err != nil {
+	r, err := openReader(rk, int32(partition), dialer, first)
+	if err != nil {
 		return err
 	}
+	defer r.Close()
 	for {
 		msg, err := r.FetchMessage(ctx)
 		if err != nil {

@@ -87,11 +87,11 @@ const laneOverhead = 256
 // in offset order as their lookups complete.
 func (m *Member) fetchEnriched(ctx context.Context, b *partitionBuffer, seek int64, win *window, end int64, reached func()) error {
 	k := m.cfg.Kafka
-	r := kafka.NewReader(ReaderConfig(k, b.partition, m.dialer))
-	defer r.Close()
-	if err := r.SetOffset(seek); err != nil {
-		return fmt.Errorf("seeking %s/%d to %d: %w", k.Topic, b.partition, seek, err)
+	r, err := openReader(k, b.partition, m.dialer, seek)
+	if err != nil {
+		return err
 	}
+	defer r.Close()
 	lane := m.stage.NewQueue()
 	defer lane.Abort() // records still in the lane are redone by the next owner
 

@@ -350,11 +350,11 @@ func (m *Member) caughtUp(wm lakehouse.Offsets) bool {
 // end >= 0, reached is called once the record before end is buffered.
 func (m *Member) fetch(ctx context.Context, b *partitionBuffer, seek int64, win *window, end int64, reached func()) error {
 	k := m.cfg.Kafka
-	r := kafka.NewReader(ReaderConfig(k, b.partition, m.dialer))
-	defer r.Close()
-	if err := r.SetOffset(seek); err != nil {
-		return fmt.Errorf("seeking %s/%d to %d: %w", k.Topic, b.partition, seek, err)
+	r, err := openReader(k, b.partition, m.dialer, seek)
+	if err != nil {
+		return err
 	}
+	defer r.Close()
 	for {
 		if err := win.wait(ctx); err != nil {
 			return nil
@@ -388,6 +388,17 @@ func (m *Member) buffer(b *partitionBuffer, msg kafka.Message, res enrich.Result
 		reached()
 	}
 	return nil
+}
+
+// openReader returns a Reader of one partition positioned at seek (an
+// offset, kafka.FirstOffset or kafka.LastOffset).
+func openReader(k KafkaConfig, partition int32, dialer *kafka.Dialer, seek int64) (*kafka.Reader, error) {
+	r := kafka.NewReader(ReaderConfig(k, partition, dialer))
+	if err := r.SetOffset(seek); err != nil {
+		r.Close()
+		return nil, fmt.Errorf("seeking %s/%d to %d: %w", k.Topic, partition, seek, err)
+	}
+	return r, nil
 }
 
 // ReaderConfig is the per-partition fetch configuration. Benchmarks use it

@@ -55,11 +55,11 @@ func Replay(ctx context.Context, cfg Config, tbl *lakehouse.Table, sc *schemas.S
 	}
 
 	dialer := &kafka.Dialer{Timeout: 10 * time.Second, ClientID: k.ClientID}
-	reader := kafka.NewReader(ReaderConfig(k, r.Partition, dialer))
-	defer reader.Close()
-	if err := reader.SetOffset(r.From); err != nil {
+	reader, err := openReader(k, r.Partition, dialer, r.From)
+	if err != nil {
 		return res, err
 	}
+	defer reader.Close()
 	dlq := newDeadLetterWriter(k, &kafka.Transport{Dial: dialer.DialFunc, ClientID: k.ClientID})
 	defer dlq.close()
 	buf := newPartitionBuffer(sc, k.Topic, r.Partition, lakehouse.Replay, int(k.MaxMessageBytes), nil)

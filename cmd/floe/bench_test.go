@@ -9,7 +9,6 @@ import (
 	neturl "net/url"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
@@ -137,28 +136,8 @@ func floeRun(b *testing.B, brokers []string, extra string) (time.Duration, int64
 // benchConfig writes the benchmark's floe config to a new directory.
 func benchConfig(b *testing.B, brokers []string, extra string) string {
 	dir := b.TempDir()
-	cfg := filepath.Join(dir, "floe.yaml")
-	yaml := fmt.Sprintf(`kafka:
-  brokers: [%s]
-  topic: %s
-  group: floe-bench-%d
-table:
-  name: bench.clicks
-  catalog:
-    type: sql
-    uri: file:%s/catalog.db
-    sql.dialect: sqlite
-    sql.driver: sqlite
-    warehouse: file://%s/warehouse
-commit:
-  interval: 10s
-  max_records: 250000
-  max_bytes: 64MiB
-%s`, brokers[0], testTopic, time.Now().UnixNano(), dir, dir, extra)
-	if err := os.WriteFile(cfg, []byte(yaml), 0o644); err != nil {
-		b.Fatal(err)
-	}
-	return cfg
+	return writeConfig(b, dir, brokers[0], fmt.Sprintf("floe-bench-%d", time.Now().UnixNano()), "bench.clicks", "",
+		"commit:\n  interval: 10s\n  max_records: 250000\n  max_bytes: 64MiB\n"+extra)
 }
 
 // enrichYAML is the enrich section the enrichment benchmarks use: user_id

@@ -86,31 +86,35 @@ func newEnv(t *testing.T, partitions int, extra string) *env {
 		t.Fatal(err)
 	}
 	e := &env{t: t, dir: t.TempDir(), cluster: cl, topic: testTopic}
-	e.config = filepath.Join(e.dir, "floe.yaml")
+	e.config = writeConfig(t, e.dir, cl.Addrs()[0], "floe-test", "analytics.clicks",
+		"  session_timeout: 6s\n  heartbeat_interval: 500ms\n  rebalance_timeout: 15s\n",
+		"commit:\n  interval: 500ms\n  max_records: 5000\n  grace: 5s\n"+extra)
+	return e
+}
+
+// writeConfig writes dir/floe.yaml: topic testTopic on broker, a SQLite
+// catalog and a warehouse in dir; kafkaExtra goes in the kafka section,
+// extra after it.
+func writeConfig(tb testing.TB, dir, broker, group, table, kafkaExtra, extra string) string {
+	tb.Helper()
+	path := filepath.Join(dir, "floe.yaml")
 	cfg := fmt.Sprintf(`kafka:
   brokers: [%s]
   topic: %s
-  group: floe-test
-  session_timeout: 6s
-  heartbeat_interval: 500ms
-  rebalance_timeout: 15s
-table:
-  name: analytics.clicks
+  group: %s
+%stable:
+  name: %s
   catalog:
     type: sql
     uri: file:%s/catalog.db
     sql.dialect: sqlite
     sql.driver: sqlite
     warehouse: file://%s/warehouse
-commit:
-  interval: 500ms
-  max_records: 5000
-  grace: 5s
-%s`, cl.Addrs()[0], testTopic, e.dir, e.dir, extra)
-	if err := os.WriteFile(e.config, []byte(cfg), 0o644); err != nil {
-		t.Fatal(err)
+%s`, broker, testTopic, group, kafkaExtra, table, dir, dir, extra)
+	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
+		tb.Fatal(err)
 	}
-	return e
+	return path
 }
 
 type proc struct {
