@@ -154,6 +154,10 @@ func (t *Table) Commit(ctx context.Context, parts []Part) (res Result, err error
 			RowsKey:                    strconv.FormatInt(res.Rows, 10),
 			DuplicatesKey:              strconv.FormatInt(res.Skipped, 10),
 		}
+		t.partitionCounts.Range(func(topic, n any) bool {
+			props[PartitionsKeyPrefix+topic.(string)] = strconv.Itoa(n.(int))
+			return true
+		})
 		committed, cerr := t.commitOnce(ctx, tbl, files, props)
 		var staging *stagingError
 		if errors.As(cerr, &staging) {

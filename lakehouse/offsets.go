@@ -26,6 +26,10 @@ const (
 	RowsKey = "floe.rows"
 	// DuplicatesKey holds how many rows the dedupe MERGE skipped.
 	DuplicatesKey = "floe.duplicates-skipped"
+	// PartitionsKeyPrefix + topic holds the topic's partition count when the
+	// snapshot was committed: a later, larger count means keys hashed to
+	// other partitions since (see PartitionCountOf).
+	PartitionsKeyPrefix = "floe.partitions."
 )
 
 // Offsets maps topic → partition → next offset to read: every offset below it
@@ -121,15 +125,38 @@ func sortRanges(rs []Range) {
 // snapshots (compaction, expiry) carry no map.
 func WatermarksOf(tbl *table.Table, group string) (Offsets, error) {
 	key := OffsetsKeyPrefix + group
+	raw, id, ok := newestProperty(tbl, key)
+	if !ok {
+		return Offsets{}, nil
+	}
+	var o Offsets
+	if err := json.Unmarshal([]byte(raw), &o); err != nil {
+		return nil, fmt.Errorf("snapshot %d: decoding %s: %w", id, key, err)
+	}
+	return o, nil
+}
+
+// PartitionCountOf returns the partition count of topic recorded by the
+// newest floe commit in the current ancestry, and false when none recorded
+// one.
+func PartitionCountOf(tbl *table.Table, topic string) (int, bool) {
+	raw, _, ok := newestProperty(tbl, PartitionsKeyPrefix+topic)
+	if !ok {
+		return 0, false
+	}
+	n, err := strconv.Atoi(raw)
+	return n, err == nil
+}
+
+// newestProperty returns the value of a snapshot summary key in the newest
+// snapshot of the current branch's ancestry that carries it, and that
+// snapshot's ID.
+func newestProperty(tbl *table.Table, key string) (value string, snapshotID int64, ok bool) {
 	meta := tbl.Metadata()
 	for snap := meta.CurrentSnapshot(); snap != nil; {
 		if snap.Summary != nil {
-			if raw, ok := snap.Summary.Properties[key]; ok {
-				var o Offsets
-				if err := json.Unmarshal([]byte(raw), &o); err != nil {
-					return nil, fmt.Errorf("snapshot %d: decoding %s: %w", snap.SnapshotID, key, err)
-				}
-				return o, nil
+			if v, ok := snap.Summary.Properties[key]; ok {
+				return v, snap.SnapshotID, true
 			}
 		}
 		if snap.ParentSnapshotID == nil {
@@ -137,5 +164,5 @@ func WatermarksOf(tbl *table.Table, group string) (Offsets, error) {
 		}
 		snap = meta.SnapshotByID(*snap.ParentSnapshotID)
 	}
-	return Offsets{}, nil
+	return "", 0, false
 }

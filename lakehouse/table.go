@@ -13,6 +13,7 @@ import (
 	"log/slog"
 	"net/url"
 	"strings"
+	"sync"
 
 	"github.com/apache/iceberg-go"
 	"github.com/apache/iceberg-go/catalog"
@@ -82,7 +83,14 @@ type Table struct {
 	group  string
 	target int64
 	log    *slog.Logger
+	// partitionCounts holds topic → partition count, recorded in the
+	// summary of every commit (SetPartitionCount).
+	partitionCounts sync.Map
 }
+
+// SetPartitionCount records topic's current partition count; every later
+// commit carries it in its snapshot summary, for PartitionCountOf.
+func (t *Table) SetPartitionCount(topic string, n int) { t.partitionCounts.Store(topic, n) }
 
 // OpenCatalog loads the configured catalog, adding SQLite's WAL mode and busy
 // timeout: without them concurrent commits surface "database is locked" as an
@@ -181,6 +189,17 @@ func (t *Table) Watermarks(ctx context.Context) (Offsets, error) {
 		return nil, err
 	}
 	return WatermarksOf(tbl, t.group)
+}
+
+// PartitionCount returns the partition count of topic recorded by the newest
+// commit, and false when none recorded one.
+func (t *Table) PartitionCount(ctx context.Context, topic string) (int, bool, error) {
+	tbl, err := t.Load(ctx)
+	if err != nil {
+		return 0, false, err
+	}
+	n, ok := PartitionCountOf(tbl, topic)
+	return n, ok, nil
 }
 
 // Close releases the catalog's resources.

@@ -32,6 +32,11 @@ type partitionBuffer struct {
 	// last offset appended. from == next means the segment is empty.
 	from, next int64
 	started    bool
+	// firstTS and lastTS are the Kafka timestamps (Unix nanoseconds) of the
+	// current segment's first and last records.
+	firstTS, lastTS int64
+	// lag, when set, receives the partition's lag bookkeeping.
+	lag *partitionStats
 	// gap is called (under mu) when the log skips offsets: retention deleted
 	// them before they were read, compaction removed them, or they were
 	// transaction markers.
@@ -40,8 +45,9 @@ type partitionBuffer struct {
 
 // segment is what one flush takes from one partition.
 type segment struct {
-	part    lakehouse.Part
-	letters []deadLetter
+	part            lakehouse.Part
+	letters         []deadLetter
+	firstTS, lastTS int64 // Kafka timestamps of its first and last records
 }
 
 func newPartitionBuffer(sc *schemas.Schema, topic string, partition int32, resume int64, maxMessageBytes int, gap func(from, to int64)) *partitionBuffer {
@@ -73,9 +79,16 @@ func (b *partitionBuffer) appendEnriched(msg kafka.Message, now time.Time, res e
 	if expect >= 0 && msg.Offset > expect && b.gap != nil {
 		b.gap(expect, msg.Offset)
 	}
+	ts := msg.Time.UnixNano()
 	if !b.started || b.from == b.next {
 		b.from, b.next, b.started = msg.Offset, msg.Offset, true
+		b.firstTS = ts
+		if b.lag != nil {
+			// Keeps an older value: a taken segment still being committed.
+			b.lag.pendingSince.CompareAndSwap(0, ts)
+		}
 	}
+	b.lastTS = ts
 	if res.Status == enrich.StatusDead {
 		detail := "enrichment unavailable"
 		if res.Err != nil {
@@ -121,10 +134,28 @@ func (b *partitionBuffer) take() (seg segment, ok bool) {
 		seg.part.Rows = b.builder.NewRecord()
 	}
 	seg.letters = b.letters
+	seg.firstTS, seg.lastTS = b.firstTS, b.lastTS
 	b.letters = nil
 	b.resume = b.next
 	b.from = b.next
 	return seg, true
+}
+
+// committed updates the lag bookkeeping once seg is in the table: the
+// oldest uncommitted record is now the current segment's first, if any.
+func (b *partitionBuffer) committed(seg segment) {
+	if b.lag == nil {
+		return
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.lag.committed.Store(seg.part.Range.To)
+	b.lag.committedAt.Store(seg.lastTS)
+	if b.from == b.next {
+		b.lag.pendingSince.Store(0)
+	} else {
+		b.lag.pendingSince.Store(b.firstTS)
+	}
 }
 
 func (b *partitionBuffer) release() {
@@ -197,12 +228,15 @@ func (w *window) kick() {
 	}
 }
 
-// reset empties the window after a flush took everything, waking workers.
-func (w *window) reset() {
+// reset empties the window after a flush took everything, waking workers,
+// and returns what it held.
+func (w *window) reset() (rows, bytes int) {
 	w.mu.Lock()
+	rows, bytes = w.rows, w.bytes
 	w.rows, w.bytes = 0, 0
 	w.mu.Unlock()
 	w.cond.Broadcast()
+	return rows, bytes
 }
 
 // close wakes every waiter for good (generation over).

@@ -74,7 +74,7 @@ func NewMember(cfg Config, tbl *lakehouse.Table, sc *schemas.Schema, opts ...Opt
 		m.log = slog.New(slog.DiscardHandler)
 	}
 	if m.stats == nil {
-		m.stats = &Stats{}
+		m.stats = newStats(cfg.Kafka.Topic)
 	}
 	if cfg.Enrich != nil {
 		st, err := enrich.NewStage(*cfg.Enrich, m.reg, m.log)
@@ -215,6 +215,25 @@ func (m *Member) generation(ctx, genCtx context.Context, gen *kafka.Generation, 
 	if m.caughtUp(wm) {
 		return errCaughtUp
 	}
+	committed := make(map[int32]int64, len(assigned))
+	for _, a := range assigned {
+		w, ok := wm.Get(k.Topic, int32(a.ID))
+		if !ok {
+			w = lakehouse.NoWatermark
+		}
+		committed[int32(a.ID)] = w
+	}
+	lag := m.stats.assign(committed)
+	if end, err := EndOffsets(stopCtx, k); err != nil {
+		m.log.Warn("reading end offsets for the lag gauges", "err", err)
+	} else {
+		for p, e := range end {
+			if ps := lag[p]; ps != nil {
+				ps.highWater.Store(e)
+			}
+		}
+		m.notePartitionCount(stopCtx, len(end))
+	}
 
 	win := newWindow(m.cfg.Commit.MaxRecords, int(m.cfg.Commit.MaxBytes))
 	go win.wakeOn(stopCtx)
@@ -229,6 +248,13 @@ func (m *Member) generation(ctx, genCtx context.Context, gen *kafka.Generation, 
 		seek := resume
 		if !ok {
 			resume, seek = lakehouse.NoWatermark, a.Offset
+			if seek == kafka.LastOffset && len(wm[k.Topic]) > 0 {
+				// A partition added while the job runs: start_offset
+				// "latest" would skip what producers wrote to it before
+				// this rebalance. (The table has offsets for the topic, so
+				// the job started long ago.)
+				seek = kafka.FirstOffset
+			}
 		}
 		warned := false
 		bufs[i] = newPartitionBuffer(m.schema, k.Topic, p, resume, int(k.MaxMessageBytes), func(from, to int64) {
@@ -240,6 +266,7 @@ func (m *Member) generation(ctx, genCtx context.Context, gen *kafka.Generation, 
 			}
 		})
 		b := bufs[i]
+		b.lag = lag[p]
 		end, scheduled := m.until[p]
 		switch {
 		case !scheduled:
@@ -306,6 +333,31 @@ func (m *Member) generation(ctx, genCtx context.Context, gen *kafka.Generation, 
 		return werr
 	}
 	return nil
+}
+
+// notePartitionCount compares the topic's partition count n with the one the
+// table recorded and records n for later commits. Growth changes which
+// partition a key hashes to: a session that straddles the change is split
+// across two partitions, whose relative order nothing preserves. It is
+// logged once per change and counted (floe_partitions_added_total); `floe
+// verify` lists the split sessions.
+func (m *Member) notePartitionCount(ctx context.Context, n int) {
+	topic := m.cfg.Kafka.Topic
+	prev := m.stats.TopicPartitions.Swap(int32(n))
+	if int(prev) == n {
+		return
+	}
+	recorded, ok, err := m.table.PartitionCount(ctx, topic)
+	if err != nil {
+		m.log.Warn("reading the recorded partition count", "err", err)
+	}
+	if ok && n > recorded {
+		m.stats.PartitionsAdded.Add(int64(n - recorded))
+		m.log.Warn("topic partitions added: keys may now hash to other partitions, so a session that straddles the change "+
+			"is split across partitions and its order across them is not preserved; `floe verify` lists split sessions",
+			"topic", topic, "was", recorded, "now", n)
+	}
+	m.table.SetPartitionCount(topic, n)
 }
 
 // watermarks reads the table's offset map, retrying while the catalog is
@@ -378,6 +430,9 @@ func (m *Member) buffer(b *partitionBuffer, msg kafka.Message, res enrich.Result
 	rows, bytes, dead, err := b.appendEnriched(msg, time.Now(), res)
 	if err != nil {
 		return err
+	}
+	if b.lag != nil && msg.HighWaterMark > 0 {
+		b.lag.highWater.Store(msg.HighWaterMark)
 	}
 	m.stats.Consumed.Add(1)
 	if dead {
@@ -463,12 +518,14 @@ func (f *flusher) loop(stop, flushCtx context.Context) error {
 // the table, then the advisory Kafka offsets.
 func (f *flusher) flush(ctx context.Context) error {
 	var segs []segment
+	var from []*partitionBuffer // the buffer of each segment
 	for _, b := range f.bufs {
 		if s, ok := b.take(); ok {
 			segs = append(segs, s)
+			from = append(from, b)
 		}
 	}
-	f.win.reset()
+	flushRows, flushBytes := f.win.reset()
 	m := f.m
 	if len(segs) == 0 {
 		if m.until != nil {
@@ -483,9 +540,13 @@ func (f *flusher) flush(ctx context.Context) error {
 	}
 	parts := make([]lakehouse.Part, len(segs))
 	var letters []deadLetter
+	var oldest time.Time
 	for i, s := range segs {
 		parts[i] = s.part
 		letters = append(letters, s.letters...)
+		if t := time.Unix(0, s.firstTS); oldest.IsZero() || t.Before(oldest) {
+			oldest = t
+		}
 	}
 	defer releaseParts(parts)
 	started := time.Now()
@@ -503,7 +564,10 @@ func (f *flusher) flush(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	m.stats.recordCommit(res, time.Since(started))
+	m.stats.recordCommit(res, time.Since(started), flushRows, flushBytes, oldest)
+	for i, s := range segs {
+		from[i].committed(s)
+	}
 	offsets := map[int]int64{}
 	for _, p := range parts {
 		offsets[int(p.Range.Partition)] = p.Range.To
@@ -528,8 +592,10 @@ func (m *Member) retry(ctx context.Context, what string, op func() error) error 
 	for {
 		err := op()
 		if err == nil || errors.Is(err, lakehouse.ErrFenced) {
+			m.stats.Stalled.Store(false)
 			return err
 		}
+		m.stats.Stalled.Store(true)
 		if ctx.Err() != nil {
 			return fmt.Errorf("%s: %w", what, err)
 		}

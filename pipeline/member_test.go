@@ -2,6 +2,7 @@ package pipeline_test
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/iceberg-go/table"
@@ -76,6 +77,7 @@ func startMemberWith(t *testing.T, n int, commit pipeline.CommitConfig, enrichCf
 // job is a broker with n records on a 4-partition topic, a config and a
 // table, for tests that run members or replays on them.
 type job struct {
+	cl  *embedded.Cluster
 	cfg pipeline.Config
 	tbl *lakehouse.Table
 	sc  *schemas.Schema
@@ -93,8 +95,10 @@ func newJob(t *testing.T, n int, commit pipeline.CommitConfig, enrichCfg *enrich
 	if err := cl.CreateTopic(ctx, "clicks", 4); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := cl.ProduceRate(ctx, "clicks", clickgen.New(clickgen.Config{Sessions: 100, Seed: 3}), n, 0); err != nil {
-		t.Fatal(err)
+	if n > 0 {
+		if _, err := cl.ProduceRate(ctx, "clicks", clickgen.New(clickgen.Config{Sessions: 100, Seed: 3}), n, 0); err != nil {
+			t.Fatal(err)
+		}
 	}
 	end, err := cl.EndOffsets(ctx, "clicks")
 	if err != nil {
@@ -124,7 +128,7 @@ func newJob(t *testing.T, n int, commit pipeline.CommitConfig, enrichCfg *enrich
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { tbl.Close() })
-	return &job{cfg: cfg, tbl: tbl, sc: sc, end: end}
+	return &job{cl: cl, cfg: cfg, tbl: tbl, sc: sc, end: end}
 }
 
 // waitCaughtUp polls the table until its watermarks reach end.
@@ -231,10 +235,96 @@ func TestMetricsEndpoint(t *testing.T) {
 		t.Fatalf("/livez = %d", code)
 	}
 	_, body := get("/metrics")
-	for _, want := range []string{"floe_rows_committed_total 500", "floe_records_consumed_total 500", "floe_assigned_partitions 4"} {
+	wants := []string{"floe_rows_committed_total 500", "floe_records_consumed_total 500", "floe_assigned_partitions 4",
+		"floe_rebalances_total 1", "floe_topic_partitions 4", "floe_stalled 0", "floe_commit_conflicts_total 0"}
+	for p := range 4 {
+		wants = append(wants, fmt.Sprintf(`floe_consumer_lag_records{partition="%d",topic="clicks"} 0`, p),
+			fmt.Sprintf(`floe_consumer_lag_seconds{partition="%d",topic="clicks"} 0`, p))
+	}
+	for _, want := range wants {
 		if !strings.Contains(body, want) {
 			t.Errorf("/metrics lacks %q", want)
 		}
+	}
+	commits := m.Stats().Commits.Load()
+	if !strings.Contains(body, fmt.Sprintf("floe_flush_rows_count %d", commits)) || !strings.Contains(body, "floe_flush_rows_sum 500") {
+		t.Errorf("/metrics: flush size histogram does not count %d flushes of 500 rows in all", commits)
+	}
+	if m.Stats().FreshnessNanos.Load() <= 0 {
+		t.Error("floe_freshness_seconds was not set by the commits")
+	}
+}
+
+// TestPartitionsAdded: partitions added to the topic while the job runs are
+// picked up without a restart and read from their start (even with
+// start_offset: latest, whose records would otherwise be skipped), and the
+// change is counted as an ordering hazard and recorded in the table.
+func TestPartitionsAdded(t *testing.T) {
+	j := newJob(t, 0, pipeline.CommitConfig{Interval: pipeline.Duration(200 * time.Millisecond)}, nil)
+	j.cfg.Kafka.StartOffset = "latest"
+	ctx := t.Context()
+	m, err := pipeline.NewMember(j.cfg, j.tbl, j.sc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	runCtx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- m.Run(runCtx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	}()
+	deadline := time.Now().Add(30 * time.Second)
+	for m.Stats().Assigned.Load() != 4 && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+	}
+	time.Sleep(time.Second) // readers positioned at the end
+	gen := clickgen.New(clickgen.Config{Sessions: 100, Seed: 5})
+	if _, err := j.cl.ProduceRate(ctx, "clicks", gen, 400, 0); err != nil {
+		t.Fatal(err)
+	}
+	end, err := j.cl.EndOffsets(ctx, "clicks")
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitCaughtUp(t, j.tbl, end, 30*time.Second)
+	if n, ok, err := j.tbl.PartitionCount(ctx, "clicks"); err != nil || !ok || n != 4 {
+		t.Fatalf("recorded partition count = %d, %v, %v; want 4", n, ok, err)
+	}
+
+	if err := j.cl.AddPartitions(ctx, "clicks", 6); err != nil {
+		t.Fatal(err)
+	}
+	// The producer learns the new count by an asynchronous metadata
+	// refresh: produce until both new partitions have records.
+	produced := 400
+	for range 20 {
+		if _, err := j.cl.ProduceRate(ctx, "clicks", gen, 300, 0); err != nil {
+			t.Fatal(err)
+		}
+		produced += 300
+		if end, err = j.cl.EndOffsets(ctx, "clicks"); err != nil {
+			t.Fatal(err)
+		}
+		if len(end) == 6 && end[4] > 0 && end[5] > 0 {
+			break
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	if len(end) != 6 || end[4] == 0 || end[5] == 0 {
+		t.Fatalf("end offsets %v: the new partitions got no records", end)
+	}
+	waitCaughtUp(t, j.tbl, end, 60*time.Second)
+	if n := distinctIDs(t, j.tbl); n != produced {
+		t.Fatalf("%d distinct ids, want %d", n, produced)
+	}
+	if got := m.Stats().PartitionsAdded.Load(); got != 2 {
+		t.Fatalf("floe_partitions_added_total = %d, want 2", got)
+	}
+	if n, _, _ := j.tbl.PartitionCount(ctx, "clicks"); n != 6 {
+		t.Fatalf("recorded partition count = %d, want 6", n)
 	}
 }
 
@@ -248,6 +338,20 @@ func TestCatalogOutageRetriedInPlace(t *testing.T) {
 		faults[i] = faultcat.Unavailable
 	}
 	tbl, end, m := startMemberWith(t, 2000, pipeline.CommitConfig{Interval: pipeline.Duration(200 * time.Millisecond)}, nil, faults)
+	deadline := time.Now().Add(30 * time.Second)
+	for !m.Stats().Stalled.Load() && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if !m.Stats().Stalled.Load() {
+		t.Fatal("the member never reported itself stalled during the outage")
+	}
+	var lag int64
+	for _, l := range m.Stats().Lag() {
+		lag += l
+	}
+	if lag == 0 {
+		t.Fatal("consumer lag is 0 while no commit succeeds")
+	}
 	waitCaughtUp(t, tbl, end, 90*time.Second)
 	if g := m.Stats().Generations.Load(); g != 1 {
 		t.Fatalf("%d generations: the outage caused a rebalance", g)
@@ -257,6 +361,14 @@ func TestCatalogOutageRetriedInPlace(t *testing.T) {
 	}
 	if n := distinctIDs(t, tbl); n != 2000 {
 		t.Fatalf("%d distinct ids, want 2000", n)
+	}
+	if m.Stats().Stalled.Load() {
+		t.Fatal("still stalled after the commits succeeded")
+	}
+	for p, l := range m.Stats().Lag() {
+		if l != 0 {
+			t.Fatalf("partition %d: lag %d after catching up", p, l)
+		}
 	}
 }
 

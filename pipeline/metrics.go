@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"strconv"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -26,7 +27,10 @@ func (s *Stats) Register(reg prometheus.Registerer) error {
 		counter("commits_total", "Table commits.", s.Commits.Load),
 		counter("commit_attempts_total", "Catalog commit attempts, including retries after conflicts.", s.CommitAttempts.Load),
 		counter("zombie_fences_total", "Flushes refused because another member advanced a watermark.", s.Fenced.Load),
-		counter("generations_total", "Consumer-group generations joined (rebalances).", s.Generations.Load),
+		counter("rebalances_total", "Consumer-group generations joined: one per rebalance this member took part in.", s.Generations.Load),
+		counter("commit_conflicts_total", "Catalog commits retried because another writer committed first (attempts minus commits).",
+			func() int64 { return s.CommitAttempts.Load() - s.Commits.Load() }),
+		counter("partitions_added_total", "Topic partitions that appeared while the table already had offsets for the topic: keys may now map to other partitions.", s.PartitionsAdded.Load),
 		counter("kafka_offset_commit_errors_total", "Advisory Kafka offset commits that failed.", s.KafkaCommitErrors.Load),
 		counter("flush_retries_total", "Failed dead-letter writes or table commits retried in place.", s.FlushRetries.Load),
 		counter("offset_gaps_total", "Offsets the log skipped: deleted by retention before they were read, compacted, or transaction markers.", s.OffsetGaps.Load),
@@ -34,18 +38,67 @@ func (s *Stats) Register(reg prometheus.Registerer) error {
 			func() float64 { return float64(s.Assigned.Load()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "floe_last_commit_duration_seconds", Help: "Duration of the last table commit."},
 			func() float64 { return time.Duration(s.LastCommitNanos.Load()).Seconds() }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "floe_freshness_seconds",
+			Help: "End-to-end delay at the newest commit: its time minus the Kafka timestamp of the oldest record it made queryable."},
+			func() float64 { return time.Duration(s.FreshnessNanos.Load()).Seconds() }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "floe_topic_partitions", Help: "Partitions of the topic at the newest rebalance."},
+			func() float64 { return float64(s.TopicPartitions.Load()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "floe_stalled", Help: "1 while a dead-letter write or table commit is failing and being retried."},
+			func() float64 {
+				if s.Stalled.Load() {
+					return 1
+				}
+				return 0
+			}),
+		lagCollector{s},
 	} {
 		if err := reg.Register(c); err != nil {
 			return err
 		}
 	}
+	if s.flushRows != nil {
+		for _, h := range []prometheus.Collector{s.flushRows, s.flushBytes} {
+			if err := reg.Register(h); err != nil {
+				return err
+			}
+		}
+	}
 	return nil
+}
+
+var (
+	lagRecordsDesc = prometheus.NewDesc("floe_consumer_lag_records",
+		"Records in the partition not yet committed to the table: the log end offset of the newest fetch minus the table's watermark.",
+		[]string{"topic", "partition"}, nil)
+	lagSecondsDesc = prometheus.NewDesc("floe_consumer_lag_seconds",
+		"Age of the oldest record not yet committed (its Kafka timestamp; while it is still unread, that of the newest committed record); 0 without lag.",
+		[]string{"topic", "partition"}, nil)
+)
+
+// lagCollector reports the lag of the partitions assigned to this member;
+// revoked partitions disappear from it.
+type lagCollector struct{ s *Stats }
+
+func (c lagCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- lagRecordsDesc
+	ch <- lagSecondsDesc
+}
+
+func (c lagCollector) Collect(ch chan<- prometheus.Metric) {
+	now := time.Now()
+	c.s.partitions.Range(func(k, v any) bool {
+		p := strconv.Itoa(int(k.(int32)))
+		records, seconds := v.(*partitionStats).lag(now)
+		ch <- prometheus.MustNewConstMetric(lagRecordsDesc, prometheus.GaugeValue, float64(records), c.s.topic, p)
+		ch <- prometheus.MustNewConstMetric(lagSecondsDesc, prometheus.GaugeValue, seconds, c.s.topic, p)
+		return true
+	})
 }
 
 // ListenMetrics binds addr (so a taken port fails start-up) and returns the
 // function that serves reg's metrics, s's and the Go runtime's on /metrics,
 // and /livez and /readyz, until ctx ends. /readyz answers 200 only while
-// partitions are assigned.
+// partitions are assigned and commits succeed.
 func ListenMetrics(ctx context.Context, addr string, reg *prometheus.Registry, s *Stats) (serve func() error, err error) {
 	if err := s.Register(reg); err != nil {
 		return nil, err
@@ -57,6 +110,10 @@ func ListenMetrics(ctx context.Context, addr string, reg *prometheus.Registry, s
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
 		if s.Assigned.Load() == 0 {
 			http.Error(w, "no partitions assigned", http.StatusServiceUnavailable)
+			return
+		}
+		if s.Stalled.Load() {
+			http.Error(w, "commits are failing (retrying in place)", http.StatusServiceUnavailable)
 			return
 		}
 		fmt.Fprintln(w, "ok")

@@ -1,14 +1,17 @@
 package pipeline
 
 import (
+	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/floe-dev/floe/lakehouse"
 )
 
 // Stats counts what members did. Fields are safe for concurrent use; the
-// demo's progress line and tests read them.
+// metrics endpoint, the demo's progress line and tests read them.
 type Stats struct {
 	Consumed          atomic.Int64 // records fetched and decoded (or dead-lettered)
 	DeadLettered      atomic.Int64 // records sent to the dead-letter topic
@@ -17,21 +20,105 @@ type Stats struct {
 	Commits           atomic.Int64 // table commits
 	CommitAttempts    atomic.Int64 // catalog commit attempts (conflicts retry)
 	Fenced            atomic.Int64 // flushes refused because another member moved on
-	Generations       atomic.Int64 // consumer-group generations joined
+	Generations       atomic.Int64 // consumer-group generations joined (rebalances)
 	KafkaCommitErrors atomic.Int64 // advisory Kafka offset commits that failed
 	LastCommitNanos   atomic.Int64 // duration of the last table commit
 	Assigned          atomic.Int32 // partitions currently assigned
 	OffsetGaps        atomic.Int64 // offsets the log skipped (retention, compaction, transaction markers)
 	FlushRetries      atomic.Int64 // failed dead-letter writes or table commits retried in place
-	lastOffsets       atomic.Pointer[lakehouse.Offsets]
+	Stalled           atomic.Bool  // a dead-letter write or table commit is failing right now
+	FreshnessNanos    atomic.Int64 // at the newest commit: its time minus the oldest committed record's Kafka timestamp
+	// TopicPartitions is the topic's partition count at the newest
+	// generation; PartitionsAdded counts partitions that appeared while the
+	// table already had offsets for the topic (the key→partition mapping
+	// changed: see partitionsChanged).
+	TopicPartitions atomic.Int32
+	PartitionsAdded atomic.Int64
+
+	topic       string
+	lastOffsets atomic.Pointer[lakehouse.Offsets]
+	partitions  sync.Map // int32 → *partitionStats, assigned partitions only
+	flushRows   prometheus.Histogram
+	flushBytes  prometheus.Histogram
 }
 
-func (s *Stats) recordCommit(res lakehouse.Result, took time.Duration) {
+func newStats(topic string) *Stats {
+	return &Stats{
+		topic: topic,
+		flushRows: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "floe_flush_rows",
+			Help:    "Records (rows and dead letters) per flush.",
+			Buckets: prometheus.ExponentialBuckets(100, 4, 8), // 100 .. 1.6M
+		}),
+		flushBytes: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "floe_flush_bytes",
+			Help:    "Decoded bytes per flush.",
+			Buckets: prometheus.ExponentialBuckets(64<<10, 4, 8), // 64 KiB .. 1 GiB
+		}),
+	}
+}
+
+// partitionStats is what a member knows of one assigned partition, for the
+// lag gauges. Times are Kafka record timestamps in Unix nanoseconds.
+type partitionStats struct {
+	highWater atomic.Int64 // log end offset in the newest fetch response
+	committed atomic.Int64 // the table's watermark: next offset to commit
+	// pendingSince is the timestamp of the oldest fetched record not yet
+	// committed (0: none fetched); committedAt that of the newest committed
+	// record, the lag-in-seconds estimate while the next record is unread.
+	pendingSince atomic.Int64
+	committedAt  atomic.Int64
+}
+
+// lag returns the partition's consumer lag in records and seconds at now.
+func (p *partitionStats) lag(now time.Time) (records int64, seconds float64) {
+	records = p.highWater.Load() - p.committed.Load()
+	if records <= 0 {
+		return 0, 0
+	}
+	since := p.pendingSince.Load()
+	if since == 0 {
+		since = p.committedAt.Load()
+	}
+	if since == 0 {
+		return records, 0
+	}
+	return records, max(0, now.Sub(time.Unix(0, since)).Seconds())
+}
+
+// assign starts tracking exactly the given partitions; committed holds
+// their watermarks (lakehouse.NoWatermark when the table has none).
+func (s *Stats) assign(committed map[int32]int64) map[int32]*partitionStats {
+	s.partitions.Range(func(k, _ any) bool {
+		if _, ok := committed[k.(int32)]; !ok {
+			s.partitions.Delete(k)
+		}
+		return true
+	})
+	out := make(map[int32]*partitionStats, len(committed))
+	for p, w := range committed {
+		ps := &partitionStats{}
+		ps.committed.Store(max(w, 0))
+		ps.highWater.Store(max(w, 0))
+		s.partitions.Store(p, ps)
+		out[p] = ps
+	}
+	return out
+}
+
+func (s *Stats) recordCommit(res lakehouse.Result, took time.Duration, rows, bytes int, oldest time.Time) {
 	s.Rows.Add(res.Rows)
 	s.Skipped.Add(res.Skipped)
 	s.Commits.Add(1)
 	s.CommitAttempts.Add(int64(res.Attempts))
 	s.LastCommitNanos.Store(int64(took))
+	if !oldest.IsZero() {
+		s.FreshnessNanos.Store(int64(time.Since(oldest)))
+	}
+	if s.flushRows != nil {
+		s.flushRows.Observe(float64(rows))
+		s.flushBytes.Observe(float64(bytes))
+	}
 	o := res.Offsets
 	s.lastOffsets.Store(&o)
 }
@@ -43,4 +130,15 @@ func (s *Stats) Offsets() lakehouse.Offsets {
 		return *p
 	}
 	return nil
+}
+
+// Lag returns the consumer lag of each assigned partition in records.
+func (s *Stats) Lag() map[int32]int64 {
+	out := map[int32]int64{}
+	now := time.Now()
+	s.partitions.Range(func(k, v any) bool {
+		out[k.(int32)], _ = v.(*partitionStats).lag(now)
+		return true
+	})
+	return out
 }

@@ -8,6 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
 
+	"github.com/floe-dev/floe/lakehouse"
 	"github.com/floe-dev/floe/pipeline"
 )
 
@@ -22,6 +23,8 @@ With --until-caught-up it stops once the end offsets seen at start are committed
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
+			stopProgress := func() {}
+			var committed func() lakehouse.Offsets
 			j, err := g.open(ctx)
 			if err != nil {
 				return err
@@ -39,10 +42,27 @@ With --until-caught-up it stops once the end offsets seen at start are committed
 				}
 				opts = append(opts, pipeline.UntilOffsets(end))
 				log.Info("scheduled run: stopping once these end offsets are committed", "end_offsets", end)
+				start, err := tbl.Watermarks(ctx)
+				if err != nil {
+					return err
+				}
+				defer func() { stopProgress() }()
+				committed = func() lakehouse.Offsets { return start }
+				stopProgress = reportProgress(log, "catching up", committedSince(cfg.Kafka.Topic, start, end, nil),
+					func() int64 { return committedSince(cfg.Kafka.Topic, start, end, committed()) })
 			}
 			m, err := pipeline.NewMember(cfg, tbl, sc, opts...)
 			if err != nil {
 				return err
+			}
+			if untilCaughtUp {
+				start := committed()
+				committed = func() lakehouse.Offsets {
+					if o := m.Stats().Offsets(); o != nil {
+						return o
+					}
+					return start
+				}
 			}
 			if cfg.Metrics.Listen != "" {
 				serve, err := pipeline.ListenMetrics(ctx, cfg.Metrics.Listen, reg, m.Stats())
@@ -70,4 +90,26 @@ With --until-caught-up it stops once the end offsets seen at start are committed
 	}
 	cmd.Flags().BoolVar(&untilCaughtUp, "until-caught-up", false, "stop once the end offsets seen at start are committed")
 	return cmd
+}
+
+// committedSince sums, over the partitions of end, how far the offsets at
+// have moved from start towards end: the records a scheduled run has
+// committed so far. With at == nil it is what the run must commit.
+func committedSince(topic string, start lakehouse.Offsets, end map[int32]int64, at lakehouse.Offsets) int64 {
+	var n int64
+	for p, e := range end {
+		from, ok := start.Get(topic, p)
+		if !ok {
+			from = 0
+		}
+		to, ok := at.Get(topic, p)
+		switch {
+		case at == nil:
+			to = e
+		case !ok:
+			to = from
+		}
+		n += max(0, min(to, e)-from)
+	}
+	return n
 }

@@ -162,6 +162,33 @@ func (c *Cluster) CreateTopic(ctx context.Context, topic string, partitions int)
 	return nil
 }
 
+// AddPartitions grows topic to total partitions, as
+// kafka-topics.sh --alter --partitions does.
+func (c *Cluster) AddPartitions(ctx context.Context, topic string, total int) error {
+	ctx, cancel := withTimeout(ctx)
+	defer cancel()
+	req := kmsg.NewPtrCreatePartitionsRequest()
+	t := kmsg.NewCreatePartitionsRequestTopic()
+	t.Topic = topic
+	t.Count = int32(total)
+	req.Topics = append(req.Topics, t)
+	req.TimeoutMillis = int32(requestTimeout / time.Millisecond)
+	resp, err := req.RequestWith(ctx, c.cl)
+	if err != nil {
+		return fmt.Errorf("adding partitions to %s: %w", topic, err)
+	}
+	if len(resp.Topics) != 1 {
+		return fmt.Errorf("adding partitions to %s: %d topics in response", topic, len(resp.Topics))
+	}
+	if err := kerr.ErrorForCode(resp.Topics[0].ErrorCode); err != nil {
+		return fmt.Errorf("adding partitions to %s: %w", topic, err)
+	}
+	// Producing partitions by the new count needs fresh metadata; the
+	// refresh is asynchronous.
+	c.cl.ForceMetadataRefresh()
+	return nil
+}
+
 // Produce writes msgs to topic, keyed, and returns once every one is
 // acknowledged by the broker. It returns, per partition, the offsets
 // assigned: the i-th offset of partition p belongs to the i-th message of
