@@ -16,8 +16,11 @@ demo: build
 	./$(BIN) demo $(DEMO_ARGS)
 
 # The whole suite: unit, MERGE, commit-protocol, torture and shutdown tests
-# against an in-process Kafka-protocol broker, SQLite catalogs and real files.
+# against an in-process Kafka-protocol broker, SQLite catalogs and real files,
+# and interop tests against real services started from deploy/ (jars fetched
+# from Maven Central once, cached under ~/.cache/floe).
 test:
+	bash deploy/setup-hdfs.sh
 	$(GO) mod download
 	$(GO) vet ./...
 	$(GO) test -count=1 -timeout 25m ./...

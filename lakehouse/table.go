@@ -24,6 +24,8 @@ import (
 	_ "github.com/apache/iceberg-go/catalog/hive"
 	_ "github.com/apache/iceberg-go/catalog/rest"
 	_ "github.com/apache/iceberg-go/catalog/sql"
+	// hdfs:// file IO for warehouses and table locations on HDFS.
+	_ "github.com/floe-dev/floe/lakehouse/hdfsio"
 	// The pure-Go SQLite driver, registered as "sqlite", for the default catalog.
 	_ "modernc.org/sqlite"
 

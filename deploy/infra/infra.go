@@ -1,0 +1,70 @@
+// Package infra starts the real services of deploy/ (Apache Kafka, HDFS, an
+// Iceberg REST catalog, a Hive Metastore, a schema registry) for tests. Each
+// service is a start script that fetches its jars from Maven Central (cached
+// under $FLOE_CACHE, default ~/.cache/floe), runs the service as a plain
+// background process on 127.0.0.1 with its data in a directory of the test's,
+// waits until it answers, and prints KEY=VALUE lines describing it; the
+// matching stop script takes the same directory.
+package infra
+
+import (
+	"bufio"
+	"bytes"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+)
+
+// Dir is the absolute path of deploy/.
+func Dir() string {
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Dir(filepath.Dir(file))
+}
+
+// Start runs deploy/<service>/start.sh with dir and args, fails tb with the
+// script's output if it fails, registers deploy/<service>/stop.sh dir as a
+// cleanup, and returns the KEY=VALUE lines the script printed.
+func Start(tb testing.TB, service, dir string, args ...string) map[string]string {
+	tb.Helper()
+	start := time.Now()
+	out, err := run(filepath.Join(Dir(), service, "start.sh"), append([]string{dir}, args...)...)
+	if err != nil {
+		tb.Fatalf("starting %s: %v\n%s", service, err, out)
+	}
+	tb.Logf("%s started in %s", service, time.Since(start).Round(time.Millisecond))
+	tb.Cleanup(func() { Stop(tb, service, dir) })
+	return parse(out)
+}
+
+// Stop runs deploy/<service>/stop.sh dir; a failure is reported, not fatal.
+func Stop(tb testing.TB, service, dir string) {
+	tb.Helper()
+	if out, err := run(filepath.Join(Dir(), service, "stop.sh"), dir); err != nil {
+		tb.Errorf("stopping %s: %v\n%s", service, err, out)
+	}
+}
+
+func run(script string, args ...string) ([]byte, error) {
+	cmd := exec.Command("bash", append([]string{script}, args...)...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return append(out, stderr.Bytes()...), err
+	}
+	return out, nil
+}
+
+func parse(out []byte) map[string]string {
+	kv := map[string]string{}
+	sc := bufio.NewScanner(bytes.NewReader(out))
+	for sc.Scan() {
+		if k, v, ok := strings.Cut(sc.Text(), "="); ok && k != "" && !strings.ContainsAny(k, " \t") {
+			kv[k] = v
+		}
+	}
+	return kv
+}

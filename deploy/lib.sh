@@ -1,0 +1,75 @@
+# Shared by deploy/*/start.sh and stop.sh: fetching jars from Maven Central
+# into a cache that survives between runs, free ports, waiting for a service.
+# Source it; every function reports failures on stderr and returns non-zero.
+
+FLOE_CACHE=${FLOE_CACHE:-$HOME/.cache/floe}
+
+# fetch_jars NAME POM [MVN_ARGS...]: copies POM's runtime dependencies into
+# $FLOE_CACHE/NAME/lib the first time (under a lock, so concurrent starts
+# fetch once) and prints that directory.
+fetch_jars() {
+	local name=$1 pom=$2
+	shift 2
+	local dir="$FLOE_CACHE/$name"
+	mkdir -p "$dir"
+	(
+		flock 9
+		if [ ! -f "$dir/.done" ]; then
+			echo "fetching $name from Maven Central (once; cached in $dir)" >&2
+			rm -rf "$dir/lib"
+			if ! mvn -q -B -f "$pom" "$@" dependency:copy-dependencies \
+				-DincludeScope=runtime -DoutputDirectory="$dir/lib" >&2; then
+				echo "fetching $name from Maven Central failed (see mvn output above)" >&2
+				exit 1
+			fi
+			touch "$dir/.done"
+		fi
+	) 9>"$dir/.lock" || return 1
+	echo "$dir/lib"
+}
+
+# free_port: prints a TCP port that was free on 127.0.0.1 a moment ago.
+free_port() {
+	python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+
+# wait_for NAME SECONDS PID LOG COMMAND...: runs COMMAND every half second
+# until it succeeds; fails with the log's tail if PID dies or time runs out.
+wait_for() {
+	local name=$1 secs=$2 pid=$3 log=$4
+	shift 4
+	local deadline=$(( $(date +%s) + secs ))
+	until "$@" >/dev/null 2>&1; do
+		if ! kill -0 "$pid" 2>/dev/null; then
+			echo "$name exited during start-up; last lines of $log:" >&2
+			tail -n 30 "$log" >&2
+			return 1
+		fi
+		if [ "$(date +%s)" -ge "$deadline" ]; then
+			echo "$name did not answer within ${secs}s; last lines of $log:" >&2
+			tail -n 30 "$log" >&2
+			kill "$pid" 2>/dev/null
+			return 1
+		fi
+		sleep 0.5
+	done
+}
+
+# port_open PORT: succeeds when something listens on 127.0.0.1:PORT.
+port_open() {
+	(exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null
+}
+
+# stop_pid PIDFILE [SECONDS]: SIGTERM, then SIGKILL after SECONDS (default 20).
+stop_pid() {
+	local pidfile=$1 secs=${2:-20} pid
+	[ -f "$pidfile" ] || return 0
+	pid=$(cat "$pidfile")
+	kill "$pid" 2>/dev/null || { rm -f "$pidfile"; return 0; }
+	for _ in $(seq $(( secs * 2 ))); do
+		kill -0 "$pid" 2>/dev/null || { rm -f "$pidfile"; return 0; }
+		sleep 0.5
+	done
+	kill -9 "$pid" 2>/dev/null
+	rm -f "$pidfile"
+}
