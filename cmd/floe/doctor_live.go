@@ -1,0 +1,194 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"sort"
+	"strconv"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+
+	"github.com/floe-dev/floe/enrich"
+	"github.com/floe-dev/floe/lakehouse"
+	"github.com/floe-dev/floe/pipeline"
+	"github.com/floe-dev/floe/pipeline/doctor"
+)
+
+// diagnoseLive gathers what `floe doctor` reads — group state, end and start
+// offsets, the table's watermarks and commit history, metrics — and hands
+// it to doctor.DiagnoseLive.
+func diagnoseLive(ctx context.Context, g *globalFlags, every time.Duration, metricsURL string) (*doctor.LiveReport, error) {
+	j, err := g.open(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer j.tbl.Close()
+	cfg := j.cfg
+	in := doctor.Live{Topic: cfg.Kafka.Topic, GroupID: cfg.Kafka.Group, Table: cfg.Table.Name}
+	if e := cfg.Enrich; e != nil {
+		keys := e.BatchSize
+		if e.Mode != enrich.ModeBatch {
+			keys = 1
+		}
+		in.Enrich = &doctor.EnrichLimits{MaxInFlightRecords: e.MaxInFlightRecords, MaxInFlightRequests: e.MaxInFlightRequests, KeysPerRequest: keys}
+	}
+	kc := &kafka.Client{Addr: kafka.TCP(cfg.Kafka.Brokers...), Timeout: 10 * time.Second}
+	take := func() (doctor.Sample, error) {
+		s := doctor.Sample{At: time.Now()}
+		var err error
+		if s.End, err = pipeline.EndOffsets(ctx, cfg.Kafka); err != nil {
+			return s, err
+		}
+		if s.Start, err = startOffsets(ctx, kc, cfg.Kafka.Topic, s.End); err != nil {
+			return s, err
+		}
+		wm, err := j.tbl.Watermarks(ctx)
+		if err != nil {
+			return s, err
+		}
+		s.Watermarks = wm[cfg.Kafka.Topic]
+		if metricsURL != "" {
+			if s.Metrics, err = scrape(ctx, metricsURL, cfg.Kafka.Topic); err != nil {
+				return s, err
+			}
+		}
+		return s, nil
+	}
+	if in.First, err = take(); err != nil {
+		return nil, err
+	}
+	if every > 0 {
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(every):
+		}
+		second, err := take()
+		if err != nil {
+			return nil, err
+		}
+		in.Second = &second
+	}
+	if in.GroupState, in.Members, err = describeGroup(ctx, kc, cfg.Kafka.Group, cfg.Kafka.Topic); err != nil {
+		return nil, err
+	}
+	if in.Commits, err = commitHistory(ctx, j.tbl, cfg.Kafka.Group, cfg.Kafka.Topic); err != nil {
+		return nil, err
+	}
+	return doctor.DiagnoseLive(in)
+}
+
+// startOffsets returns each partition's log start offset: where lag of a
+// partition the table has never committed begins.
+func startOffsets(ctx context.Context, kc *kafka.Client, topic string, end map[int32]int64) (map[int32]int64, error) {
+	var reqs []kafka.OffsetRequest
+	for p := range end {
+		reqs = append(reqs, kafka.FirstOffsetOf(int(p)))
+	}
+	res, err := kc.ListOffsets(ctx, &kafka.ListOffsetsRequest{Topics: map[string][]kafka.OffsetRequest{topic: reqs}})
+	if err != nil {
+		return nil, fmt.Errorf("start offsets of %s: %w", topic, err)
+	}
+	out := make(map[int32]int64, len(reqs))
+	for _, p := range res.Topics[topic] {
+		if p.Error != nil {
+			return nil, fmt.Errorf("start offset of %s/%d: %w", topic, p.Partition, p.Error)
+		}
+		out[int32(p.Partition)] = p.FirstOffset
+	}
+	return out, nil
+}
+
+// describeGroup returns the group's state and its members with the
+// partitions of topic each one holds.
+func describeGroup(ctx context.Context, kc *kafka.Client, group, topic string) (string, []doctor.GroupMember, error) {
+	res, err := kc.DescribeGroups(ctx, &kafka.DescribeGroupsRequest{GroupIDs: []string{group}})
+	if err != nil {
+		return "", nil, fmt.Errorf("describing group %s: %w", group, err)
+	}
+	if len(res.Groups) != 1 {
+		return "", nil, fmt.Errorf("describing group %s: %d groups in the answer", group, len(res.Groups))
+	}
+	gr := res.Groups[0]
+	if gr.Error != nil {
+		return "", nil, fmt.Errorf("describing group %s: %w", group, gr.Error)
+	}
+	var members []doctor.GroupMember
+	for _, m := range gr.Members {
+		gm := doctor.GroupMember{ID: m.MemberID, ClientID: m.ClientID, Host: m.ClientHost, Partitions: []int32{}}
+		for _, t := range m.MemberAssignments.Topics {
+			if t.Topic != topic {
+				continue
+			}
+			for _, p := range t.Partitions {
+				gm.Partitions = append(gm.Partitions, int32(p))
+			}
+		}
+		sort.Slice(gm.Partitions, func(a, b int) bool { return gm.Partitions[a] < gm.Partitions[b] })
+		members = append(members, gm)
+	}
+	sort.Slice(members, func(a, b int) bool { return members[a].ID < members[b].ID })
+	return gr.GroupState, members, nil
+}
+
+// commitHistory returns the table snapshots that carry the group's offset
+// map, oldest first, with the topic's summed watermarks, rows and skipped
+// duplicates.
+func commitHistory(ctx context.Context, t *lakehouse.Table, group, topic string) ([]doctor.Commit, error) {
+	tbl, err := t.Load(ctx)
+	if err != nil {
+		return nil, err
+	}
+	key := lakehouse.OffsetsKeyPrefix + group
+	var out []doctor.Commit
+	for _, s := range tbl.Metadata().Snapshots() {
+		if s.Summary == nil {
+			continue
+		}
+		raw, ok := s.Summary.Properties[key]
+		if !ok {
+			continue
+		}
+		var o lakehouse.Offsets
+		if err := json.Unmarshal([]byte(raw), &o); err != nil {
+			return nil, fmt.Errorf("snapshot %d: decoding %s: %w", s.SnapshotID, key, err)
+		}
+		c := doctor.Commit{At: time.UnixMilli(s.TimestampMs)}
+		for _, off := range o[topic] {
+			c.Offsets += off
+		}
+		c.Rows, _ = strconv.ParseInt(s.Summary.Properties[lakehouse.RowsKey], 10, 64)
+		c.Duplicates, _ = strconv.ParseInt(s.Summary.Properties[lakehouse.DuplicatesKey], 10, 64)
+		c.Partitions, _ = strconv.Atoi(s.Summary.Properties[lakehouse.PartitionsKeyPrefix+topic])
+		out = append(out, c)
+	}
+	sort.Slice(out, func(a, b int) bool { return out[a].At.Before(out[b].At) })
+	return out, nil
+}
+
+// scrape reads a floe member's /metrics.
+func scrape(ctx context.Context, url, topic string) (*doctor.Metrics, error) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return nil, fmt.Errorf("--metrics-url %s: %w", url, err)
+	}
+	req.Header.Set("Accept", "text/plain; version=0.0.4")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("--metrics-url: scraping %s: %w", url, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("--metrics-url: scraping %s: %s", url, resp.Status)
+	}
+	m, err := doctor.ParseMetrics(resp.Body, topic, time.Now())
+	if err != nil {
+		return nil, fmt.Errorf("--metrics-url %s: %w", url, err)
+	}
+	return m, nil
+}

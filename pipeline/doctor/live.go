@@ -1,0 +1,514 @@
+package doctor
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"sort"
+	"strings"
+	"time"
+)
+
+// Sample is what `floe doctor` reads at one instant.
+type Sample struct {
+	At time.Time
+	// End is each partition's end offset (high watermark) of the topic.
+	End map[int32]int64
+	// Start is each partition's log start offset; lag of a partition the
+	// table has no watermark for counts from here. Nil: from 0.
+	Start map[int32]int64
+	// Watermarks is the group's offset map for the topic from the table: the
+	// next offset to commit per partition.
+	Watermarks map[int32]int64
+	// Metrics is a scrape of a floe member's /metrics; nil without one.
+	Metrics *Metrics
+}
+
+// GroupMember is one member of the consumer group and its assignment.
+type GroupMember struct {
+	ID         string  `json:"id"`
+	ClientID   string  `json:"client_id"`
+	Host       string  `json:"host"`
+	Partitions []int32 `json:"partitions"`
+}
+
+// Commit is one table snapshot that carries the group's offset map.
+type Commit struct {
+	At time.Time
+	// Offsets is the sum of the topic's watermarks after the commit.
+	Offsets int64
+	// Rows and Duplicates are floe.rows and floe.duplicates-skipped.
+	Rows, Duplicates int64
+	// Partitions is the topic's partition count the commit recorded
+	// (floe.partitions.<topic>); 0 when it recorded none.
+	Partitions int
+}
+
+// EnrichLimits is the in-flight capacity the enrich config allows.
+type EnrichLimits struct {
+	// MaxInFlightRecords bounds one partition's lane.
+	MaxInFlightRecords int `json:"max_in_flight_records"`
+	// MaxInFlightRequests bounds the requests of one process.
+	MaxInFlightRequests int `json:"max_in_flight_requests"`
+	// KeysPerRequest is batch_size in batch mode, 1 in single mode.
+	KeysPerRequest int `json:"keys_per_request"`
+}
+
+// Live is everything `floe doctor` gathered.
+type Live struct {
+	Topic, GroupID, Table string
+	// First is required; Second, taken a little later, gives trends.
+	First  Sample
+	Second *Sample
+	// GroupState is the coordinator's state (Stable, Empty, ...).
+	GroupState string
+	Members    []GroupMember
+	// Commits are the snapshots carrying the offset map, oldest first.
+	Commits []Commit
+	// Enrich is nil when the job has no enrichment stage.
+	Enrich *EnrichLimits
+}
+
+// PartitionLag is one partition's lag: end offset − table watermark.
+type PartitionLag struct {
+	Partition int32 `json:"partition"`
+	End       int64 `json:"end"`
+	Watermark int64 `json:"watermark"`
+	// InTable is false when the table's offset map has no entry for it.
+	InTable bool  `json:"in_table"`
+	Lag     int64 `json:"lag"`
+	// Trend is the change of lag in records per second over the sample.
+	Trend float64 `json:"trend_per_second"`
+	// LagSeconds is floe_consumer_lag_seconds when scraped, else 0.
+	LagSeconds float64 `json:"lag_seconds,omitempty"`
+}
+
+// EnrichLoad is Little's law for the enrichment stage of one process.
+type EnrichLoad struct {
+	RatePerSecond      float64 `json:"rate_per_second"`
+	MeanLatencySeconds float64 `json:"mean_latency_seconds"`
+	P99LatencySeconds  float64 `json:"p99_latency_seconds"`
+	// InFlightNeeded is rate × mean latency.
+	InFlightNeeded   float64 `json:"in_flight_needed"`
+	InFlightObserved float64 `json:"in_flight_observed"`
+	// Capacity is min(lanes × max_in_flight_records, requests × keys).
+	Capacity    float64 `json:"capacity"`
+	Utilization float64 `json:"utilization"`
+}
+
+// LiveReport is the diagnosis of a running (or stopped) floe job.
+type LiveReport struct {
+	Topic         string         `json:"topic"`
+	Group         string         `json:"group"`
+	Table         string         `json:"table"`
+	SampleSeconds float64        `json:"sample_seconds"`
+	Partitions    []PartitionLag `json:"partitions"`
+	TotalLag      int64          `json:"total_lag"`
+	// LagTrend is records per second, positive when lag grows.
+	LagTrend    float64 `json:"lag_trend_per_second"`
+	ArrivalRate float64 `json:"arrival_rate"`
+	// CommitRate is offsets committed per second (over the sample, or over
+	// the recent commit history when the sample saw no commit).
+	CommitRate float64 `json:"commit_rate"`
+	// Trend is caught-up, draining, growing, steady or unknown (one sample).
+	Trend string `json:"trend"`
+	// DrainSeconds: 0 when caught up or unknown, -1 when lag does not drain.
+	DrainSeconds         float64       `json:"drain_seconds"`
+	GroupState           string        `json:"group_state"`
+	Members              []GroupMember `json:"members"`
+	TopicPartitions      int           `json:"topic_partitions"`
+	TablePartitions      int           `json:"table_partitions"`
+	UnassignedPartitions []int32       `json:"unassigned_partitions,omitempty"`
+	Commits              int           `json:"commits"`
+	CommitsPerMinute     float64       `json:"commits_per_minute"`
+	LastCommitAgeSeconds float64       `json:"last_commit_age_seconds"`
+	RowsCommitted        int64         `json:"rows_committed"`
+	DuplicatesSkipped    int64         `json:"duplicates_skipped"`
+	Rebalances           float64       `json:"rebalances,omitempty"`
+	RebalancesPerHour    float64       `json:"rebalances_per_hour,omitempty"`
+	Enrich               *EnrichLoad   `json:"enrich,omitempty"`
+	Hazards              []string      `json:"hazards,omitempty"`
+	Findings             []Finding     `json:"findings"`
+	MetricsScraped       bool          `json:"metrics_scraped"`
+	MetricsMissing       []string      `json:"metrics_missing,omitempty"`
+	EnrichLimits         *EnrichLimits `json:"enrich_limits,omitempty"`
+}
+
+// recentCommits is how far back the commit history counts for rates.
+const recentCommits = 5 * time.Minute
+
+// DiagnoseLive computes lag, trends, commit and rebalance rates, Little's
+// law for enrichment, members versus partitions and the partition-count
+// hazard from what `floe doctor` gathered.
+func DiagnoseLive(in Live) (*LiveReport, error) {
+	if len(in.First.End) == 0 {
+		return nil, errors.New("doctor: no end offsets: the topic has no partitions")
+	}
+	cur := in.First
+	if in.Second != nil {
+		cur = *in.Second
+	}
+	r := &LiveReport{Topic: in.Topic, Group: in.GroupID, Table: in.Table, GroupState: in.GroupState,
+		Members: in.Members, TopicPartitions: len(cur.End), TablePartitions: len(cur.Watermarks),
+		MetricsScraped: cur.Metrics != nil, EnrichLimits: in.Enrich, Trend: "unknown"}
+	var dt float64
+	if in.Second != nil {
+		dt = in.Second.At.Sub(in.First.At).Seconds()
+		if dt <= 0 {
+			return nil, fmt.Errorf("doctor: second sample at %s is not after the first at %s", in.Second.At, in.First.At)
+		}
+		r.SampleSeconds = dt
+	}
+
+	// Lag per partition and its trend.
+	var endBefore, endNow, wmBefore, wmNow, lagBefore int64
+	for _, p := range sortedKeys(cur.End) {
+		pl := lagOf(cur, p)
+		r.TotalLag += pl.Lag
+		endNow += pl.End
+		wmNow += pl.Watermark
+		if in.Second != nil {
+			before := lagOf(in.First, p)
+			pl.Trend = float64(pl.Lag-before.Lag) / dt
+			lagBefore += before.Lag
+			endBefore += before.End
+			wmBefore += before.Watermark
+		}
+		if cur.Metrics != nil {
+			pl.LagSeconds = cur.Metrics.LagSeconds[p]
+		}
+		r.Partitions = append(r.Partitions, pl)
+	}
+
+	// Commit history: rate, age, rows and duplicates.
+	r.Commits = len(in.Commits)
+	var historyRate float64
+	if n := len(in.Commits); n > 0 {
+		last := in.Commits[n-1]
+		r.LastCommitAgeSeconds = max(cur.At.Sub(last.At).Seconds(), 0)
+		for _, c := range in.Commits {
+			r.RowsCommitted += c.Rows
+			r.DuplicatesSkipped += c.Duplicates
+		}
+		i := n - 1
+		for i > 0 && last.At.Sub(in.Commits[i-1].At) <= recentCommits {
+			i--
+		}
+		if span := last.At.Sub(in.Commits[i].At).Seconds(); i < n-1 && span > 0 {
+			r.CommitsPerMinute = float64(n-1-i) / span * 60
+			if cur.At.Sub(last.At) <= recentCommits {
+				historyRate = float64(last.Offsets-in.Commits[i].Offsets) / span
+			}
+		}
+	}
+
+	if in.Second != nil {
+		r.ArrivalRate = float64(endNow-endBefore) / dt
+		r.CommitRate = float64(wmNow-wmBefore) / dt
+		if wmNow == wmBefore && historyRate > 0 {
+			// Commits are less frequent than the sample: use the history.
+			r.CommitRate = historyRate
+		}
+		r.LagTrend = r.ArrivalRate - r.CommitRate
+	}
+	switch {
+	case r.TotalLag == 0:
+		r.Trend = "caught-up"
+	case in.Second == nil:
+	case r.LagTrend < 0:
+		r.Trend, r.DrainSeconds = "draining", float64(r.TotalLag)/-r.LagTrend
+	case r.LagTrend > 0:
+		r.Trend, r.DrainSeconds = "growing", -1
+	default:
+		r.Trend, r.DrainSeconds = "steady", -1
+	}
+	r.lagFinding(lagBefore, in.Second != nil)
+	r.membersFinding()
+	r.partitionHazard(cur, in.Commits)
+	r.commitFinding()
+	r.metricsFindings(in, cur)
+	return r, nil
+}
+
+func lagOf(s Sample, p int32) PartitionLag {
+	pl := PartitionLag{Partition: p, End: s.End[p]}
+	if wm, ok := s.Watermarks[p]; ok {
+		pl.Watermark, pl.InTable = wm, true
+	} else {
+		pl.Watermark = s.Start[p]
+	}
+	pl.Lag = max(pl.End-pl.Watermark, 0)
+	return pl
+}
+
+func (r *LiveReport) lagFinding(before int64, trended bool) {
+	f := Finding{Topic: "lag"}
+	var terms []string
+	for _, p := range r.Partitions {
+		terms = append(terms, fmt.Sprint(p.Lag))
+	}
+	sum := strings.Join(terms, " + ") + " = "
+	if len(terms) > 16 {
+		sum = ""
+	}
+	f.Math = append(f.Math, fmt.Sprintf("lag = Σ (end offset − table watermark) over %d partitions = %s%s records", len(r.Partitions), sum, group(r.TotalLag)))
+	if !trended {
+		f.Conclusion = fmt.Sprintf("Lag is %s records; sample twice (--sample) for its trend.", group(r.TotalLag))
+		r.Findings = append(r.Findings, f)
+		return
+	}
+	f.Math = append(f.Math, fmt.Sprintf("over %s: lag %s → %s; arrivals %s/s − commits %s/s = %s/s",
+		dur(time.Duration(r.SampleSeconds*float64(time.Second))), group(before), group(r.TotalLag), num(r.ArrivalRate), num(r.CommitRate), num(r.LagTrend)))
+	switch r.Trend {
+	case "caught-up":
+		f.Conclusion = "Caught up: every offset produced is committed to the table."
+	case "draining":
+		d := time.Duration(r.DrainSeconds * float64(time.Second))
+		f.Math = append(f.Math, fmt.Sprintf("time to drain = %s / %s per second = %s", group(r.TotalLag), num(-r.LagTrend), dur(d)))
+		f.Conclusion = fmt.Sprintf("Draining: lag falls by %s records/s; caught up in about %s if rates hold.", num(-r.LagTrend), dur(d))
+	case "growing":
+		f.Conclusion = fmt.Sprintf("Growing: lag rises by %s records/s and will not drain at the current commit rate.", num(r.LagTrend))
+	default:
+		f.Conclusion = fmt.Sprintf("Steady at %s records: nothing arrived and nothing was committed during the sample; it does not drain until a member consumes.", group(r.TotalLag))
+	}
+	r.Findings = append(r.Findings, f)
+}
+
+func (r *LiveReport) membersFinding() {
+	n, parts := len(r.Members), r.TopicPartitions
+	owner := map[int32]bool{}
+	for _, m := range r.Members {
+		for _, p := range m.Partitions {
+			owner[p] = true
+		}
+	}
+	if n > 0 {
+		for _, p := range r.Partitions {
+			if !owner[p.Partition] {
+				r.UnassignedPartitions = append(r.UnassignedPartitions, p.Partition)
+			}
+		}
+	}
+	f := Finding{Topic: "members", Math: []string{fmt.Sprintf("members vs partitions: %d %s, %d partitions (group %s)", n, plural(n, "member"), parts, orUnknown(r.GroupState))}}
+	for _, m := range r.Members {
+		f.Math = append(f.Math, fmt.Sprintf("  %s (%s) holds %d: %v", m.ClientID, m.Host, len(m.Partitions), m.Partitions))
+	}
+	switch {
+	case n == 0:
+		f.Conclusion = "No member is consuming: lag only grows until `floe run` starts."
+	case n > parts:
+		f.Conclusion = fmt.Sprintf("%d members idle: a group uses at most one member per partition.", n-parts)
+	case len(r.UnassignedPartitions) > 0:
+		f.Conclusion = fmt.Sprintf("Partitions %v are assigned to no member (a rebalance in progress, or members subscribed before the partitions were added).", r.UnassignedPartitions)
+	default:
+		f.Conclusion = fmt.Sprintf("%s; up to %d members can share the work.", spread(n, parts), parts)
+	}
+	r.Findings = append(r.Findings, f)
+}
+
+// partitionHazard reports partitions added after ingestion began: keys
+// moved. The commits record the partition count they saw; the smallest one
+// in the history is the count ingestion began with. Tables written before
+// floe recorded counts fall back to the offset map: partitions above the
+// highest one it knows were added (a low-numbered partition missing from
+// the map merely never had records).
+func (r *LiveReport) partitionHazard(cur Sample, commits []Commit) {
+	known := 0
+	for _, c := range commits {
+		if c.Partitions > 0 && (known == 0 || c.Partitions < known) {
+			known = c.Partitions
+		}
+	}
+	source := "the table's commits recorded"
+	if known == 0 {
+		if len(cur.Watermarks) == 0 {
+			return
+		}
+		highest := int32(-1)
+		for p := range cur.Watermarks {
+			highest = max(highest, p)
+		}
+		known = int(highest) + 1
+		source = "the table's offset map reaches"
+	}
+	var added []int32
+	for _, p := range sortedKeys(cur.End) {
+		if int(p) >= known {
+			added = append(added, p)
+		}
+	}
+	if len(added) == 0 {
+		return
+	}
+	h := fmt.Sprintf("partition count changed: topic %s has %d partitions, %s %d; partitions %v were added after ingestion began. A keyed producer now sends hash(key) %% %d, not %% %d, so sessions that began before the change continue in another partition: their order across the two partitions is not guaranteed (floe verify counts sessions seen in more than one partition).",
+		r.Topic, r.TopicPartitions, source, known, added, r.TopicPartitions, known)
+	r.Hazards = append(r.Hazards, h)
+	r.Findings = append(r.Findings, Finding{Topic: "partitions", Conclusion: "Sessions may be split across partitions after a partition-count change.",
+		Math: []string{fmt.Sprintf("%d partitions in the topic − %d %s = %d added: %v", r.TopicPartitions, known, source, len(added), added)}})
+}
+
+func (r *LiveReport) commitFinding() {
+	f := Finding{Topic: "commits", Math: []string{
+		fmt.Sprintf("%d table commits carry the offset map; %s rows committed; %s duplicates skipped by the MERGE (floe.duplicates-skipped)", r.Commits, group(r.RowsCommitted), group(r.DuplicatesSkipped)),
+	}}
+	if r.Commits == 0 {
+		f.Conclusion = "Nothing committed yet."
+		r.Findings = append(r.Findings, f)
+		return
+	}
+	f.Math = append(f.Math, fmt.Sprintf("last commit %s ago; %s commits/min over the last %s of history", dur(time.Duration(r.LastCommitAgeSeconds*float64(time.Second))), num(r.CommitsPerMinute), dur(recentCommits)))
+	if r.DuplicatesSkipped > 0 {
+		f.Conclusion = fmt.Sprintf("%s re-delivered records (rebalances, replays, redone flushes) were skipped by the dedupe MERGE, not duplicated.", group(r.DuplicatesSkipped))
+	} else {
+		f.Conclusion = "No re-delivered record has reached the table's MERGE."
+	}
+	r.Findings = append(r.Findings, f)
+}
+
+func (r *LiveReport) metricsFindings(in Live, cur Sample) {
+	m := cur.Metrics
+	if m == nil {
+		return
+	}
+	for _, name := range []string{MetricLagRecords, MetricLagSeconds, MetricRebalances, MetricDuplicates, MetricConsumed} {
+		if !m.Has(name) && !(name == MetricRebalances && m.Has(MetricGenerations)) {
+			r.MetricsMissing = append(r.MetricsMissing, name)
+		}
+	}
+	var prev *Metrics
+	if in.Second != nil {
+		prev = in.First.Metrics
+	}
+
+	// Rebalances.
+	name := MetricRebalances
+	if !m.Has(name) {
+		name = MetricGenerations
+	}
+	if m.Has(name) {
+		r.Rebalances = m.Values[name]
+		f := Finding{Topic: "rebalances"}
+		// The counter includes the member's first join, which is no rebalance
+		// of a running job.
+		excess := max(r.Rebalances-1, 0)
+		if start, ok := m.Values[MetricProcessStart]; ok && start > 0 {
+			up := m.At.Sub(time.Unix(0, int64(start*1e9))).Hours()
+			if up > 0 {
+				r.RebalancesPerHour = excess / up
+				f.Math = append(f.Math, fmt.Sprintf("%s = %s; minus the first join = %s over %s of uptime = %s per hour", name, num(r.Rebalances), num(excess), dur(time.Duration(up*float64(time.Hour))), num(r.RebalancesPerHour)))
+			}
+		} else {
+			f.Math = append(f.Math, fmt.Sprintf("%s = %s", name, num(r.Rebalances)))
+		}
+		if prev != nil {
+			f.Math = append(f.Math, fmt.Sprintf("+%s during the %s sample", num(m.Values[name]-prev.Values[name]), dur(time.Duration(r.SampleSeconds*float64(time.Second)))))
+		}
+		if excess >= 2 && r.RebalancesPerHour > 6 {
+			f.Conclusion = "Rebalancing more than every 10 minutes: every rebalance revokes every partition (eager protocol), flushes and re-seeks; look for members joining and leaving (deploys, crashes, session expiry)."
+		} else {
+			f.Conclusion = "Rebalances are rare; fetching never waits on enrichment, so no poll deadline can expire a member."
+		}
+		r.Findings = append(r.Findings, f)
+	}
+	if added := m.Values[MetricPartitionsAdded]; added > 0 && len(r.Hazards) == 0 {
+		r.Hazards = append(r.Hazards, fmt.Sprintf("partition count changed: this member saw %s partitions of %s appear while the table already had offsets for the topic (%s); sessions that began before the change may continue in another partition.", num(added), r.Topic, MetricPartitionsAdded))
+	}
+	if m.Has(MetricDuplicates) {
+		d := Finding{Topic: "duplicates", Math: []string{fmt.Sprintf("%s = %s on this member", MetricDuplicates, num(m.Values[MetricDuplicates]))},
+			Conclusion: "Each was a re-delivery the MERGE made harmless."}
+		if m.Values[MetricDuplicates] == 0 {
+			d.Conclusion = "No re-delivery has reached this member's MERGE."
+		}
+		r.Findings = append(r.Findings, d)
+	}
+
+	// Little's law for enrichment: records in flight = rate × latency.
+	if in.Enrich == nil || m.Latency == nil {
+		return
+	}
+	lat, hits, misses := m.Latency, m.Values[MetricCacheHits], m.Values[MetricCacheMisses]
+	var rate float64
+	window := "since start"
+	if prev != nil && prev.Latency != nil {
+		rate = (m.Values[MetricConsumed] - prev.Values[MetricConsumed]) / r.SampleSeconds
+		hits, misses = hits-prev.Values[MetricCacheHits], misses-prev.Values[MetricCacheMisses]
+		if d := m.Latency.Since(prev.Latency); d.Count > 0 {
+			lat, window = d, "over the sample"
+		}
+	} else if start, ok := m.Values[MetricProcessStart]; ok && start > 0 {
+		if up := m.At.Sub(time.Unix(0, int64(start*1e9))).Seconds(); up > 0 {
+			rate = m.Values[MetricConsumed] / up
+		}
+	}
+	if lat.Count == 0 {
+		return
+	}
+	// Only records whose key misses the cache wait for a lookup.
+	share := 1.0
+	if hits+misses > 0 {
+		share = misses / (hits + misses)
+	}
+	lanes := m.Values[MetricAssigned]
+	if lanes == 0 && len(r.Members) > 0 {
+		lanes = math.Ceil(float64(r.TopicPartitions) / float64(len(r.Members)))
+	}
+	laneCap := lanes * float64(in.Enrich.MaxInFlightRecords)
+	reqCap := float64(in.Enrich.MaxInFlightRequests * in.Enrich.KeysPerRequest)
+	e := &EnrichLoad{RatePerSecond: rate, MeanLatencySeconds: lat.Mean(), P99LatencySeconds: lat.Quantile(0.99),
+		InFlightObserved: m.Values[MetricEnrichInFlight], Capacity: reqCap}
+	if laneCap > 0 {
+		e.Capacity = min(laneCap, reqCap)
+	}
+	e.InFlightNeeded = e.RatePerSecond * share * e.MeanLatencySeconds
+	if e.Capacity > 0 {
+		e.Utilization = max(e.InFlightNeeded, e.InFlightObserved) / e.Capacity
+	}
+	r.Enrich = e
+	f := Finding{Topic: "enrichment", Math: []string{
+		fmt.Sprintf("latency %s: mean %s, p99 %s (%s requests)", window, dur(sec(e.MeanLatencySeconds)), dur(sec(e.P99LatencySeconds)), num(lat.Count)),
+		fmt.Sprintf("Little's law: %s records/s × %.0f %% cache misses × %s = %s records in flight (observed %s)", num(rate), 100*share, dur(sec(e.MeanLatencySeconds)), num(e.InFlightNeeded), num(e.InFlightObserved)),
+		fmt.Sprintf("capacity = min(%s lanes × max_in_flight_records %d, max_in_flight_requests %d × %d keys) = %s → %.0f %% used",
+			num(lanes), in.Enrich.MaxInFlightRecords, in.Enrich.MaxInFlightRequests, in.Enrich.KeysPerRequest, num(e.Capacity), 100*e.Utilization),
+	}}
+	if rate > 0 && share > 0 && e.InFlightObserved > 1.5*e.InFlightNeeded {
+		// Little's law backwards: the time a looked-up record really spends
+		// in the stage.
+		f.Math = append(f.Math, fmt.Sprintf("observed %s in flight / (%s records/s × %.0f %%) = %s per looked-up record in the stage, against %s per request: records wait for in-order release behind slower lookups, or for the buffer downstream",
+			num(e.InFlightObserved), num(rate), 100*share, dur(sec(e.InFlightObserved/(rate*share))), dur(sec(e.MeanLatencySeconds))))
+	}
+	perLookup := e.Capacity / max(e.MeanLatencySeconds, 1e-9)
+	switch {
+	case e.Utilization >= 0.8 && e.InFlightObserved > 1.5*e.InFlightNeeded:
+		f.Conclusion = fmt.Sprintf("The in-flight windows are %.0f %% full and a full lane stops fetching: records stay in the stage far longer than a request takes, held by the latency tail (p99 %s) ahead of them or by slow commits downstream; raise max_in_flight_records, cut the tail (timeout), or look at the commit rate.", 100*e.Utilization, dur(sec(e.P99LatencySeconds)))
+	case e.Utilization >= 0.8:
+		f.Conclusion = fmt.Sprintf("Enrichment is the bottleneck: lookups are capped near capacity / latency = %s per second; raise max_in_flight_records or batch_size, or make the service faster.", num(perLookup))
+	default:
+		f.Conclusion = fmt.Sprintf("Enrichment has headroom: it could carry %s lookups/s at this latency.", num(perLookup))
+	}
+	r.Findings = append(r.Findings, f)
+}
+
+func sec(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
+
+func sortedKeys(m map[int32]int64) []int32 {
+	ks := make([]int32, 0, len(m))
+	for k := range m {
+		ks = append(ks, k)
+	}
+	sort.Slice(ks, func(i, j int) bool { return ks[i] < ks[j] })
+	return ks
+}
+
+func plural(n int, noun string) string {
+	if n == 1 {
+		return noun
+	}
+	return noun + "s"
+}
+
+func orUnknown(s string) string {
+	if s == "" {
+		return "state unknown"
+	}
+	return s
+}

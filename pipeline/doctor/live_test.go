@@ -1,0 +1,202 @@
+package doctor
+
+import (
+	"bytes"
+	"fmt"
+	"math"
+	"strings"
+	"testing"
+	"time"
+)
+
+var t0 = time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+
+func render(t *testing.T, r *LiveReport) string {
+	t.Helper()
+	var b bytes.Buffer
+	if err := r.WriteText(&b); err != nil {
+		t.Fatal(err)
+	}
+	return b.String()
+}
+
+func TestLiveLagAndDrain(t *testing.T) {
+	// Two partitions; over 10 s 1,000 records arrive and 3,000 are committed:
+	// lag 10,000 → 8,000, draining 200/s, 40 s to go.
+	in := Live{Topic: "clicks", GroupID: "g", Table: "a.t", GroupState: "Stable",
+		Members: []GroupMember{{ID: "m1", ClientID: "floe", Host: "/10.0.0.1", Partitions: []int32{0, 1}}},
+		First:   Sample{At: t0, End: map[int32]int64{0: 10000, 1: 5000}, Watermarks: map[int32]int64{0: 2000, 1: 3000}},
+		Second:  &Sample{At: t0.Add(10 * time.Second), End: map[int32]int64{0: 10500, 1: 5500}, Watermarks: map[int32]int64{0: 4000, 1: 4000}},
+	}
+	r, err := DiagnoseLive(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.TotalLag != 8000 || r.Partitions[0].Lag != 6500 || r.Partitions[1].Lag != 1500 {
+		t.Fatalf("lag %d (%+v), want 8000 = 6500 + 1500", r.TotalLag, r.Partitions)
+	}
+	if r.ArrivalRate != 100 || r.CommitRate != 300 || r.LagTrend != -200 || r.Trend != "draining" || r.DrainSeconds != 40 {
+		t.Fatalf("arrival %v commit %v trend %v %s drain %v; want 100, 300, -200, draining, 40", r.ArrivalRate, r.CommitRate, r.LagTrend, r.Trend, r.DrainSeconds)
+	}
+	if r.Partitions[0].Trend != -150 {
+		t.Fatalf("partition 0 trend %v, want -150/s", r.Partitions[0].Trend)
+	}
+	text := render(t, r)
+	mustContain(t, text, "= 6500 + 1500 = 8,000 records", "lag 10,000 → 8,000; arrivals 100/s − commits 300/s = -200/s",
+		"time to drain = 8,000 / 200 per second = 40s", "members vs partitions: 1 member, 2 partitions (group Stable)", "2 partitions per member")
+}
+
+func TestLiveStoppedGroupAndHazard(t *testing.T) {
+	// The job stopped: no members, nothing moves. A third partition was
+	// added after ingestion began; its records count from the log start.
+	s := Sample{At: t0, End: map[int32]int64{0: 100, 1: 100, 2: 40}, Start: map[int32]int64{2: 10}, Watermarks: map[int32]int64{0: 100, 1: 70}}
+	s2 := s
+	s2.At = t0.Add(5 * time.Second)
+	r, err := DiagnoseLive(Live{Topic: "clicks", GroupState: "Empty", First: s, Second: &s2,
+		Commits: []Commit{{At: t0.Add(-time.Hour), Offsets: 100, Rows: 100}, {At: t0.Add(-time.Hour + 10*time.Second), Offsets: 170, Rows: 65, Duplicates: 5}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.TotalLag != 60 || r.Trend != "steady" || r.DrainSeconds != -1 || r.CommitRate != 0 {
+		t.Fatalf("lag %d trend %s drain %v commit rate %v; want 60 (0+30+30), steady, never, 0 (history is an hour old)", r.TotalLag, r.Trend, r.DrainSeconds, r.CommitRate)
+	}
+	if len(r.Hazards) != 1 || r.DuplicatesSkipped != 5 || r.RowsCommitted != 165 || r.CommitsPerMinute != 6 {
+		t.Fatalf("hazards %v, duplicates %d, rows %d, commits/min %v", r.Hazards, r.DuplicatesSkipped, r.RowsCommitted, r.CommitsPerMinute)
+	}
+	text := render(t, r)
+	mustContain(t, text, "members vs partitions: 0 members, 3 partitions (group Empty)", "No member is consuming",
+		"topic clicks has 3 partitions, the table's offset map reaches 2; partitions [2] were added", "hash(key) % 3, not % 2",
+		"5 duplicates skipped by the MERGE")
+	// Without the added partition there is no hazard.
+	delete(s.End, 2)
+	if r, _ := DiagnoseLive(Live{Topic: "clicks", First: s}); len(r.Hazards) != 0 || r.Trend != "unknown" {
+		t.Fatalf("hazards %v trend %s for an unchanged topic sampled once", r.Hazards, r.Trend)
+	}
+}
+
+func TestLiveCommitRateFromHistory(t *testing.T) {
+	// Commits every 10 s move 5,000 offsets each; a 5 s sample saw none, so
+	// the commit rate comes from the history: 500/s against 100/s arriving.
+	var cs []Commit
+	for i := range 7 {
+		cs = append(cs, Commit{At: t0.Add(time.Duration(i*10-60) * time.Second), Offsets: int64(i * 5000)})
+	}
+	s1 := Sample{At: t0.Add(time.Second), End: map[int32]int64{0: 100000}, Watermarks: map[int32]int64{0: 30000}}
+	s2 := Sample{At: t0.Add(6 * time.Second), End: map[int32]int64{0: 100500}, Watermarks: map[int32]int64{0: 30000}}
+	r, err := DiagnoseLive(Live{Topic: "clicks", First: s1, Second: &s2, Commits: cs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.CommitRate != 500 || r.LagTrend != -400 || r.Trend != "draining" || math.Abs(r.DrainSeconds-70500.0/400) > 1e-9 {
+		t.Fatalf("commit rate %v trend %v %s drain %v; want 500, -400, draining, 176.25", r.CommitRate, r.LagTrend, r.Trend, r.DrainSeconds)
+	}
+}
+
+const scrape1 = `# TYPE floe_consumer_lag_records gauge
+floe_consumer_lag_records{topic="clicks",partition="0"} 1200
+floe_consumer_lag_records{topic="other",partition="0"} 7
+# TYPE floe_consumer_lag_seconds gauge
+floe_consumer_lag_seconds{topic="clicks",partition="0"} 2.5
+# TYPE floe_rebalances_total counter
+floe_rebalances_total 3
+# TYPE floe_duplicates_skipped_total counter
+floe_duplicates_skipped_total 42
+# TYPE floe_records_consumed_total counter
+floe_records_consumed_total 100000
+# TYPE floe_enrich_cache_hits_total counter
+floe_enrich_cache_hits_total 50000
+# TYPE floe_enrich_cache_misses_total counter
+floe_enrich_cache_misses_total 50000
+# TYPE floe_assigned_partitions gauge
+floe_assigned_partitions 2
+# TYPE floe_enrich_in_flight_records gauge
+floe_enrich_in_flight_records 900
+# TYPE process_start_time_seconds gauge
+process_start_time_seconds %START%
+# TYPE floe_enrich_request_duration_seconds histogram
+floe_enrich_request_duration_seconds_bucket{le="0.5"} 0
+floe_enrich_request_duration_seconds_bucket{le="1"} 90
+floe_enrich_request_duration_seconds_bucket{le="5"} 100
+floe_enrich_request_duration_seconds_bucket{le="+Inf"} 100
+floe_enrich_request_duration_seconds_sum 60
+floe_enrich_request_duration_seconds_count 100
+`
+
+func TestParseMetricsAndLittlesLaw(t *testing.T) {
+	// The process started half an hour before the first scrape.
+	text := strings.Replace(scrape1, "%START%", fmt.Sprint(t0.Add(-30*time.Minute).Unix()), 1)
+	m1, err := ParseMetrics(strings.NewReader(text), "clicks", t0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m1.LagRecords[0] != 1200 || m1.LagSeconds[0] != 2.5 || len(m1.LagRecords) != 1 || m1.Values[MetricRebalances] != 3 {
+		t.Fatalf("parsed %+v", m1)
+	}
+	if m1.Latency.Mean() != 0.6 || math.Abs(m1.Latency.Quantile(0.99)-4.6) > 1e-9 {
+		t.Fatalf("latency mean %v p99 %v, want 0.6 and 1 + 4 × 9/10 = 4.6", m1.Latency.Mean(), m1.Latency.Quantile(0.99))
+	}
+	// Ten seconds later 100,000 more records were consumed (10,000/s), a
+	// third of them missed the cache, and 100 more requests took 0.6 s on
+	// average; three more rebalances.
+	text2 := strings.NewReplacer("floe_records_consumed_total 100000", "floe_records_consumed_total 200000",
+		`le="1"} 90`, `le="1"} 190`, `le="5"} 100`, `le="5"} 200`, `le="+Inf"} 100`, `le="+Inf"} 200`,
+		"_sum 60", "_sum 120", "_count 100", "_count 200", "floe_rebalances_total 3", "floe_rebalances_total 6",
+		"hits_total 50000", "hits_total 150000", "misses_total 50000", "misses_total 100000").Replace(text)
+	m2, err := ParseMetrics(strings.NewReader(text2), "clicks", t0.Add(10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	end := map[int32]int64{0: 5000, 1: 5000}
+	wm := map[int32]int64{0: 3800, 1: 5000}
+	r, err := DiagnoseLive(Live{Topic: "clicks", GroupState: "Stable",
+		Members: []GroupMember{{ClientID: "floe", Partitions: []int32{0, 1}}},
+		Enrich:  &EnrichLimits{MaxInFlightRecords: 500, MaxInFlightRequests: 256, KeysPerRequest: 500},
+		First:   Sample{At: t0, End: end, Watermarks: wm, Metrics: m1},
+		Second:  &Sample{At: t0.Add(10 * time.Second), End: end, Watermarks: wm, Metrics: m2}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// L = 10,000/s × 1/3 misses × 0.6 s = 2,000 in flight; capacity
+	// min(2 lanes × 500, 256 × 500) = 1,000.
+	e := r.Enrich
+	if e == nil || e.RatePerSecond != 10000 || math.Abs(e.InFlightNeeded-2000) > 1e-6 || e.Capacity != 1000 || e.InFlightObserved != 900 {
+		t.Fatalf("enrich %+v", e)
+	}
+	// 6 generations, the first join excluded: 5 in 30m10s ≈ 9.9 per hour.
+	if r.Rebalances != 6 || math.Abs(r.RebalancesPerHour-5/(1810.0/3600)) > 1e-6 {
+		t.Fatalf("rebalances %v, %v per hour; want 6, 5 in 30m10s", r.Rebalances, r.RebalancesPerHour)
+	}
+	out := render(t, r)
+	mustContain(t, out, "10,000 records/s × 33 % cache misses × 600ms = 2,000 records in flight", "min(2 lanes × max_in_flight_records 500, max_in_flight_requests 256 × 500 keys) = 1,000 → 200 % used",
+		"Enrichment is the bottleneck: lookups are capped near capacity / latency = 1,667 per second", "+3 during the 10s sample", "floe_rebalances_total = 6; minus the first join = 5", "Rebalancing more than every 10 minutes")
+	// Far more in flight than the rate and latency explain: records wait for
+	// in-order release. 9,000 / (10,000/s × 1/3) = 2.7 s per looked-up record.
+	m2.Values[MetricEnrichInFlight] = 9000
+	r, err = DiagnoseLive(Live{Topic: "clicks", Members: []GroupMember{{Partitions: []int32{0, 1}}},
+		Enrich: &EnrichLimits{MaxInFlightRecords: 20000, MaxInFlightRequests: 256, KeysPerRequest: 500},
+		First:  Sample{At: t0, End: end, Watermarks: wm, Metrics: m1},
+		Second: &Sample{At: t0.Add(10 * time.Second), End: end, Watermarks: wm, Metrics: m2}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustContain(t, render(t, r), "= 40,000 → 22 % used", "= 2.7s per looked-up record in the stage, against 600ms per request: records wait for in-order release", "Enrichment has headroom")
+	// Windows 90 % full with records waiting: the tail is the bottleneck.
+	m2.Values[MetricEnrichInFlight] = 36000
+	r, err = DiagnoseLive(Live{Topic: "clicks", Members: []GroupMember{{Partitions: []int32{0, 1}}},
+		Enrich: &EnrichLimits{MaxInFlightRecords: 20000, MaxInFlightRequests: 256, KeysPerRequest: 500},
+		First:  Sample{At: t0, End: end, Watermarks: wm, Metrics: m1},
+		Second: &Sample{At: t0.Add(10 * time.Second), End: end, Watermarks: wm, Metrics: m2}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustContain(t, render(t, r), "→ 90 % used", "in-flight windows are 90 % full", "held by the latency tail (p99 995ms)")
+	if len(r.MetricsMissing) != 0 {
+		t.Fatalf("missing %v", r.MetricsMissing)
+	}
+}
+
+func TestParseMetricsRejectsGarbage(t *testing.T) {
+	if _, err := ParseMetrics(strings.NewReader("floe_x{ 1\n"), "clicks", t0); err == nil || !strings.Contains(err.Error(), "parsing metrics") {
+		t.Fatalf("error %v", err)
+	}
+}
