@@ -6,8 +6,6 @@ import (
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
-	"github.com/apache/arrow-go/v18/arrow/compute"
-	"github.com/apache/arrow-go/v18/arrow/memory"
 	"github.com/apache/iceberg-go"
 	"github.com/apache/iceberg-go/table"
 )
@@ -49,16 +47,12 @@ func (t *Table) antiJoin(ctx context.Context, tbl *table.Table, r Range, rows ar
 		return nil, scanned, fmt.Errorf("rows have no %s column", OffsetColumn)
 	}
 	offs := rows.Column(idx[0]).(*array.Int64)
-	mask := array.NewBooleanBuilder(memory.DefaultAllocator)
-	defer mask.Release()
-	mask.Reserve(offs.Len())
-	for i := 0; i < offs.Len(); i++ {
+	keep := make([]bool, offs.Len())
+	for i := range keep {
 		_, dup := present[offs.Value(i)]
-		mask.UnsafeAppend(!dup)
+		keep[i] = !dup
 	}
-	m := mask.NewArray()
-	defer m.Release()
-	out, err := compute.FilterRecordBatch(ctx, rows, m, compute.DefaultFilterOptions())
+	out, err := filterRows(ctx, rows, keep)
 	if err != nil {
 		return nil, scanned, fmt.Errorf("filtering duplicates: %w", err)
 	}

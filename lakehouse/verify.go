@@ -114,6 +114,11 @@ type Report struct {
 	OrderViolations int64 `json:"order_violations"`
 	// DuplicateExamples are "topic/partition@offset×copies".
 	DuplicateExamples []string `json:"duplicate_examples"`
+	// PartitionCounts are the topic's partition counts recorded by the
+	// table's commits, oldest first, each change once. More than one means
+	// partitions were added while ingesting: keys moved to other partitions,
+	// so sessions may be split (see SplitSessions).
+	PartitionCounts []int `json:"partition_counts"`
 }
 
 // OK reports whether the table honours the commit protocol's invariant and
@@ -155,6 +160,24 @@ func (r *Report) problems() []string {
 	}
 	if r.OrderViolations > 0 {
 		out = append(out, plural(r.OrderViolations, "seq order violation")+" within (partition, session)")
+	}
+	return out
+}
+
+// partitionCounts returns the partition counts of topic that tbl's
+// snapshots recorded, oldest first, without repeats.
+func partitionCounts(tbl *table.Table, topic string) []int {
+	snaps := slices.Clone(tbl.Metadata().Snapshots())
+	slices.SortFunc(snaps, func(a, b table.Snapshot) int { return cmp.Compare(a.TimestampMs, b.TimestampMs) })
+	out := []int{}
+	for _, s := range snaps {
+		if s.Summary == nil {
+			continue
+		}
+		n, err := strconv.Atoi(s.Summary.Properties[PartitionsKeyPrefix+topic])
+		if err == nil && (len(out) == 0 || out[len(out)-1] != n) {
+			out = append(out, n)
+		}
 	}
 	return out
 }
@@ -229,6 +252,7 @@ func (t *Table) Verify(ctx context.Context, topic string, dl DeadLetters) (*Repo
 	r := &Report{
 		Table: t.Name(), Group: t.group, Topic: topic, SnapshotID: -1, DeadLetters: -1,
 		Partitions: []PartitionReport{}, SplitSessionExamples: []string{}, DuplicateExamples: []string{},
+		PartitionCounts: partitionCounts(tbl, topic),
 	}
 	sessions := &sessionIndex{ids: make(map[string]uint32)}
 	var rows []verifyRow
@@ -565,6 +589,14 @@ func (r *Report) WriteText(w io.Writer) error {
 	}
 	ew.printf("  rows %d, distinct ids %d, duplicates %d, dead letters %s\n", r.Rows, r.DistinctIDs, r.DuplicateIDs, dead)
 	ew.printf("  sessions %d, split across partitions %d, seq order violations %d\n", r.Sessions, r.SplitSessions, r.OrderViolations)
+	if len(r.PartitionCounts) > 1 {
+		counts := make([]string, len(r.PartitionCounts))
+		for i, n := range r.PartitionCounts {
+			counts[i] = strconv.Itoa(n)
+		}
+		ew.printf("  partition count changed while ingesting: %s — keys hash to other partitions since, so a session that straddles the change is split and its order across partitions is not preserved\n",
+			strings.Join(counts, " → "))
+	}
 
 	if len(r.Partitions) > 0 {
 		ew.printf("\n")

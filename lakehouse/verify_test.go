@@ -489,3 +489,39 @@ func heapObjects() uint64 {
 	metrics.Read(s)
 	return s[0].Value.Uint64()
 }
+
+// TestVerifyReportsPartitionCountChange: the partition counts the commits
+// recorded show a topic that grew while ingesting.
+func TestVerifyReportsPartitionCountChange(t *testing.T) {
+	f := newFixture(t)
+	tbl := f.open(t, "g")
+	ctx := t.Context()
+	tbl.SetPartitionCount(topic, 4)
+	if _, err := tbl.Commit(ctx, []lakehouse.Part{f.part(t, 0, 0, 10, lakehouse.NoWatermark)}); err != nil {
+		t.Fatal(err)
+	}
+	r, err := tbl.Verify(ctx, topic, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(r.PartitionCounts, []int{4}) {
+		t.Fatalf("partition counts %v, want [4]", r.PartitionCounts)
+	}
+	tbl.SetPartitionCount(topic, 6)
+	if _, err := tbl.Commit(ctx, []lakehouse.Part{f.part(t, 0, 10, 20, 10)}); err != nil {
+		t.Fatal(err)
+	}
+	if r, err = tbl.Verify(ctx, topic, nil); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(r.PartitionCounts, []int{4, 6}) {
+		t.Fatalf("partition counts %v, want [4 6]", r.PartitionCounts)
+	}
+	var out strings.Builder
+	if err := r.WriteText(&out); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), "partition count changed while ingesting: 4 → 6") {
+		t.Fatalf("report text lacks the change:\n%s", out.String())
+	}
+}

@@ -149,7 +149,9 @@ func commitHistory(ctx context.Context, t *lakehouse.Table, group, topic string)
 			continue
 		}
 		raw, ok := s.Summary.Properties[key]
-		if !ok {
+		if _, flush := s.Summary.Properties[lakehouse.RowsKey]; !ok || !flush {
+			// Maintenance and re-enrichment snapshots carry the map too, but
+			// commit nothing from Kafka.
 			continue
 		}
 		var o lakehouse.Offsets

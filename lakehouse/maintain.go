@@ -1,0 +1,583 @@
+package lakehouse
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/apache/iceberg-go"
+	"github.com/apache/iceberg-go/table"
+	"github.com/google/uuid"
+)
+
+// Defaults of MaintainOptions.
+const (
+	// DefaultCompactTargetBytes is the compaction target when neither the
+	// options nor the table's write.target-file-size-bytes set one.
+	DefaultCompactTargetBytes = 128 << 20
+	// DefaultExpireOlderThan is how old a snapshot must be to be expired.
+	DefaultExpireOlderThan = 7 * 24 * time.Hour
+	// DefaultRetainLast is how many snapshots of the main branch are always kept.
+	DefaultRetainLast = 1
+	// DefaultOrphanOlderThan is how old an unreferenced file must be before
+	// it is deleted.
+	DefaultOrphanOlderThan = 3 * 24 * time.Hour
+	// MinOrphanOlderThan is the shortest orphan age accepted: a younger
+	// unreferenced file may belong to a commit still in flight (written,
+	// not yet committed, or retried through a catalog outage).
+	MinOrphanOlderThan = time.Hour
+	// DefaultMinInputFiles is how many small files of one Kafka partition
+	// and table partition it takes to be worth a rewrite.
+	DefaultMinInputFiles = 5
+)
+
+// Summary keys of maintenance snapshots. They also carry every
+// floe.offsets.<group> map of their base snapshot (see Maintain).
+const (
+	// MaintenanceKey names the maintenance operation that made the snapshot.
+	MaintenanceKey = "floe.maintenance"
+	// MaintenanceIDKey is the run's unique id, so an ambiguous maintenance
+	// commit can be recognised after a reload.
+	MaintenanceIDKey = "floe.maintenance-id"
+)
+
+// maintainAttempts bounds how often one maintenance step reloads and redoes
+// its commit after conflicts with concurrent ingestion commits.
+const maintainAttempts = 20
+
+// ErrContended means a maintenance step lost the race against concurrent
+// commits maintainAttempts times in a row and was skipped; the other steps
+// still ran. Nothing is wrong with the table: run maintenance again later.
+var ErrContended = fmt.Errorf("gave up after %d conflicting attempts with concurrent commits", maintainAttempts)
+
+// MaintainOptions tunes Maintain. The zero value means the defaults above.
+type MaintainOptions struct {
+	// TargetFileBytes is the compacted file size: files below 3/4 of it are
+	// rewritten. 0: the table's write.target-file-size-bytes, else 128 MiB.
+	TargetFileBytes int64
+	// MinInputFiles is the fewest small files rewritten together. 0: 5.
+	MinInputFiles int
+	// ExpireOlderThan: snapshots older than this, and superseded by a newer
+	// head for at least this long, are expired, except the newest
+	// RetainLast and the chain from the head to the newest snapshot carrying
+	// each group's offset map. It must exceed the longest time a reader or
+	// committer works on one loaded snapshot. 0: 7 days.
+	ExpireOlderThan time.Duration
+	// RetainLast is the fewest snapshots kept. 0: 1.
+	RetainLast int
+	// OrphanOlderThan: unreferenced files under the table location older
+	// than this are deleted. 0: 3 days; below one hour is an error.
+	OrphanOlderThan time.Duration
+	// DryRun plans every step and reports what it would do; it writes and
+	// deletes nothing (the manifest rewrite, which must write to plan, is
+	// skipped).
+	DryRun bool
+}
+
+func (o *MaintainOptions) finish(tbl *table.Table) error {
+	switch {
+	case o.TargetFileBytes < 0:
+		return fmt.Errorf("maintain target file size: must be positive, got %d", o.TargetFileBytes)
+	case o.MinInputFiles < 0:
+		return fmt.Errorf("maintain min input files: must be positive, got %d", o.MinInputFiles)
+	case o.ExpireOlderThan < 0:
+		return fmt.Errorf("maintain expire-older-than: must be positive, got %s", o.ExpireOlderThan)
+	case o.RetainLast < 0:
+		return fmt.Errorf("maintain retain-last: must be at least 1, got %d", o.RetainLast)
+	case o.OrphanOlderThan < 0 || (o.OrphanOlderThan > 0 && o.OrphanOlderThan < MinOrphanOlderThan):
+		return fmt.Errorf("maintain orphan-older-than: %s is below %s; younger unreferenced files may belong to a commit in flight",
+			o.OrphanOlderThan, MinOrphanOlderThan)
+	}
+	if o.TargetFileBytes == 0 {
+		o.TargetFileBytes = tbl.Properties().GetInt64(table.WriteTargetFileSizeBytesKey, DefaultCompactTargetBytes)
+	}
+	if o.MinInputFiles == 0 {
+		o.MinInputFiles = DefaultMinInputFiles
+	}
+	if o.ExpireOlderThan == 0 {
+		o.ExpireOlderThan = DefaultExpireOlderThan
+	}
+	if o.RetainLast == 0 {
+		o.RetainLast = DefaultRetainLast
+	}
+	if o.OrphanOlderThan == 0 {
+		o.OrphanOlderThan = DefaultOrphanOlderThan
+	}
+	return nil
+}
+
+// TableStats counts what the current snapshot holds.
+type TableStats struct {
+	DataFiles int   `json:"data_files"`
+	DataBytes int64 `json:"data_bytes"`
+	Rows      int64 `json:"rows"`
+	Manifests int   `json:"manifests"`
+	Snapshots int   `json:"snapshots"`
+}
+
+// MaintainReport says what one Maintain run did (or, in a dry run, would do).
+type MaintainReport struct {
+	Table  string `json:"table"`
+	DryRun bool   `json:"dry_run"`
+	// Before and After describe the current snapshot at the start and the
+	// end; After includes what concurrent ingestion committed meanwhile.
+	Before TableStats `json:"before"`
+	After  TableStats `json:"after"`
+	// Compaction: groups of small files rewritten, files and bytes removed
+	// and written (in a dry run: planned input only).
+	CompactedGroups int   `json:"compacted_groups"`
+	FilesRewritten  int   `json:"files_rewritten"`
+	FilesWritten    int   `json:"files_written"`
+	BytesRewritten  int64 `json:"bytes_rewritten"`
+	BytesWritten    int64 `json:"bytes_written"`
+	// ManifestsRewritten were merged into ManifestsWritten.
+	ManifestsRewritten int `json:"manifests_rewritten"`
+	ManifestsWritten   int `json:"manifests_written"`
+	// SnapshotsExpired were removed from the table metadata.
+	SnapshotsExpired int `json:"snapshots_expired"`
+	// OrphansRemoved unreferenced files (OrphanBytes in all) were deleted.
+	OrphansRemoved int   `json:"orphans_removed"`
+	OrphanBytes    int64 `json:"orphan_bytes"`
+	// Conflicts counts maintenance commits redone because a concurrent
+	// commit (usually ingestion) landed first.
+	Conflicts int `json:"conflicts"`
+	// Contended lists the steps skipped after too many conflicts in a row
+	// (Maintain then returns ErrContended).
+	Contended []string `json:"contended,omitempty"`
+	// OffsetMaps is how many consumer groups' offset maps the table carries;
+	// each is identical before and after (checked before every commit).
+	OffsetMaps int           `json:"offset_maps"`
+	Elapsed    time.Duration `json:"elapsed_ns"`
+}
+
+// WriteText prints the report for people.
+func (r *MaintainReport) WriteText(w io.Writer) error {
+	ew := &errWriter{w: w}
+	mode := ""
+	if r.DryRun {
+		mode = " (dry run: nothing written or deleted)"
+	}
+	ew.printf("maintained %s in %s%s\n", r.Table, r.Elapsed.Round(time.Millisecond), mode)
+	ew.printf("  %-10s %10s %10s\n", "", "before", "after")
+	ew.printf("  %-10s %10d %10d\n", "data files", r.Before.DataFiles, r.After.DataFiles)
+	ew.printf("  %-10s %10d %10d\n", "bytes", r.Before.DataBytes, r.After.DataBytes)
+	ew.printf("  %-10s %10d %10d\n", "rows", r.Before.Rows, r.After.Rows)
+	ew.printf("  %-10s %10d %10d\n", "manifests", r.Before.Manifests, r.After.Manifests)
+	ew.printf("  %-10s %10d %10d\n", "snapshots", r.Before.Snapshots, r.After.Snapshots)
+	ew.printf("compaction: %s in %s rewritten (%d bytes) into %s (%d bytes)\n",
+		plural(r.FilesRewritten, "file"), plural(r.CompactedGroups, "group"), r.BytesRewritten,
+		plural(r.FilesWritten, "file"), r.BytesWritten)
+	ew.printf("manifests: %d merged into %d\n", r.ManifestsRewritten, r.ManifestsWritten)
+	ew.printf("snapshots expired: %d (offset maps of %s kept)\n", r.SnapshotsExpired, plural(r.OffsetMaps, "group"))
+	ew.printf("orphan files removed: %d (%d bytes)\n", r.OrphansRemoved, r.OrphanBytes)
+	ew.printf("commit conflicts redone: %d\n", r.Conflicts)
+	if len(r.Contended) > 0 {
+		ew.printf("skipped after %d conflicts in a row: %s\n", maintainAttempts, strings.Join(r.Contended, ", "))
+	}
+	return ew.err
+}
+
+// Maintain compacts small data files, rewrites manifests, expires old
+// snapshots and deletes old orphan files, in that order. It is safe to run
+// while floe commits to the table (and while other Maintain runs do):
+//
+//   - Every maintenance commit asserts the snapshot it was planned on; a
+//     concurrent commit makes it reload and redo (bounded), so it never
+//     replaces an ingestion commit. Compaction redoes cheaply: the files it
+//     wrote stay valid as long as every file they replace is still live.
+//   - Every maintenance snapshot carries the floe.offsets.<group> maps (and
+//     floe.partitions.<topic> counts) of its base, so WatermarksOf finds
+//     each group's map at the head; before each commit the staged metadata
+//     is checked to yield the same maps, or nothing is committed.
+//   - Expiry always keeps the chain from the head down to the newest
+//     snapshot carrying each group's map (whatever RetainLast says), and
+//     every snapshot that was the head less than ExpireOlderThan ago.
+//   - Compaction only rewrites files of one Kafka partition together (so the
+//     offset statistics the MERGE prunes on stay tight) and checks that the
+//     row counts match before it commits.
+//   - Orphan files must be older than OrphanOlderThan (at least an hour), so
+//     files of a commit in flight are never taken for orphans.
+func (t *Table) Maintain(ctx context.Context, opts MaintainOptions) (*MaintainReport, error) {
+	started := time.Now()
+	tbl, err := t.Load(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := opts.finish(tbl); err != nil {
+		return nil, err
+	}
+	rep := &MaintainReport{Table: t.Name(), DryRun: opts.DryRun}
+	if rep.Before, err = statsOf(ctx, tbl); err != nil {
+		return rep, err
+	}
+	for k := range offsetMaps(tbl) {
+		if strings.HasPrefix(k, OffsetsKeyPrefix) {
+			rep.OffsetMaps++
+		}
+	}
+	m := &maintenance{t: t, opts: opts, rep: rep, id: uuid.NewString()}
+
+	steps := []struct {
+		name string
+		run  func(context.Context) error
+	}{
+		{"compacting data files", m.compact},
+		{"rewriting manifests", m.rewriteManifests},
+		{"expiring snapshots", m.expireSnapshots},
+		{"removing orphan files", m.removeOrphans},
+	}
+	var contended []string
+	for _, s := range steps {
+		err := s.run(ctx)
+		if errors.Is(err, ErrContended) {
+			contended = append(contended, s.name)
+			continue
+		}
+		if err != nil {
+			return rep, fmt.Errorf("maintaining %s: %s: %w", t.Name(), s.name, err)
+		}
+	}
+	rep.Contended = contended
+
+	if tbl, err = t.Load(ctx); err != nil {
+		return rep, err
+	}
+	if rep.After, err = statsOf(ctx, tbl); err != nil {
+		return rep, err
+	}
+	rep.Elapsed = time.Since(started)
+	t.log.Info("table maintained", "table", t.Name(), "dry_run", opts.DryRun,
+		"data_files_before", rep.Before.DataFiles, "data_files_after", rep.After.DataFiles,
+		"manifests_before", rep.Before.Manifests, "manifests_after", rep.After.Manifests,
+		"snapshots_before", rep.Before.Snapshots, "snapshots_after", rep.After.Snapshots,
+		"files_rewritten", rep.FilesRewritten, "files_written", rep.FilesWritten,
+		"snapshots_expired", rep.SnapshotsExpired, "orphans_removed", rep.OrphansRemoved,
+		"conflicts", rep.Conflicts, "contended", contended, "elapsed", rep.Elapsed.Round(time.Millisecond))
+	if len(contended) > 0 {
+		return rep, fmt.Errorf("maintaining %s: %w: %s skipped", t.Name(), ErrContended, strings.Join(contended, ", "))
+	}
+	return rep, nil
+}
+
+// maintenance is the state of one Maintain run.
+type maintenance struct {
+	t    *Table
+	opts MaintainOptions
+	rep  *MaintainReport
+	id   string
+}
+
+// props are the summary properties of a maintenance snapshot based on tbl:
+// the operation, the run id, and every group's offset map as its base has it.
+func (m *maintenance) props(tbl *table.Table, op string) iceberg.Properties {
+	p := iceberg.Properties{MaintenanceKey: op, MaintenanceIDKey: m.id}
+	maps.Copy(p, offsetMaps(tbl))
+	return p
+}
+
+// commitResult classifies one attempt to commit a maintenance transaction.
+type commitResult int
+
+const (
+	// committed: the commit applied.
+	committed commitResult = iota
+	// conflicted: it certainly did not apply; reload and redo.
+	conflicted
+	// unknown: it may have applied, now or later; its files must be kept.
+	unknown
+)
+
+// commit commits tx. A clean conflict is reported as conflicted, after a
+// jittered pause, for the caller to reload and redo (with ctx's error if it
+// ends during the pause). An unknown outcome is resolved by looking for the
+// run's id in the new head's ancestry (op names the step); an unresolved one
+// is reported as unknown, with an error.
+func (m *maintenance) commit(ctx context.Context, tx *table.Transaction, attempt int, op string) (commitResult, error) {
+	after, err := tx.Commit(ctx)
+	switch {
+	case err == nil:
+		return committed, nil
+	case after != nil:
+		// Committed; only the post-commit clean-up (deleting the files of
+		// expired snapshots) failed. Leftovers are orphans for a later run.
+		m.t.log.Warn("maintenance committed, clean-up failed", "table", m.t.Name(), "op", op, "err", err)
+		return committed, nil
+	case isConflict(err):
+		m.rep.Conflicts++
+		m.t.log.Info("maintenance commit conflict, reloading", "table", m.t.Name(), "op", op, "attempt", attempt, "err", err)
+		// Short: the redo is what takes time, and a long pause only lets
+		// more ingestion commits land before it.
+		backoff := min(5*time.Millisecond<<min(attempt, 4), 80*time.Millisecond)
+		select {
+		case <-ctx.Done():
+			return conflicted, ctx.Err()
+		case <-time.After(backoff/2 + rand.N(backoff)):
+		}
+		return conflicted, nil
+	}
+	// Unknown outcome.
+	tbl, lerr := m.t.Load(context.WithoutCancel(ctx))
+	if lerr != nil {
+		return unknown, fmt.Errorf("commit state unknown (%v), reload failed: %w", err, lerr)
+	}
+	meta := tbl.Metadata()
+	for snap := meta.CurrentSnapshot(); snap != nil; {
+		if snap.Summary != nil && snap.Summary.Properties[MaintenanceIDKey] == m.id && snap.Summary.Properties[MaintenanceKey] == op {
+			m.t.log.Warn("ambiguous maintenance commit had applied", "table", m.t.Name(), "op", op, "err", err)
+			return committed, nil
+		}
+		if snap.ParentSnapshotID == nil {
+			break
+		}
+		snap = meta.SnapshotByID(*snap.ParentSnapshotID)
+	}
+	return unknown, fmt.Errorf("commit state unknown: %w", err)
+}
+
+// checkMaps fails when the staged metadata of tx would change any group's
+// offset map as WatermarksOf sees it: the guard against a watermark
+// regression, checked before anything is committed.
+func checkMaps(tx *table.Transaction, want map[string]string) error {
+	staged, err := tx.StagedTable()
+	if err != nil {
+		return fmt.Errorf("staging: %w", err)
+	}
+	got := offsetMaps(staged.Table)
+	for k, v := range want {
+		if got[k] != v {
+			return fmt.Errorf("refusing to commit: %s would change from %s to %q", k, v, got[k])
+		}
+	}
+	return nil
+}
+
+// rewriteManifests merges small manifests. iceberg-go's manifest rewrite
+// takes no summary properties, so the same transaction stages an empty
+// append carrying the offset maps on top of it.
+func (m *maintenance) rewriteManifests(ctx context.Context) error {
+	if m.opts.DryRun {
+		return nil
+	}
+	for attempt := 1; attempt <= maintainAttempts; attempt++ {
+		tbl, err := m.t.Load(ctx)
+		if err != nil {
+			return err
+		}
+		if tbl.CurrentSnapshot() == nil {
+			return nil
+		}
+		want := offsetMaps(tbl)
+		tx := tbl.NewTransaction()
+		if err := tx.AssertRefSnapshotID(table.MainBranch); err != nil {
+			return err
+		}
+		res, err := tx.RewriteManifests(ctx)
+		if err != nil {
+			return err
+		}
+		if res.IsNoOp() {
+			return nil
+		}
+		if err := tx.AddFiles(ctx, nil, m.props(tbl, "rewrite-manifests"), true); err != nil {
+			return fmt.Errorf("staging the offset-map snapshot: %w", err)
+		}
+		if err := checkMaps(tx, want); err != nil {
+			return err
+		}
+		r, err := m.commit(ctx, tx, attempt, "rewrite-manifests")
+		if err != nil {
+			return err
+		}
+		if r == committed {
+			m.rep.ManifestsRewritten += len(res.RewrittenManifests)
+			m.rep.ManifestsWritten += len(res.AddedManifests)
+			return nil
+		}
+	}
+	return ErrContended
+}
+
+// expireSnapshots expires snapshots older than ExpireOlderThan beyond the
+// newest RetainLast, but never one between the head and the newest snapshot
+// carrying any group's offset map: WatermarksOf walks parent ids and would
+// stop at the gap. Nor one that was the head less than ExpireOlderThan ago:
+// a committer that loaded it may still be staging on it, and expiry deletes
+// its manifests. iceberg-go keeps a contiguous prefix of the ancestry, so
+// raising the retained count to those depths keeps the whole chain.
+func (m *maintenance) expireSnapshots(ctx context.Context) error {
+	for attempt := 1; attempt <= maintainAttempts; attempt++ {
+		tbl, err := m.t.Load(ctx)
+		if err != nil {
+			return err
+		}
+		if tbl.CurrentSnapshot() == nil {
+			return nil
+		}
+		want := offsetMaps(tbl)
+		retain := max(m.opts.RetainLast, offsetMapDepth(tbl)+1, supersededDepth(tbl, m.opts.ExpireOlderThan)+1)
+		tx := tbl.NewTransaction()
+		if err := tx.AssertRefSnapshotID(table.MainBranch); err != nil {
+			return err
+		}
+		if err := tx.ExpireSnapshots(table.WithOlderThan(m.opts.ExpireOlderThan), table.WithRetainLast(retain)); err != nil {
+			return err
+		}
+		staged, err := tx.StagedTable()
+		if err != nil {
+			return err
+		}
+		expired := len(tbl.Metadata().Snapshots()) - len(staged.Metadata().Snapshots())
+		if expired == 0 {
+			return nil
+		}
+		if err := checkMaps(tx, want); err != nil {
+			return err
+		}
+		if m.opts.DryRun {
+			m.rep.SnapshotsExpired = expired
+			return nil
+		}
+		r, err := m.commit(ctx, tx, attempt, "expire-snapshots")
+		if err != nil {
+			return err
+		}
+		if r == committed {
+			m.rep.SnapshotsExpired += expired
+			return nil
+		}
+	}
+	return ErrContended
+}
+
+// removeOrphans deletes files under the table location that no snapshot or
+// metadata file references and that are older than OrphanOlderThan.
+func (m *maintenance) removeOrphans(ctx context.Context) error {
+	tbl, err := m.t.Load(ctx)
+	if err != nil {
+		return err
+	}
+	plan, err := tbl.PlanOrphanFiles(ctx, table.WithFilesOlderThan(m.opts.OrphanOlderThan))
+	if err != nil {
+		return err
+	}
+	if m.opts.DryRun {
+		m.rep.OrphansRemoved, m.rep.OrphanBytes = len(plan.Files()), plan.TotalSizeBytes()
+		return nil
+	}
+	res, err := tbl.ExecuteOrphanCleanup(ctx, plan)
+	if err != nil {
+		return err
+	}
+	deleted := make(map[string]bool, len(res.DeletedFiles))
+	for _, f := range res.DeletedFiles {
+		deleted[f] = true
+	}
+	for _, f := range res.OrphanFiles {
+		if deleted[f.Path] {
+			m.rep.OrphansRemoved++
+			m.rep.OrphanBytes += f.SizeBytes
+		}
+	}
+	if len(deleted) < len(res.OrphanFiles) {
+		m.t.log.Warn("some orphan files were not deleted", "table", m.t.Name(),
+			"orphans", len(res.OrphanFiles), "deleted", len(deleted))
+	}
+	return nil
+}
+
+// carriedPrefixes are the summary keys floe reads from the newest snapshot
+// in the ancestry that has them: maintenance snapshots copy them from their
+// base, and expiry keeps the snapshots that hold them.
+var carriedPrefixes = []string{OffsetsKeyPrefix, PartitionsKeyPrefix}
+
+// offsetMaps returns the newest value of every carried key (every group's
+// floe.offsets.<group> map, every topic's floe.partitions.<topic> count) in
+// the current branch's ancestry, keyed by summary key.
+func offsetMaps(tbl *table.Table) map[string]string {
+	out := map[string]string{}
+	meta := tbl.Metadata()
+	for snap := meta.CurrentSnapshot(); snap != nil; {
+		if snap.Summary != nil {
+			for k, v := range snap.Summary.Properties {
+				if _, seen := out[k]; !seen && slices.ContainsFunc(carriedPrefixes, func(p string) bool { return strings.HasPrefix(k, p) }) {
+					out[k] = v
+				}
+			}
+		}
+		if snap.ParentSnapshotID == nil {
+			break
+		}
+		snap = meta.SnapshotByID(*snap.ParentSnapshotID)
+	}
+	return out
+}
+
+// offsetMapDepth returns how many parent steps below the head the deepest
+// of the groups' newest offset maps is (0: the head carries them all).
+func offsetMapDepth(tbl *table.Table) int {
+	need := offsetMaps(tbl)
+	meta := tbl.Metadata()
+	depth := 0
+	for snap := meta.CurrentSnapshot(); snap != nil && len(need) > 0; depth++ {
+		if snap.Summary != nil {
+			for k := range need {
+				if _, ok := snap.Summary.Properties[k]; ok {
+					delete(need, k)
+				}
+			}
+		}
+		if len(need) == 0 || snap.ParentSnapshotID == nil {
+			break
+		}
+		snap = meta.SnapshotByID(*snap.ParentSnapshotID)
+	}
+	return depth
+}
+
+// supersededDepth returns how many parent steps below the head the oldest
+// snapshot of the ancestry is that was still the head less than age ago
+// (a snapshot stops being the head when its child is committed).
+func supersededDepth(tbl *table.Table, age time.Duration) int {
+	cutoff := time.Now().Add(-age).UnixMilli()
+	meta := tbl.Metadata()
+	depth := 0
+	for snap := meta.CurrentSnapshot(); snap != nil && snap.TimestampMs >= cutoff && snap.ParentSnapshotID != nil; depth++ {
+		snap = meta.SnapshotByID(*snap.ParentSnapshotID)
+	}
+	return depth
+}
+
+// statsOf counts the current snapshot's data files, bytes, rows and
+// manifests, and the table's snapshots.
+func statsOf(ctx context.Context, tbl *table.Table) (TableStats, error) {
+	s := TableStats{Snapshots: len(tbl.Metadata().Snapshots())}
+	snap := tbl.CurrentSnapshot()
+	if snap == nil {
+		return s, nil
+	}
+	fs, err := tbl.FS(ctx)
+	if err != nil {
+		return s, err
+	}
+	mans, err := snap.Manifests(fs)
+	if err != nil {
+		return s, fmt.Errorf("reading manifest list: %w", err)
+	}
+	s.Manifests = len(mans)
+	tasks, err := tbl.Scan().PlanFiles(ctx)
+	if err != nil {
+		return s, fmt.Errorf("planning files: %w", err)
+	}
+	for _, task := range tasks {
+		s.DataFiles++
+		s.DataBytes += task.File.FileSizeBytes()
+		s.Rows += task.File.Count()
+	}
+	return s, nil
+}

@@ -1,0 +1,286 @@
+package lakehouse
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sort"
+
+	"github.com/apache/iceberg-go"
+	"github.com/apache/iceberg-go/table"
+)
+
+// compact rewrites small data files into files of about TargetFileBytes.
+//
+// Groups are planned here rather than with iceberg-go's compaction planner:
+// its groups span a whole table partition, and a file mixing several Kafka
+// partitions has offset statistics so wide that every later MERGE would have
+// to read it. A group holds files of one table partition and one Kafka
+// partition, packed in offset order, so compacted files keep tight, mostly
+// disjoint offset ranges. iceberg-go's ExecuteCompactionGroup reads and
+// writes each group; the rewrite is committed here so that a conflict with
+// an ingestion commit only re-stages the files already written.
+func (m *maintenance) compact(ctx context.Context) (err error) {
+	tbl, err := m.t.Load(ctx)
+	if err != nil {
+		return err
+	}
+	if tbl.CurrentSnapshot() == nil {
+		return nil
+	}
+	groups, err := planCompaction(ctx, tbl, m.opts)
+	if err != nil {
+		return err
+	}
+	if len(groups) == 0 {
+		return nil
+	}
+	if m.opts.DryRun {
+		for _, g := range groups {
+			m.rep.CompactedGroups++
+			m.rep.FilesRewritten += len(g.Tasks)
+			m.rep.BytesRewritten += g.TotalSizeBytes
+		}
+		return nil
+	}
+
+	var (
+		results []table.CompactionGroupResult
+		keep    bool // the files written must not be deleted
+	)
+	defer func() {
+		if err != nil && !keep {
+			m.deleteOutputs(tbl, results)
+		}
+	}()
+	for _, g := range groups {
+		gr, err := table.ExecuteCompactionGroup(ctx, tbl, g,
+			table.WithCompactionTargetFileSize(m.opts.TargetFileBytes),
+			// A background task: one file read at a time, in order.
+			table.WithCompactionScanConcurrency(1))
+		results = append(results, gr)
+		if err != nil {
+			return err
+		}
+		if err := sameRows(gr); err != nil {
+			return err
+		}
+	}
+
+	base := tbl.CurrentSnapshot().SnapshotID // the files in results are live here
+	for attempt := 1; attempt <= maintainAttempts; attempt++ {
+		if attempt > 1 {
+			if tbl, err = m.t.Load(ctx); err != nil {
+				return err
+			}
+		}
+		// A concurrent maintenance run may have rewritten some of the
+		// same files: those groups are dropped (their outputs deleted).
+		// Files that ingestion appended meanwhile change nothing.
+		live, err := liveDataFiles(ctx, tbl, base)
+		if err != nil {
+			return err
+		}
+		base = tbl.CurrentSnapshot().SnapshotID
+		var stale []table.CompactionGroupResult
+		results = slices.DeleteFunc(results, func(gr table.CompactionGroupResult) bool {
+			for _, f := range gr.OldDataFiles {
+				if !live(f.FilePath()) {
+					stale = append(stale, gr)
+					return true
+				}
+			}
+			return false
+		})
+		m.deleteOutputs(tbl, stale)
+		if len(results) == 0 {
+			return nil
+		}
+
+		want := offsetMaps(tbl)
+		tx := tbl.NewTransaction()
+		if err := tx.AssertRefSnapshotID(table.MainBranch); err != nil {
+			return err
+		}
+		rw := tx.NewRewrite(m.props(tbl, "compact"))
+		for _, gr := range results {
+			rw.ApplyResult(gr)
+		}
+		if err := rw.Commit(ctx); err != nil {
+			return fmt.Errorf("staging rewrite: %w", err)
+		}
+		if err := checkMaps(tx, want); err != nil {
+			return err
+		}
+		r, err := m.commit(ctx, tx, attempt, "compact")
+		switch {
+		case r == unknown:
+			keep = true
+			return err
+		case err != nil:
+			return err
+		case r == committed:
+			for _, gr := range results {
+				m.rep.CompactedGroups++
+				m.rep.FilesRewritten += len(gr.OldDataFiles)
+				m.rep.FilesWritten += len(gr.NewDataFiles)
+				m.rep.BytesRewritten += gr.BytesBefore
+				m.rep.BytesWritten += gr.BytesAfter
+			}
+			return nil
+		}
+	}
+	return ErrContended
+}
+
+// sameRows checks that a group's new files hold as many rows as the files
+// they replace: compaction must not change the table's content.
+func sameRows(gr table.CompactionGroupResult) error {
+	var before, after int64
+	for _, f := range gr.OldDataFiles {
+		before += f.Count()
+	}
+	for _, f := range gr.NewDataFiles {
+		after += f.Count()
+	}
+	if before != after {
+		return fmt.Errorf("compaction group %s: %d rows in %d files became %d rows in %d files",
+			gr.PartitionKey, before, len(gr.OldDataFiles), after, len(gr.NewDataFiles))
+	}
+	return nil
+}
+
+// deleteOutputs deletes the files written for groups that were not
+// committed. Failures leave orphans for a later run, so they are logged.
+func (m *maintenance) deleteOutputs(tbl *table.Table, results []table.CompactionGroupResult) {
+	var files []iceberg.DataFile
+	for _, gr := range results {
+		files = append(files, gr.NewDataFiles...)
+	}
+	if len(files) > 0 {
+		m.t.deleteFiles(tbl, files)
+	}
+}
+
+// liveDataFiles returns a predicate telling whether a data file that was
+// live in snapshot base is live in tbl's current snapshot. When every
+// snapshot since base only appended (ingestion commits), all are: that check
+// is free, which keeps a redo after a conflict short. Otherwise it reads the
+// current snapshot's manifests.
+func liveDataFiles(ctx context.Context, tbl *table.Table, base int64) (func(string) bool, error) {
+	meta := tbl.Metadata()
+	for snap := meta.CurrentSnapshot(); snap != nil; {
+		if snap.SnapshotID == base {
+			return func(string) bool { return true }, nil
+		}
+		if snap.Summary == nil || snap.Summary.Operation != table.OpAppend || snap.ParentSnapshotID == nil {
+			break
+		}
+		snap = meta.SnapshotByID(*snap.ParentSnapshotID)
+	}
+	tasks, err := tbl.Scan().PlanFiles(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("planning files: %w", err)
+	}
+	live := make(map[string]bool, len(tasks))
+	for _, t := range tasks {
+		live[t.File.FilePath()] = true
+	}
+	return func(path string) bool { return live[path] }, nil
+}
+
+// planCompaction groups the small data files (below 3/4 of the target, the
+// threshold iceberg-go's planner uses too) by table partition and Kafka
+// topic/partition (read from the files' column bounds), sorts each bucket by
+// lowest offset and packs consecutive files up to the target size. Groups
+// of fewer than MinInputFiles files are left alone.
+func planCompaction(ctx context.Context, tbl *table.Table, opts MaintainOptions) ([]table.CompactionTaskGroup, error) {
+	sch := tbl.Schema()
+	var ids [3]int
+	for i, name := range []string{TopicColumn, PartitionColumn, OffsetColumn} {
+		f, ok := sch.FindFieldByName(name)
+		if !ok {
+			return nil, fmt.Errorf("table %s has no column %s: not a floe table", tbl.Identifier(), name)
+		}
+		ids[i] = f.ID
+	}
+	tasks, err := tbl.Scan().PlanFiles(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("planning files: %w", err)
+	}
+	small := opts.TargetFileBytes * 3 / 4
+	buckets := map[string][]table.FileScanTask{}
+	for _, t := range tasks {
+		f := t.File
+		if f.ContentType() != iceberg.EntryContentData || f.FileSizeBytes() >= small {
+			continue
+		}
+		lo, hi := f.LowerBoundValues(), f.UpperBoundValues()
+		key := fmt.Sprintf("spec %d %v kafka %s/%s", f.SpecID(), f.Partition(),
+			boundRange(lo[ids[0]], hi[ids[0]], iceberg.PrimitiveTypes.String),
+			boundRange(lo[ids[1]], hi[ids[1]], iceberg.PrimitiveTypes.Int32))
+		buckets[key] = append(buckets[key], t)
+	}
+	keys := make([]string, 0, len(buckets))
+	for k := range buckets {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+
+	var groups []table.CompactionTaskGroup
+	for _, key := range keys {
+		b := buckets[key]
+		sort.SliceStable(b, func(i, j int) bool {
+			return lowOffset(b[i].File, ids[2]) < lowOffset(b[j].File, ids[2])
+		})
+		var cur table.CompactionTaskGroup
+		flush := func() {
+			if len(cur.Tasks) >= opts.MinInputFiles {
+				groups = append(groups, cur)
+			}
+			cur = table.CompactionTaskGroup{PartitionKey: key}
+		}
+		cur.PartitionKey = key
+		for _, t := range b {
+			size := t.File.FileSizeBytes()
+			if len(cur.Tasks) > 0 && cur.TotalSizeBytes+size > opts.TargetFileBytes {
+				flush()
+			}
+			cur.Tasks = append(cur.Tasks, t)
+			cur.TotalSizeBytes += size
+		}
+		flush()
+	}
+	return groups, nil
+}
+
+// boundRange renders a column's lower and upper bound, or "?" when the file
+// has no statistics for it (such files are grouped together).
+func boundRange(lo, hi []byte, typ iceberg.Type) string {
+	render := func(b []byte) string {
+		if b == nil {
+			return "?"
+		}
+		lit, err := iceberg.LiteralFromBytes(typ, b)
+		if err != nil {
+			return fmt.Sprintf("%x", b)
+		}
+		return lit.String()
+	}
+	if string(lo) == string(hi) {
+		return render(lo)
+	}
+	return render(lo) + ".." + render(hi)
+}
+
+// lowOffset returns a file's lowest Kafka offset, or 0 without statistics.
+func lowOffset(f iceberg.DataFile, id int) int64 {
+	lit, err := iceberg.LiteralFromBytes(iceberg.PrimitiveTypes.Int64, f.LowerBoundValues()[id])
+	if err != nil {
+		return 0
+	}
+	if v, ok := lit.(iceberg.TypedLiteral[int64]); ok {
+		return v.Value()
+	}
+	return 0
+}

@@ -1,0 +1,364 @@
+package lakehouse_test
+
+import (
+	"context"
+	"errors"
+	"maps"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/apache/iceberg-go/table"
+
+	"github.com/floe-dev/floe/lakehouse"
+)
+
+// commitRounds commits rounds × n rows to each of parts partitions of group
+// tbl, starting at offset from, and returns the offset after the last round.
+func commitRounds(t *testing.T, f *fixture, tbl *lakehouse.Table, parts []int32, from, rounds, n int64) int64 {
+	t.Helper()
+	for r := int64(0); r < rounds; r++ {
+		lo := from + r*n
+		resume := lo
+		if lo == 0 {
+			resume = lakehouse.NoWatermark
+		}
+		var ps []lakehouse.Part
+		for _, p := range parts {
+			ps = append(ps, f.part(t, p, lo, lo+n, resume))
+		}
+		if _, err := tbl.Commit(t.Context(), ps); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return from + rounds*n
+}
+
+// warehousePath turns the table's file:// location into a local path.
+func warehousePath(t *testing.T, tbl *lakehouse.Table) string {
+	t.Helper()
+	it, err := tbl.Load(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	u, err := url.Parse(it.Location())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return u.Path
+}
+
+func offsetKeys(s *table.Snapshot) []string {
+	var ks []string
+	for k := range s.Summary.Properties {
+		if strings.HasPrefix(k, lakehouse.OffsetsKeyPrefix) {
+			ks = append(ks, k)
+		}
+	}
+	return ks
+}
+
+// TestMaintainCompactsExpiresAndCleans: many small commits, then Maintain:
+// fewer files holding the same ids, every group's watermarks unchanged (also
+// a group whose map is deep in the history), old snapshots expired but the
+// head carries the offset maps, an old orphan deleted and a fresh one kept,
+// and ingestion carries on with a MERGE that still reads no data file.
+func TestMaintainCompactsExpiresAndCleans(t *testing.T) {
+	f := newFixture(t)
+	ctx := t.Context()
+	other := f.open(t, "other")
+	commitRounds(t, f, other, []int32{7}, 0, 1, 30) // one file; its map only in the first snapshot
+	tbl := f.open(t, "g")
+	parts := []int32{0, 1, 2}
+	next := commitRounds(t, f, tbl, parts, 0, 8, 50)
+
+	dir := warehousePath(t, tbl)
+	oldOrphan := filepath.Join(dir, "data", "orphan-old.parquet")
+	newOrphan := filepath.Join(dir, "data", "orphan-new.parquet")
+	for _, p := range []string{oldOrphan, newOrphan} {
+		if err := os.WriteFile(p, []byte("left by a crashed writer"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fourDays := time.Now().Add(-96 * time.Hour)
+	if err := os.Chtimes(oldOrphan, fourDays, fourDays); err != nil {
+		t.Fatal(err)
+	}
+
+	idsBefore := ids(t, tbl)
+	wmG, _ := tbl.Watermarks(ctx)
+	wmOther, _ := other.Watermarks(ctx)
+	time.Sleep(20 * time.Millisecond) // every snapshot is older than ExpireOlderThan
+
+	rep, err := tbl.Maintain(ctx, lakehouse.MaintainOptions{MinInputFiles: 2, ExpireOlderThan: time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("before %+v after %+v; rewrote %d files into %d, manifests %d→%d, expired %d, orphans %d, conflicts %d",
+		rep.Before, rep.After, rep.FilesRewritten, rep.FilesWritten, rep.ManifestsRewritten, rep.ManifestsWritten,
+		rep.SnapshotsExpired, rep.OrphansRemoved, rep.Conflicts)
+
+	if rep.Before.DataFiles != 25 || rep.After.DataFiles != 4 {
+		t.Errorf("data files %d → %d, want 25 → 4 (one per partition of g, other's single file untouched)",
+			rep.Before.DataFiles, rep.After.DataFiles)
+	}
+	if rep.FilesRewritten != 24 || rep.FilesWritten != 3 || rep.CompactedGroups != 3 {
+		t.Errorf("compaction rewrote %d files into %d in %d groups, want 24 into 3 in 3", rep.FilesRewritten, rep.FilesWritten, rep.CompactedGroups)
+	}
+	if rep.Before.Rows != rep.After.Rows || rep.Before.Rows != 3*next+30 {
+		t.Errorf("rows %d → %d, want %d", rep.Before.Rows, rep.After.Rows, 3*next+30)
+	}
+	if rep.Before.Snapshots != 9 || rep.After.Snapshots != 1 || rep.SnapshotsExpired == 0 {
+		t.Errorf("snapshots %d → %d (%d expired), want 9 → 1", rep.Before.Snapshots, rep.After.Snapshots, rep.SnapshotsExpired)
+	}
+	if rep.After.Manifests >= rep.Before.Manifests {
+		t.Errorf("manifests %d → %d, want fewer", rep.Before.Manifests, rep.After.Manifests)
+	}
+	if rep.OffsetMaps != 2 {
+		t.Errorf("report counts %d offset maps, want 2", rep.OffsetMaps)
+	}
+	if !maps.Equal(ids(t, tbl), idsBefore) {
+		t.Fatal("compaction changed the table's (partition, offset) ids")
+	}
+	for _, p := range parts {
+		assertExactlyOnce(t, idsBefore, p, 0, next)
+	}
+	if got, _ := tbl.Watermarks(ctx); !maps.EqualFunc(got, wmG, maps.Equal) {
+		t.Fatalf("watermarks of g %v, before maintenance %v", got, wmG)
+	}
+	if got, _ := other.Watermarks(ctx); !maps.EqualFunc(got, wmOther, maps.Equal) || len(got) == 0 {
+		t.Fatalf("watermarks of other %v, before maintenance %v", got, wmOther)
+	}
+	it, _ := tbl.Load(ctx)
+	if ks := offsetKeys(it.CurrentSnapshot()); len(ks) != 2 {
+		t.Errorf("head snapshot carries offset maps %v, want both groups'", ks)
+	}
+
+	if _, err := os.Stat(oldOrphan); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("orphan older than 3 days still there (stat: %v)", err)
+	}
+	if _, err := os.Stat(newOrphan); err != nil {
+		t.Errorf("fresh orphan was removed: %v", err)
+	}
+	if rep.OrphansRemoved != 1 {
+		t.Errorf("%d orphans removed, want 1", rep.OrphansRemoved)
+	}
+
+	// Ingestion resumes from the same watermarks; a flush above them still
+	// reads no data file, because compacted files keep one Kafka partition.
+	res, err := tbl.Commit(ctx, []lakehouse.Part{f.part(t, 0, next, next+50, next)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.FilesScanned != 0 {
+		t.Errorf("the MERGE above the watermark read %d data files after compaction, want 0", res.FilesScanned)
+	}
+	assertExactlyOnce(t, ids(t, tbl), 0, 0, next+50)
+
+	// A second run with the default retention folds the new small file of
+	// partition 0 into its compacted one and expires nothing.
+	before := ids(t, tbl)
+	again, err := tbl.Maintain(ctx, lakehouse.MaintainOptions{MinInputFiles: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again.FilesRewritten != 2 || again.FilesWritten != 1 || again.SnapshotsExpired != 0 || again.OrphansRemoved != 0 {
+		t.Errorf("second run: %+v, want partition 0's two files rewritten into one, nothing expired or removed", again)
+	}
+	if !maps.Equal(ids(t, tbl), before) {
+		t.Fatal("the second compaction changed the table's ids")
+	}
+}
+
+// TestMaintainExpiryKeepsOffsetMapChain: when the head carries no offset map
+// (another engine's commit), expiry keeps every snapshot down to the newest
+// one that does, whatever retain-last says, so WatermarksOf still finds it.
+func TestMaintainExpiryKeepsOffsetMapChain(t *testing.T) {
+	f := newFixture(t)
+	ctx := t.Context()
+	tbl := f.open(t, "g")
+	next := commitRounds(t, f, tbl, []int32{0}, 0, 5, 20)
+	wm, _ := tbl.Watermarks(ctx)
+
+	// Two snapshots without a map on top, as another writer would make them.
+	for range 2 {
+		it, err := tbl.Load(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tx := it.NewTransaction()
+		if err := tx.AddFiles(ctx, nil, nil, true); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tx.Commit(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(20 * time.Millisecond)
+
+	opts := lakehouse.MaintainOptions{MinInputFiles: 100, ExpireOlderThan: time.Millisecond, DryRun: true}
+	dry, err := tbl.Maintain(ctx, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 7 snapshots: 5 with the map, 2 without. Kept: the 2 and the newest map.
+	if dry.SnapshotsExpired != 4 || dry.After.Snapshots != 7 {
+		t.Fatalf("dry run would expire %d snapshots (now %d), want 4 of 7", dry.SnapshotsExpired, dry.After.Snapshots)
+	}
+
+	opts.DryRun = false
+	rep, err := tbl.Maintain(ctx, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := tbl.Watermarks(ctx); !maps.EqualFunc(got, wm, maps.Equal) {
+		t.Fatalf("watermarks %v after expiry, before %v", got, wm)
+	}
+	if w, _ := wm.Get(topic, 0); w != next {
+		t.Fatalf("W(0) = %d, want %d", w, next)
+	}
+	t.Logf("expired %d, snapshots %d → %d, manifests %d → %d", rep.SnapshotsExpired, rep.Before.Snapshots,
+		rep.After.Snapshots, rep.Before.Manifests, rep.After.Manifests)
+	assertExactlyOnce(t, ids(t, tbl), 0, 0, next)
+}
+
+// TestMaintainConcurrentWithCommits runs Maintain in a loop while three
+// members commit to their own partitions (a flush every 250ms each, far more
+// often than commit.interval allows in production): no commit is lost or fenced (a
+// fence would mean a watermark moved under its owner), watermarks never go
+// backwards, and every offset is in the table exactly once.
+func TestMaintainConcurrentWithCommits(t *testing.T) {
+	f := newFixture(t)
+	ctx := t.Context()
+	watcher := f.open(t, "g")
+	const rounds, n = 15, 40
+	var (
+		wg, mwg   sync.WaitGroup
+		done      = make(chan struct{})
+		errs      = make(chan error, 8)
+		rewritten atomic.Int64
+		conflicts atomic.Int64
+		runs      atomic.Int64
+		expired   atomic.Int64
+		contended atomic.Int64
+	)
+	for p := range int32(3) {
+		member := f.open(t, "g")
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			resume := lakehouse.NoWatermark
+			for r := int64(0); r < rounds; r++ {
+				if _, err := member.Commit(context.Background(), []lakehouse.Part{f.part(t, p, r*n, r*n+n, resume)}); err != nil {
+					errs <- err
+					return
+				}
+				resume = r*n + n
+				time.Sleep(250 * time.Millisecond) // the next flush
+			}
+		}()
+	}
+	mwg.Add(2)
+	go func() { // the maintainer
+		defer mwg.Done()
+		m := f.open(t, "g")
+		for {
+			rep, err := m.Maintain(ctx, lakehouse.MaintainOptions{MinInputFiles: 2, ExpireOlderThan: 3 * time.Second})
+			if errors.Is(err, lakehouse.ErrContended) {
+				contended.Add(1) // a step lost 20 races in a row: skipped, not wrong
+			} else if err != nil {
+				errs <- err
+				return
+			}
+			rewritten.Add(int64(rep.FilesRewritten))
+			expired.Add(int64(rep.SnapshotsExpired))
+			conflicts.Add(int64(rep.Conflicts))
+			runs.Add(1)
+			select {
+			case <-done:
+				return
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
+	}()
+	go func() { // watermarks never go backwards
+		defer mwg.Done()
+		last := map[int32]int64{}
+		for {
+			wm, err := watcher.Watermarks(ctx)
+			if err != nil {
+				errs <- err
+				return
+			}
+			for p, prev := range last {
+				if cur, ok := wm.Get(topic, p); !ok || cur < prev {
+					t.Errorf("W(%d) went from %d to %d (present %v)", p, prev, cur, ok)
+				}
+			}
+			for p, o := range wm[topic] {
+				last[p] = o
+			}
+			select {
+			case <-done:
+				return
+			case <-time.After(5 * time.Millisecond):
+			}
+		}
+	}()
+	wg.Wait()
+	close(done)
+	mwg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	got := ids(t, watcher)
+	wm, _ := watcher.Watermarks(ctx)
+	for p := range int32(3) {
+		assertExactlyOnce(t, got, p, 0, rounds*n)
+		if w, _ := wm.Get(topic, p); w != rounds*n {
+			t.Errorf("W(%d) = %d, want %d", p, w, rounds*n)
+		}
+	}
+	if len(got) != 3*rounds*n {
+		t.Errorf("%d distinct ids, want %d", len(got), 3*rounds*n)
+	}
+	if rewritten.Load() == 0 || expired.Load() == 0 {
+		t.Errorf("maintenance rewrote %d files and expired %d snapshots while commits ran; want both", rewritten.Load(), expired.Load())
+	}
+	t.Logf("%d maintenance runs (%d with a step skipped after 20 conflicts) rewrote %d files, expired %d snapshots, redid %d commits after conflicts",
+		runs.Load(), contended.Load(), rewritten.Load(), expired.Load(), conflicts.Load())
+}
+
+// TestMaintainOptionsErrors: bad options are rejected with the option's
+// name; good ones on an empty table do nothing.
+func TestMaintainOptionsErrors(t *testing.T) {
+	f := newFixture(t)
+	tbl := f.open(t, "g")
+	rep, err := tbl.Maintain(t.Context(), lakehouse.MaintainOptions{})
+	if err != nil {
+		t.Fatalf("maintaining an empty table: %v", err)
+	}
+	if rep.Before != (lakehouse.TableStats{}) || rep.After != (lakehouse.TableStats{}) || rep.FilesRewritten+rep.SnapshotsExpired+rep.OrphansRemoved != 0 {
+		t.Fatalf("maintaining an empty table: %+v", rep)
+	}
+	for _, tc := range []struct {
+		opts lakehouse.MaintainOptions
+		want string
+	}{
+		{lakehouse.MaintainOptions{OrphanOlderThan: time.Minute}, "orphan-older-than"},
+		{lakehouse.MaintainOptions{RetainLast: -1}, "retain-last"},
+		{lakehouse.MaintainOptions{ExpireOlderThan: -time.Hour}, "expire-older-than"},
+		{lakehouse.MaintainOptions{TargetFileBytes: -1}, "target file size"},
+	} {
+		_, err := tbl.Maintain(t.Context(), tc.opts)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("options %+v: error %v, want one naming %q", tc.opts, err, tc.want)
+		}
+	}
+}
