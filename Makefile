@@ -3,7 +3,7 @@ GO       ?= go
 BIN      := bin/floe
 DEMO_ARGS ?= --records 500000
 
-.PHONY: all build demo test bench vet fmt clean
+.PHONY: all build demo test bench interop-spark vet fmt clean
 
 all: build
 
@@ -29,6 +29,13 @@ test:
 # broker, measured in the same run.
 bench: build
 	$(GO) test -run '^$$' -bench . -benchtime 1x -timeout 30m ./cmd/floe/
+
+# Spark reads a table `floe demo` wrote and runs the analyst queries. Not in
+# `make test`: it downloads pyspark and the Iceberg Spark runtime once
+# (~400 MB) into $FLOE_CACHE.
+SPARK_RECORDS ?= 200000
+interop-spark:
+	bash deploy/spark/run.sh $(SPARK_RECORDS)
 
 fmt:
 	gofmt -w $$(git ls-files '*.go')
