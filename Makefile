@@ -21,6 +21,7 @@ demo: build
 # from Maven Central once, cached under ~/.cache/floe).
 test:
 	bash deploy/setup-hdfs.sh
+	bash deploy/setup-python.sh >/dev/null
 	$(GO) mod download
 	$(GO) vet ./...
 	$(GO) test -count=1 -timeout 25m ./...

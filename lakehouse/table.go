@@ -220,18 +220,24 @@ func (t *Table) ensure(ctx context.Context) (*table.Table, error) {
 	if !errors.Is(err, catalog.ErrNoSuchTable) {
 		return nil, fmt.Errorf("loading table %s: %w", strings.Join(t.ident, "."), err)
 	}
+	// Members starting together race to create the namespace and the table.
+	// Not every catalog reports the loser as "already exists": Iceberg's REST
+	// fixture on SQLite answers 500 with the constraint violation. So a
+	// failed create is fine when the object exists afterwards.
 	ns := catalog.NamespaceFromIdent(t.ident)
 	if err := t.cat.CreateNamespace(ctx, ns, nil); err != nil && !errors.Is(err, catalog.ErrNamespaceAlreadyExists) {
-		return nil, fmt.Errorf("creating namespace %s: %w", strings.Join(ns, "."), err)
+		if ok, cerr := t.cat.CheckNamespaceExists(ctx, ns); cerr != nil || !ok {
+			return nil, fmt.Errorf("creating namespace %s: %w", strings.Join(ns, "."), err)
+		}
 	}
 	spec := t.schema.Spec
 	tbl, err = t.cat.CreateTable(ctx, t.ident, t.schema.Iceberg,
 		catalog.WithPartitionSpec(&spec), catalog.WithProperties(tableProperties(t.schema)))
-	if errors.Is(err, catalog.ErrTableAlreadyExists) {
-		// Another member created it first.
-		return t.cat.LoadTable(ctx, t.ident)
-	}
 	if err != nil {
+		// Another member may have created it first.
+		if existing, lerr := t.cat.LoadTable(ctx, t.ident); lerr == nil {
+			return existing, nil
+		}
 		return nil, fmt.Errorf("creating table %s: %w", strings.Join(t.ident, "."), err)
 	}
 	t.log.Info("created table", "table", strings.Join(t.ident, "."), "location", tbl.Location())

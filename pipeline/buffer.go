@@ -23,7 +23,7 @@ type partitionBuffer struct {
 	partition int32
 
 	mu      sync.Mutex
-	builder *schemas.Builder
+	builder schemas.RecordBuilder
 	letters []deadLetter
 	// resume is the watermark the next segment builds on: the table's W(p)
 	// at assignment, then the end of the previous segment.
@@ -54,7 +54,7 @@ func newPartitionBuffer(sc *schemas.Schema, topic string, partition int32, resum
 	return &partitionBuffer{
 		topic:     topic,
 		partition: partition,
-		builder:   sc.NewBuilder(memory.DefaultAllocator, maxMessageBytes),
+		builder:   sc.NewRecordBuilder(memory.DefaultAllocator, maxMessageBytes),
 		resume:    resume,
 		gap:       gap,
 	}

@@ -14,6 +14,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/floe-dev/floe/enrich"
+	"github.com/floe-dev/floe/schemas"
 )
 
 // Config is floe's job configuration: one YAML file (DESIGN.md,
@@ -24,6 +25,13 @@ type Config struct {
 	Table   TableConfig   `yaml:"table"`
 	Commit  CommitConfig  `yaml:"commit"`
 	Metrics MetricsConfig `yaml:"metrics"`
+	// Format is how message values are encoded: json (default), avro or
+	// protobuf.
+	Format string `yaml:"format"`
+	// Registry is the Confluent-API schema registry that avro and protobuf
+	// values in the Confluent wire format name their schemas in; absent
+	// means plain values (Avro written with the schema file's schema).
+	Registry *schemas.RegistryConfig `yaml:"registry"`
 	// Enrich configures the asynchronous enrichment stage; absent means no
 	// enrichment (_enrich_status is "off").
 	Enrich *enrich.Config `yaml:"enrich"`
@@ -32,6 +40,28 @@ type Config struct {
 	// double. 0 keeps the runtime's default (or GOMEMLIMIT). Set it to about
 	// 2 × commit.max_bytes + 64MiB.
 	MemoryLimit ByteSize `yaml:"memory_limit"`
+	// Maintain schedules table maintenance inside `floe run` and holds the
+	// defaults of `floe maintain`.
+	Maintain MaintainConfig `yaml:"maintain"`
+}
+
+// MaintainConfig tunes table maintenance (lakehouse.Table.Maintain):
+// compaction, manifest rewrite, snapshot expiry and orphan-file removal.
+type MaintainConfig struct {
+	// Interval runs maintenance this often inside `floe run`; 0 (the
+	// default) never does (run `floe maintain` from a scheduler instead).
+	Interval Duration `yaml:"interval"`
+	// TargetFileBytes is the compacted file size; 0: the table's
+	// write.target-file-size-bytes, else 128 MiB.
+	TargetFileBytes ByteSize `yaml:"target_file_bytes"`
+	// ExpireOlderThan: snapshots older (and superseded for longer) than
+	// this are expired. Default 168h (7 days).
+	ExpireOlderThan Duration `yaml:"expire_older_than"`
+	// RetainLast snapshots are always kept. Default 1.
+	RetainLast int `yaml:"retain_last"`
+	// OrphanOlderThan: unreferenced files older than this are deleted.
+	// Default 72h; at least 1h.
+	OrphanOlderThan Duration `yaml:"orphan_older_than"`
 }
 
 // KafkaConfig says where records come from and where bad ones go.
@@ -59,6 +89,10 @@ type KafkaConfig struct {
 	MaxMessageBytes ByteSize `yaml:"max_message_bytes"`
 	// FetchMaxBytes bounds one fetch response per partition. Default 1 MiB.
 	FetchMaxBytes ByteSize `yaml:"fetch_max_bytes"`
+	// SASL authenticates to the brokers; absent means none.
+	SASL *SASLConfig `yaml:"sasl"`
+	// TLS encrypts the connections to the brokers; absent means plaintext.
+	TLS *TLSConfig `yaml:"tls"`
 }
 
 // TableConfig names the Iceberg table and its catalog.
@@ -183,6 +217,11 @@ func LoadConfig(path string) (Config, error) {
 	return cfg, nil
 }
 
+// SchemaFormat is the message format the schema's builders decode.
+func (c Config) SchemaFormat() schemas.Format {
+	return schemas.Format{Kind: c.Format, Registry: c.Registry}
+}
+
 // Finish applies defaults and validates; errors name the offending key.
 func (c *Config) Finish() error {
 	c.defaults()
@@ -222,6 +261,9 @@ func (c *Config) defaults() {
 	if c.Schema == "" {
 		c.Schema = "clickstream"
 	}
+	if c.Format == "" {
+		c.Format = schemas.FormatJSON
+	}
 	if c.Table.TargetFileBytes == 0 {
 		c.Table.TargetFileBytes = 256 << 20
 	}
@@ -237,12 +279,40 @@ func (c *Config) defaults() {
 	if c.Commit.Grace == 0 {
 		c.Commit.Grace = Duration(min(20*time.Second, k.SessionTimeout.D()/2, k.RebalanceTimeout.D()/2))
 	}
+	if c.Maintain.ExpireOlderThan == 0 {
+		c.Maintain.ExpireOlderThan = Duration(7 * 24 * time.Hour)
+	}
+	if c.Maintain.RetainLast == 0 {
+		c.Maintain.RetainLast = 1
+	}
+	if c.Maintain.OrphanOlderThan == 0 {
+		c.Maintain.OrphanOlderThan = Duration(72 * time.Hour)
+	}
 }
 
 func (c *Config) validate() error {
 	var errs []error
 	bad := func(key, format string, args ...any) {
 		errs = append(errs, fmt.Errorf("%s: %s", key, fmt.Sprintf(format, args...)))
+	}
+	switch c.Format {
+	case schemas.FormatJSON:
+		if c.Registry != nil {
+			bad("registry", "JSON values do not use a schema registry; set format to avro or protobuf, or remove registry")
+		}
+	case schemas.FormatAvro:
+	case schemas.FormatProtobuf:
+		if c.Registry == nil {
+			bad("format", "protobuf values must be in the Confluent wire format: set registry")
+		}
+	default:
+		bad("format", "%q: want json, avro or protobuf", c.Format)
+	}
+	if c.Registry != nil && c.Registry.URL == "" {
+		bad("registry.url", "required")
+	}
+	if c.Enrich != nil && c.Format != schemas.FormatJSON {
+		bad("enrich", "the lookup key is read from JSON values; enrichment of %s values is not supported yet", c.Format)
 	}
 	k := c.Kafka
 	if len(k.Brokers) == 0 {
@@ -268,6 +338,9 @@ func (c *Config) validate() error {
 	if k.HeartbeatInterval.D() >= k.SessionTimeout.D() {
 		bad("kafka.heartbeat_interval", "%s must be below kafka.session_timeout %s", k.HeartbeatInterval.D(), k.SessionTimeout.D())
 	}
+	if _, err := k.security(); err != nil {
+		errs = append(errs, err)
+	}
 	if c.Table.Name == "" {
 		bad("table.name", "required (namespace.table)")
 	} else if !strings.Contains(c.Table.Name, ".") {
@@ -288,6 +361,19 @@ func (c *Config) validate() error {
 	if limit := min(k.SessionTimeout.D(), k.RebalanceTimeout.D()); c.Commit.Grace.D() >= limit {
 		bad("commit.grace", "%s must be below kafka.session_timeout and kafka.rebalance_timeout (%s): a revoked member stops heartbeating, and the coordinator evicts it after the session timeout",
 			c.Commit.Grace.D(), limit)
+	}
+	mt := c.Maintain
+	if mt.Interval.D() < 0 {
+		bad("maintain.interval", "must be positive (0: no maintenance inside floe run)")
+	}
+	if mt.ExpireOlderThan.D() < 0 {
+		bad("maintain.expire_older_than", "must be positive")
+	}
+	if mt.RetainLast < 1 {
+		bad("maintain.retain_last", "%d: at least 1 snapshot is always kept", mt.RetainLast)
+	}
+	if mt.OrphanOlderThan.D() < time.Hour {
+		bad("maintain.orphan_older_than", "%s is below 1h: younger unreferenced files may belong to a commit in flight", mt.OrphanOlderThan.D())
 	}
 	return errors.Join(errs...)
 }

@@ -1,6 +1,14 @@
 package pipeline_test
 
 import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"fmt"
+	"math/big"
 	"os"
 	"path/filepath"
 	"strings"
@@ -50,6 +58,39 @@ func TestConfigDefaults(t *testing.T) {
 	}
 }
 
+func TestMaintainConfig(t *testing.T) {
+	cfg, err := pipeline.LoadConfig(writeConfig(t, validConfig))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cfg.Finish(); err != nil {
+		t.Fatal(err)
+	}
+	want := pipeline.MaintainConfig{ExpireOlderThan: pipeline.Duration(168 * time.Hour), RetainLast: 1,
+		OrphanOlderThan: pipeline.Duration(72 * time.Hour)}
+	if cfg.Maintain != want {
+		t.Fatalf("maintain defaults %+v, want %+v (interval 0: off)", cfg.Maintain, want)
+	}
+	cfg, err = pipeline.LoadConfig(writeConfig(t, validConfig+`maintain:
+  interval: 1h
+  target_file_bytes: 64MiB
+  expire_older_than: 24h
+  retain_last: 10
+  orphan_older_than: 6h
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cfg.Finish(); err != nil {
+		t.Fatal(err)
+	}
+	want = pipeline.MaintainConfig{Interval: pipeline.Duration(time.Hour), TargetFileBytes: 64 << 20,
+		ExpireOlderThan: pipeline.Duration(24 * time.Hour), RetainLast: 10, OrphanOlderThan: pipeline.Duration(6 * time.Hour)}
+	if cfg.Maintain != want {
+		t.Fatalf("maintain %+v, want %+v", cfg.Maintain, want)
+	}
+}
+
 func TestConfigInterpolatesEnvironment(t *testing.T) {
 	t.Setenv("FLOE_TEST_BROKER", "10.0.0.1:9093")
 	body := strings.Replace(validConfig, "127.0.0.1:9092", "${FLOE_TEST_BROKER}", 1)
@@ -84,6 +125,17 @@ func TestConfigErrorsNameTheKey(t *testing.T) {
 		{"catalog type", "    type: sql\n", "", "table.catalog.type"},
 		{"grace", "table:", "commit:\n  grace: 90s\ntable:", "commit.grace"},
 		{"max bytes", "table:", "commit:\n  max_bytes: 2GiB\ntable:", "commit.max_bytes"},
+		{"maintain interval", "table:", "maintain:\n  interval: -1m\ntable:", "maintain.interval"},
+		{"maintain retain", "table:", "maintain:\n  retain_last: -2\ntable:", "maintain.retain_last"},
+		{"maintain orphans", "table:", "maintain:\n  orphan_older_than: 10m\ntable:", "maintain.orphan_older_than"},
+		{"maintain expiry", "table:", "maintain:\n  expire_older_than: -1h\ntable:", "maintain.expire_older_than"},
+		{"maintain unknown key", "table:", "maintain:\n  every: 1h\ntable:", "every"},
+		{"format", "table:", "format: xml\ntable:", `format: "xml": want json, avro or protobuf`},
+		{"protobuf without registry", "table:", "format: protobuf\ntable:", "format: protobuf values must be in the Confluent wire format"},
+		{"json with registry", "table:", "registry: {url: http://127.0.0.1:8081}\ntable:", "registry: JSON values do not use a schema registry"},
+		{"registry without url", "table:", "format: avro\nregistry: {basic_auth: a:b}\ntable:", "registry.url: required"},
+		{"registry unknown key", "table:", "format: avro\nregistry: {uri: http://x}\ntable:", "uri"},
+		{"enrich with avro", "table:", "format: avro\nenrich:\n  url: http://127.0.0.1:8081/lookup\n  key: user_id\ntable:", "enrich: the lookup key is read from JSON values"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			body := strings.Replace(validConfig, tc.from, tc.to, 1)
@@ -98,6 +150,36 @@ func TestConfigErrorsNameTheKey(t *testing.T) {
 				t.Fatalf("error %v, want one mentioning %q", err, tc.want)
 			}
 		})
+	}
+}
+
+func TestConfigSchemaFormat(t *testing.T) {
+	cfg, err := pipeline.LoadConfig(writeConfig(t, validConfig+`format: avro
+registry:
+  url: https://registry.example:8081
+  basic_auth: "floe:${FLOE_TEST_SR_PASSWORD:-secret}"
+  tls: {ca_file: /etc/ca.pem}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cfg.Finish(); err != nil {
+		t.Fatal(err)
+	}
+	f := cfg.SchemaFormat()
+	if f.Kind != "avro" || f.Registry == nil || f.Registry.URL != "https://registry.example:8081" ||
+		f.Registry.BasicAuth != "floe:secret" || f.Registry.TLS.CAFile != "/etc/ca.pem" {
+		t.Fatalf("format %+v registry %+v", f, f.Registry)
+	}
+	cfg, err = pipeline.LoadConfig(writeConfig(t, validConfig))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cfg.Finish(); err != nil {
+		t.Fatal(err)
+	}
+	if f := cfg.SchemaFormat(); f.Kind != "json" || f.Registry != nil {
+		t.Fatalf("default format %+v, want json without a registry", f)
 	}
 }
 
@@ -125,5 +207,108 @@ func TestExampleConfigLoads(t *testing.T) {
 	}
 	if cfg.Enrich == nil || len(cfg.Enrich.Fields) != 6 || cfg.Kafka.Brokers[0] != "127.0.0.1:9092" {
 		t.Fatalf("example config: enrich %+v brokers %v", cfg.Enrich, cfg.Kafka.Brokers)
+	}
+}
+
+// securityConfig returns validConfig with kafkaExtra appended to its kafka
+// section.
+func securityConfig(kafkaExtra string) string {
+	return strings.Replace(validConfig, "  group: floe-clicks\n", "  group: floe-clicks\n"+kafkaExtra, 1)
+}
+
+// writePEM writes a self-signed certificate and its key as PEM files.
+func writePEM(t *testing.T) (certFile, keyFile string) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "floe test"},
+		NotBefore: time.Now(), NotAfter: time.Now().Add(time.Hour), IsCA: true, BasicConstraintsValid: true}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kder, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	certFile, keyFile = filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
+	if err := os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return certFile, keyFile
+}
+
+func TestConfigKafkaSecurity(t *testing.T) {
+	cert, key := writePEM(t)
+	dir := t.TempDir()
+	pwFile := filepath.Join(dir, "password")
+	if err := os.WriteFile(pwFile, []byte("s3cret-from-file\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	empty := filepath.Join(dir, "empty")
+	if err := os.WriteFile(empty, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	const secret = "pa55-w0rd-in-yaml"
+	sasl := func(mech, rest string) string {
+		return "  sasl:\n    mechanism: " + mech + "\n    username: floe\n" + rest
+	}
+	for _, tc := range []struct {
+		name, extra, want string // want "": valid
+	}{
+		{"scram-512 password", sasl("SCRAM-SHA-512", "    password: "+secret+"\n"), ""},
+		{"scram-256 password file", sasl("SCRAM-SHA-256", "    password_file: "+pwFile+"\n"), ""},
+		{"plain over tls", sasl("PLAIN", "    password: "+secret+"\n") + "  tls:\n    ca_file: " + cert + "\n", ""},
+		{"mutual tls", "  tls:\n    ca_file: " + cert + "\n    cert_file: " + cert + "\n    key_file: " + key + "\n    server_name: kafka.internal\n", ""},
+		{"tls with system roots", "  tls: {}\n", ""},
+		{"password SCRAM rejects", sasl("SCRAM-SHA-512", "    password: \"\\x07"+secret+"\"\n"), "SASLprep"},
+		{"unknown mechanism", sasl("GSSAPI", "    password: "+secret+"\n"), "kafka.sasl.mechanism"},
+		{"no password", sasl("SCRAM-SHA-512", ""), "kafka.sasl.password"},
+		{"both passwords", sasl("SCRAM-SHA-512", "    password: "+secret+"\n    password_file: "+pwFile+"\n"), "kafka.sasl.password"},
+		{"missing password file", sasl("SCRAM-SHA-512", "    password_file: "+dir+"/nope\n"), "kafka.sasl.password_file"},
+		{"empty password file", sasl("SCRAM-SHA-512", "    password_file: "+empty+"\n"), "kafka.sasl.password_file"},
+		{"no username", "  sasl:\n    mechanism: PLAIN\n    password: " + secret + "\n", "kafka.sasl.username"},
+		{"unknown sasl key", sasl("PLAIN", "    pasword: "+secret+"\n"), "pasword"},
+		{"missing ca", "  tls:\n    ca_file: " + dir + "/nope.pem\n", "kafka.tls.ca_file"},
+		{"ca not pem", "  tls:\n    ca_file: " + pwFile + "\n", "kafka.tls.ca_file"},
+		{"cert without key", "  tls:\n    cert_file: " + cert + "\n", "kafka.tls.cert_file"},
+		{"key is not the cert's", "  tls:\n    cert_file: " + cert + "\n    key_file: " + pwFile + "\n", "kafka.tls.cert_file"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg, err := pipeline.LoadConfig(writeConfig(t, securityConfig(tc.extra)))
+			if err == nil {
+				err = cfg.Finish()
+			}
+			switch {
+			case tc.want == "" && err != nil:
+				t.Fatalf("valid config rejected: %v", err)
+			case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+				t.Fatalf("error %v, want one mentioning %q", err, tc.want)
+			case err != nil && (strings.Contains(err.Error(), secret) || strings.Contains(err.Error(), "s3cret-from-file")):
+				t.Fatalf("the error reveals the password: %v", err)
+			}
+			// A config dumped into a log does not reveal the password.
+			for _, f := range []string{"%v", "%+v", "%#v"} {
+				if s := fmt.Sprintf(f, cfg); strings.Contains(s, secret) {
+					t.Fatalf("%s of the config shows the password: %s", f, s)
+				}
+				if cfg.Kafka.SASL == nil {
+					continue
+				}
+				s := fmt.Sprintf(f, *cfg.Kafka.SASL)
+				if strings.Contains(s, secret) {
+					t.Fatalf("%s of kafka.sasl shows the password: %s", f, s)
+				}
+				if cfg.Kafka.SASL.Password != "" && !strings.Contains(s, "[redacted]") {
+					t.Fatalf("%s of kafka.sasl does not say the password is redacted: %s", f, s)
+				}
+			}
+		})
 	}
 }

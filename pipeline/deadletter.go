@@ -98,7 +98,10 @@ func (d *deadLetterWriter) close() error { return d.w.Close() }
 // end and returns the source offsets of topic it holds, for reconciliation.
 // A source offset written twice (an aborted flush is redone) counts once.
 func ReadDeadLetters(ctx context.Context, k KafkaConfig) (lakehouse.DeadLetters, error) {
-	dialer := &kafka.Dialer{Timeout: 10 * time.Second, ClientID: k.ClientID}
+	dialer, err := k.dialer()
+	if err != nil {
+		return nil, err
+	}
 	conn, err := dialer.DialContext(ctx, "tcp", k.Brokers[0])
 	if err != nil {
 		return nil, fmt.Errorf("dead-letter topic %s: %w", k.DLQTopic, err)

@@ -66,13 +66,21 @@ func UntilOffsets(end map[int32]int64) Option { return func(m *Member) { m.until
 // NewMember returns a member that writes to tbl. cfg must have been
 // Finish()ed, and sc extended by WithEnrichment when cfg.Enrich is set.
 func NewMember(cfg Config, tbl *lakehouse.Table, sc *schemas.Schema, opts ...Option) (*Member, error) {
-	m := &Member{cfg: cfg, table: tbl, schema: sc, dialer: &kafka.Dialer{Timeout: 10 * time.Second, DualStack: true, ClientID: cfg.Kafka.ClientID}}
+	dialer, err := cfg.Kafka.dialer()
+	if err != nil {
+		return nil, err
+	}
+	if sc, err = sc.WithFormat(cfg.SchemaFormat()); err != nil {
+		return nil, err
+	}
+	m := &Member{cfg: cfg, table: tbl, schema: sc, dialer: dialer}
 	for _, o := range opts {
 		o(m)
 	}
 	if m.log == nil {
 		m.log = slog.New(slog.DiscardHandler)
 	}
+	cfg.Kafka.warnInsecure(m.log)
 	if m.stats == nil {
 		m.stats = newStats(cfg.Kafka.Topic)
 	}
@@ -88,6 +96,9 @@ func NewMember(cfg Config, tbl *lakehouse.Table, sc *schemas.Schema, opts ...Opt
 
 // Stats returns the member's counters.
 func (m *Member) Stats() *Stats { return m.stats }
+
+// leaveTimeout bounds leaving the group on stop.
+const leaveTimeout = 10 * time.Second
 
 // errCaughtUp ends a generation once the until-offsets are committed.
 var errCaughtUp = errors.New("caught up")
@@ -130,10 +141,27 @@ func (m *Member) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("kafka: %w", err)
 	}
-	// Close leaves the group once no generation function is running.
-	defer cg.Close()
+	// Close leaves the group once no generation function is running. When a
+	// rebalance is under way it first waits out kafka-go's pending JoinGroup
+	// (up to rebalance_timeout): bounded here, so that a stop never hangs;
+	// the coordinator then drops this member after session_timeout.
+	defer func() {
+		closed := make(chan struct{})
+		go func() { cg.Close(); close(closed) }()
+		select {
+		case <-closed:
+		case <-time.After(leaveTimeout):
+			m.log.Warn("leaving the group timed out during a rebalance; the coordinator drops this member after session_timeout",
+				"after", leaveTimeout)
+		}
+	}()
 
-	dlq := newDeadLetterWriter(k, &kafka.Transport{Dial: m.dialer.DialFunc, ClientID: k.ClientID})
+	tr, err := k.transport()
+	if err != nil {
+		return err
+	}
+	defer tr.CloseIdleConnections()
+	dlq := newDeadLetterWriter(k, tr)
 	defer dlq.close()
 
 	if m.stage != nil {

@@ -11,7 +11,12 @@ import (
 // EndOffsets returns each partition's high watermark (the next offset to be
 // written) of k.Topic: the target of scheduled runs and the base of lag.
 func EndOffsets(ctx context.Context, k KafkaConfig) (map[int32]int64, error) {
-	c := &kafka.Client{Addr: kafka.TCP(k.Brokers...), Timeout: 10 * time.Second}
+	tr, err := k.transport()
+	if err != nil {
+		return nil, err
+	}
+	defer tr.CloseIdleConnections()
+	c := &kafka.Client{Addr: kafka.TCP(k.Brokers...), Timeout: 10 * time.Second, Transport: tr}
 	md, err := c.Metadata(ctx, &kafka.MetadataRequest{Topics: []string{k.Topic}})
 	if err != nil {
 		return nil, fmt.Errorf("metadata of %s: %w", k.Topic, err)

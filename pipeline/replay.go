@@ -2,110 +2,326 @@ package pipeline
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
+	"sort"
+	"sync/atomic"
 	"time"
 
 	"github.com/segmentio/kafka-go"
 
+	"github.com/floe-dev/floe/enrich"
 	"github.com/floe-dev/floe/lakehouse"
 	"github.com/floe-dev/floe/schemas"
 )
 
 // ReplayRange is a block of offsets [From, To) of one partition to backfill.
 type ReplayRange struct {
-	Partition int32
-	From, To  int64
+	Partition int32 `json:"partition"`
+	From      int64 `json:"from"`
+	To        int64 `json:"to"`
+}
+
+// ReplayOptions modify a replay.
+type ReplayOptions struct {
+	// Reenrich replaces rows stored with _enrich_status skipped or miss by
+	// their re-enriched version when it is better (lakehouse.Reenrich).
+	Reenrich bool
+	// Read, if set, is added the number of records read as they are.
+	Read *atomic.Int64
 }
 
 // ReplayResult counts what a replay did.
 type ReplayResult struct {
-	Read         int64 `json:"read"`          // records read from Kafka
-	Inserted     int64 `json:"inserted"`      // rows the MERGE added
-	Skipped      int64 `json:"skipped"`       // rows already in the table
-	DeadLettered int64 `json:"dead_lettered"` // records sent to the dead-letter topic
-	Commits      int64 `json:"commits"`
+	Ranges       []ReplayRange `json:"ranges"`
+	Read         int64         `json:"read"`          // records read from Kafka
+	Inserted     int64         `json:"inserted"`      // rows the MERGE added
+	Skipped      int64         `json:"skipped"`       // rows already in the table
+	Replaced     int64         `json:"replaced"`      // rows replaced by their re-enriched version
+	DeadLettered int64         `json:"dead_lettered"` // records sent to the dead-letter topic
+	Commits      int64         `json:"commits"`
 }
 
-// Replay re-reads r from Kafka and commits it with the dedupe MERGE only:
-// rows already in the table are skipped, missing ones inserted, and no
-// watermark moves, so it is safe while the live job runs. It commits every
-// commit.max_records records. Records that cannot be decoded are
-// dead-lettered again (verify counts distinct source offsets).
-func Replay(ctx context.Context, cfg Config, tbl *lakehouse.Table, sc *schemas.Schema, r ReplayRange, log *slog.Logger) (ReplayResult, error) {
-	var res ReplayResult
-	if cfg.Enrich != nil {
-		return res, errors.New("replay: tables with enrichment cannot be replayed yet (the replayed rows would lack it)")
+// Replay re-reads each range from Kafka and commits it with the dedupe
+// MERGE only: rows already in the table are skipped, missing ones inserted,
+// and no watermark moves, so it is safe while the live job runs. With an
+// enrich section the records pass through the enrichment stage as in the
+// live job; with opts.Reenrich, stored rows that were skipped or missed are
+// replaced by better re-enriched ones. It commits every commit.max_records
+// records. Records that cannot be decoded are dead-lettered again (verify
+// counts distinct source offsets).
+func Replay(ctx context.Context, cfg Config, tbl *lakehouse.Table, sc *schemas.Schema, ranges []ReplayRange, opts ReplayOptions, log *slog.Logger) (ReplayResult, error) {
+	res := ReplayResult{Ranges: ranges}
+	if len(ranges) == 0 {
+		return res, fmt.Errorf("replay: no range to replay")
 	}
-	if r.From < 0 || r.To <= r.From {
-		return res, fmt.Errorf("replay: want 0 <= --from < --to, got [%d, %d)", r.From, r.To)
+	if opts.Reenrich && cfg.Enrich == nil {
+		return res, fmt.Errorf("replay: --reenrich needs an enrich section in the configuration")
 	}
 	k := cfg.Kafka
 	end, err := EndOffsets(ctx, k)
 	if err != nil {
 		return res, fmt.Errorf("kafka %v: %w", k.Brokers, err)
 	}
-	last, ok := end[r.Partition]
-	if !ok {
-		return res, fmt.Errorf("replay: topic %s has no partition %d", k.Topic, r.Partition)
+	for _, r := range ranges {
+		if r.From < 0 || r.To <= r.From {
+			return res, fmt.Errorf("replay: partition %d: want 0 <= from < to, got [%d, %d)", r.Partition, r.From, r.To)
+		}
+		last, ok := end[r.Partition]
+		if !ok {
+			return res, fmt.Errorf("replay: topic %s has no partition %d", k.Topic, r.Partition)
+		}
+		if r.To > last {
+			return res, fmt.Errorf("replay: to %d is beyond the end of %s/%d (%d)", r.To, k.Topic, r.Partition, last)
+		}
 	}
-	if r.To > last {
-		return res, fmt.Errorf("replay: --to %d is beyond the end of %s/%d (%d)", r.To, k.Topic, r.Partition, last)
+	if opts.Reenrich {
+		wm, err := tbl.Watermarks(ctx)
+		if err != nil {
+			return res, err
+		}
+		for _, r := range ranges {
+			if w, _ := wm.Get(k.Topic, r.Partition); r.To > w {
+				log.Warn("re-enrichment: part of the range is not committed yet; its rows are inserted, not replaced",
+					"partition", r.Partition, "to", r.To, "watermark", w)
+			}
+		}
 	}
-
-	dialer := &kafka.Dialer{Timeout: 10 * time.Second, ClientID: k.ClientID}
-	reader, err := openReader(k, r.Partition, dialer, r.From)
+	sc, err = sc.WithFormat(cfg.SchemaFormat())
 	if err != nil {
 		return res, err
 	}
-	defer reader.Close()
-	dlq := newDeadLetterWriter(k, &kafka.Transport{Dial: dialer.DialFunc, ClientID: k.ClientID})
-	defer dlq.close()
-	buf := newPartitionBuffer(sc, k.Topic, r.Partition, lakehouse.Replay, int(k.MaxMessageBytes), nil)
-	defer buf.release()
-
-	commit := func() error {
-		seg, ok := buf.take()
-		if !ok {
-			return nil
-		}
-		seg.part.Resume = lakehouse.Replay
-		if err := dlq.write(ctx, seg.letters); err != nil {
-			releaseParts([]lakehouse.Part{seg.part})
-			return err
-		}
-		c, err := tbl.Commit(ctx, []lakehouse.Part{seg.part})
-		if err != nil {
-			return err
-		}
-		res.Inserted += c.Rows
-		res.Skipped += c.Skipped
-		res.DeadLettered += int64(len(seg.letters))
-		res.Commits++
-		log.Info("replay progress", "range", seg.part.Range.String(), "inserted", c.Rows, "skipped", c.Skipped)
-		return nil
+	rp := &replayer{cfg: cfg, tbl: tbl, sc: sc, opts: opts, log: log, res: &res}
+	if rp.dialer, err = k.dialer(); err != nil {
+		return res, err
 	}
-	for {
-		msg, err := reader.FetchMessage(ctx)
+	tr, err := k.transport()
+	if err != nil {
+		return res, err
+	}
+	defer tr.CloseIdleConnections()
+	rp.dlq = newDeadLetterWriter(k, tr)
+	defer rp.dlq.close()
+	if cfg.Enrich != nil {
+		st, err := enrich.NewStage(*cfg.Enrich, nil, log)
 		if err != nil {
-			return res, fmt.Errorf("reading %s/%d: %w", k.Topic, r.Partition, err)
-		}
-		if msg.Offset >= r.To {
-			break
-		}
-		if _, _, _, err := buf.appendEnriched(msg, time.Now(), offResult); err != nil {
 			return res, err
 		}
-		res.Read++
-		if buf.builder.Len() >= cfg.Commit.MaxRecords || msg.Offset+1 == r.To {
-			if err := commit(); err != nil {
-				return res, err
-			}
-		}
-		if msg.Offset+1 >= r.To {
-			break
+		stageCtx, stop := context.WithCancel(ctx)
+		stageDone := make(chan error, 1)
+		go func() { stageDone <- st.Run(stageCtx) }()
+		defer func() { stop(); <-stageDone }()
+		rp.stage = st
+	}
+	for _, r := range ranges {
+		if err := rp.replay(ctx, r); err != nil {
+			return res, err
 		}
 	}
-	return res, commit()
+	return res, nil
+}
+
+// replayer replays ranges one after the other.
+type replayer struct {
+	cfg    Config
+	tbl    *lakehouse.Table
+	sc     *schemas.Schema
+	opts   ReplayOptions
+	log    *slog.Logger
+	dialer *kafka.Dialer
+	dlq    *deadLetterWriter
+	stage  *enrich.Stage // nil without enrichment
+	res    *ReplayResult
+}
+
+func (rp *replayer) replay(ctx context.Context, r ReplayRange) error {
+	k := rp.cfg.Kafka
+	reader, err := openReader(k, r.Partition, rp.dialer, r.From)
+	if err != nil {
+		return err
+	}
+	defer reader.Close()
+	buf := newPartitionBuffer(rp.sc, k.Topic, r.Partition, lakehouse.Replay, int(k.MaxMessageBytes), nil)
+	defer buf.release()
+	// fetch reads the range in offset order and hands each record to emit.
+	fetch := func(ctx context.Context, emit func(kafka.Message) error) error {
+		for {
+			msg, err := reader.FetchMessage(ctx)
+			if err != nil {
+				return fmt.Errorf("reading %s/%d: %w", k.Topic, r.Partition, err)
+			}
+			if msg.Offset >= r.To {
+				return nil
+			}
+			if err := emit(msg); err != nil {
+				return err
+			}
+			if msg.Offset+1 >= r.To {
+				return nil
+			}
+		}
+	}
+	add := func(msg kafka.Message, res enrich.Result) error {
+		if _, _, _, err := buf.appendEnriched(msg, time.Now(), res); err != nil {
+			return err
+		}
+		rp.res.Read++
+		if rp.opts.Read != nil {
+			rp.opts.Read.Add(1)
+		}
+		if buf.builder.Len() >= rp.cfg.Commit.MaxRecords {
+			return rp.commit(ctx, buf)
+		}
+		return nil
+	}
+	if rp.stage == nil {
+		if err := fetch(ctx, func(msg kafka.Message) error { return add(msg, offResult) }); err != nil {
+			return err
+		}
+		return rp.commit(ctx, buf)
+	}
+
+	// With enrichment: the fetcher submits to a lane, records leave it in
+	// offset order as their lookups complete.
+	lane := rp.stage.NewQueue()
+	defer lane.Abort()
+	fctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	fetched := make(chan error, 1)
+	ex := &keyExtractor{field: rp.cfg.Enrich.Key}
+	go func() {
+		err := fetch(fctx, func(msg kafka.Message) error {
+			return lane.SubmitSized(fctx, ex.key(msg.Value), msg, len(msg.Key)+len(msg.Value)+laneOverhead)
+		})
+		lane.Close()
+		fetched <- err
+	}()
+	for c := range lane.Out() {
+		if err := add(c.Item.(kafka.Message), c.Result); err != nil {
+			cancel()
+			<-fetched
+			return err
+		}
+	}
+	if err := <-fetched; err != nil {
+		return err
+	}
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	return rp.commit(ctx, buf)
+}
+
+// commit writes what buf holds: dead letters first, then the MERGE, then,
+// with Reenrich, the replacement of rows that are better enriched now.
+func (rp *replayer) commit(ctx context.Context, buf *partitionBuffer) error {
+	seg, ok := buf.take()
+	if !ok {
+		return nil
+	}
+	seg.part.Resume = lakehouse.Replay
+	if err := rp.dlq.write(ctx, seg.letters); err != nil {
+		releaseParts([]lakehouse.Part{seg.part})
+		return err
+	}
+	rp.res.DeadLettered += int64(len(seg.letters))
+	reenrich := rp.opts.Reenrich && seg.part.Rows != nil
+	if reenrich {
+		seg.part.Rows.Retain() // Commit releases its reference
+	}
+	c, err := rp.tbl.Commit(ctx, []lakehouse.Part{seg.part})
+	if err != nil {
+		if reenrich {
+			seg.part.Rows.Release()
+		}
+		return err
+	}
+	rp.res.Inserted += c.Rows
+	rp.res.Skipped += c.Skipped
+	rp.res.Commits++
+	var replaced int64
+	if reenrich {
+		re, err := rp.tbl.Reenrich(ctx, seg.part)
+		if err != nil {
+			return err
+		}
+		replaced = re.Replaced
+		rp.res.Replaced += replaced
+		if replaced > 0 {
+			rp.res.Commits++
+		}
+	}
+	rp.log.Info("replay progress", "range", seg.part.Range.String(), "inserted", c.Rows, "skipped", c.Skipped, "replaced", replaced)
+	return nil
+}
+
+// ResolveTimes turns a time range into offset ranges of the given
+// partitions (all of the topic's when none are given) through Kafka's
+// offsets-for-times: From is the first offset whose timestamp is at or
+// after from, To the first at or after to (the end offset when there is
+// none). Partitions with nothing in the range are left out.
+func ResolveTimes(ctx context.Context, k KafkaConfig, partitions []int32, from, to time.Time) ([]ReplayRange, error) {
+	if !from.Before(to) {
+		return nil, fmt.Errorf("replay: --from-time %s is not before --to-time %s", from.Format(time.RFC3339), to.Format(time.RFC3339))
+	}
+	end, err := EndOffsets(ctx, k)
+	if err != nil {
+		return nil, fmt.Errorf("kafka %v: %w", k.Brokers, err)
+	}
+	if len(partitions) == 0 {
+		for p := range end {
+			partitions = append(partitions, p)
+		}
+		sort.Slice(partitions, func(i, j int) bool { return partitions[i] < partitions[j] })
+	}
+	for _, p := range partitions {
+		if _, ok := end[p]; !ok {
+			return nil, fmt.Errorf("replay: topic %s has no partition %d", k.Topic, p)
+		}
+	}
+	tr, err := k.transport()
+	if err != nil {
+		return nil, err
+	}
+	defer tr.CloseIdleConnections()
+	c := &kafka.Client{Addr: kafka.TCP(k.Brokers...), Timeout: 10 * time.Second, Transport: tr}
+	at := func(t time.Time) (map[int32]int64, error) {
+		reqs := make([]kafka.OffsetRequest, len(partitions))
+		for i, p := range partitions {
+			reqs[i] = kafka.TimeOffsetOf(int(p), t)
+		}
+		resp, err := c.ListOffsets(ctx, &kafka.ListOffsetsRequest{Topics: map[string][]kafka.OffsetRequest{k.Topic: reqs}})
+		if err != nil {
+			return nil, fmt.Errorf("offsets for %s of %s: %w", t.Format(time.RFC3339), k.Topic, err)
+		}
+		out := map[int32]int64{}
+		for _, po := range resp.Topics[k.Topic] {
+			if po.Error != nil {
+				return nil, fmt.Errorf("offset for %s of %s/%d: %w", t.Format(time.RFC3339), k.Topic, po.Partition, po.Error)
+			}
+			p := int32(po.Partition)
+			out[p] = end[p] // no record at or after t
+			for off := range po.Offsets {
+				if off >= 0 {
+					out[p] = off
+				}
+			}
+		}
+		return out, nil
+	}
+	starts, err := at(from)
+	if err != nil {
+		return nil, err
+	}
+	ends, err := at(to)
+	if err != nil {
+		return nil, err
+	}
+	var ranges []ReplayRange
+	for _, p := range partitions {
+		if ends[p] > starts[p] {
+			ranges = append(ranges, ReplayRange{Partition: p, From: starts[p], To: ends[p]})
+		}
+	}
+	return ranges, nil
 }

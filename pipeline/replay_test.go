@@ -7,7 +7,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/floe-dev/floe/enrich"
 	"github.com/floe-dev/floe/pipeline"
+	"github.com/floe-dev/floe/schemas/clickgen"
 )
 
 // TestReplayHalfPresent replays a range whose first half is already in the
@@ -17,19 +19,21 @@ func TestReplayHalfPresent(t *testing.T) {
 	j := newJob(t, 2000, pipeline.CommitConfig{Interval: pipeline.Duration(200 * time.Millisecond)}, nil)
 	log := slog.New(slog.DiscardHandler)
 	half := j.end[0] / 2
-	first, err := pipeline.Replay(t.Context(), j.cfg, j.tbl, j.sc, pipeline.ReplayRange{Partition: 0, From: 0, To: half}, log)
+	first, err := pipeline.Replay(t.Context(), j.cfg, j.tbl, j.sc, []pipeline.ReplayRange{{Partition: 0, From: 0, To: half}}, pipeline.ReplayOptions{}, log)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if first.Inserted != half || first.Skipped != 0 {
 		t.Fatalf("first replay: %+v, want %d inserted", first, half)
 	}
-	second, err := pipeline.Replay(t.Context(), j.cfg, j.tbl, j.sc, pipeline.ReplayRange{Partition: 0, From: 0, To: j.end[0]}, log)
+	// Two partitions at once: partition 0 is half present.
+	second, err := pipeline.Replay(t.Context(), j.cfg, j.tbl, j.sc,
+		[]pipeline.ReplayRange{{Partition: 0, From: 0, To: j.end[0]}, {Partition: 1, From: 0, To: j.end[1]}}, pipeline.ReplayOptions{}, log)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if second.Skipped != half || second.Inserted != j.end[0]-half || second.Read != j.end[0] {
-		t.Fatalf("second replay: %+v, want %d skipped and %d inserted", second, half, j.end[0]-half)
+	if second.Skipped != half || second.Inserted != j.end[0]-half+j.end[1] || second.Read != j.end[0]+j.end[1] {
+		t.Fatalf("second replay: %+v, want %d skipped and %d inserted", second, half, j.end[0]-half+j.end[1])
 	}
 	if wm, _ := j.tbl.Watermarks(t.Context()); len(wm) != 0 {
 		t.Fatalf("replays moved watermarks: %v", wm)
@@ -49,8 +53,8 @@ func TestReplayHalfPresent(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
-	if got := m.Stats().Skipped.Load(); got != j.end[0] {
-		t.Fatalf("live job skipped %d rows, want the %d replayed", got, j.end[0])
+	if got := m.Stats().Skipped.Load(); got != j.end[0]+j.end[1] {
+		t.Fatalf("live job skipped %d rows, want the %d replayed", got, j.end[0]+j.end[1])
 	}
 	var total int64
 	for _, o := range j.end {
@@ -68,12 +72,114 @@ func TestReplayRejectsBadRanges(t *testing.T) {
 		r    pipeline.ReplayRange
 		want string
 	}{
-		{pipeline.ReplayRange{Partition: 0, From: 5, To: 5}, "--from < --to"},
+		{pipeline.ReplayRange{Partition: 0, From: 5, To: 5}, "from < to"},
 		{pipeline.ReplayRange{Partition: 9, From: 0, To: 1}, "no partition 9"},
 		{pipeline.ReplayRange{Partition: 0, From: 0, To: 1 << 40}, "beyond the end"},
 	} {
-		if _, err := pipeline.Replay(t.Context(), j.cfg, j.tbl, j.sc, tc.r, log); err == nil || !strings.Contains(err.Error(), tc.want) {
+		if _, err := pipeline.Replay(t.Context(), j.cfg, j.tbl, j.sc, []pipeline.ReplayRange{tc.r}, pipeline.ReplayOptions{}, log); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("Replay(%+v) = %v, want an error with %q", tc.r, err, tc.want)
+		}
+	}
+}
+
+// TestReplayTimeRange resolves a time range through offsets-for-times: only
+// the records produced after the range's start are replayed.
+func TestReplayTimeRange(t *testing.T) {
+	j := newJob(t, 500, pipeline.CommitConfig{}, nil)
+	ctx := t.Context()
+	time.Sleep(1100 * time.Millisecond)
+	start := time.Now().Truncate(time.Second).Add(time.Second)
+	time.Sleep(time.Until(start) + 10*time.Millisecond)
+	if _, err := j.cl.ProduceRate(ctx, "clicks", clickgen.New(clickgen.Config{Sessions: 50, Seed: 9}), 300, 0); err != nil {
+		t.Fatal(err)
+	}
+	end, err := j.cl.EndOffsets(ctx, "clicks")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ranges, err := pipeline.ResolveTimes(ctx, j.cfg.Kafka, nil, start, start.Add(time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var total int64
+	for _, r := range ranges {
+		if r.From != j.end[r.Partition] || r.To != end[r.Partition] {
+			t.Errorf("partition %d resolved to [%d, %d), want [%d, %d)", r.Partition, r.From, r.To, j.end[r.Partition], end[r.Partition])
+		}
+		total += r.To - r.From
+	}
+	if total != 300 {
+		t.Fatalf("the time range holds %d records, want the 300 produced after it began (%v)", total, ranges)
+	}
+	res, err := pipeline.Replay(ctx, j.cfg, j.tbl, j.sc, ranges, pipeline.ReplayOptions{}, slog.New(slog.DiscardHandler))
+	if err != nil || res.Inserted != 300 {
+		t.Fatalf("replay of the time range: %+v, %v; want 300 inserted", res, err)
+	}
+	if _, err := pipeline.ResolveTimes(ctx, j.cfg.Kafka, nil, start, start); err == nil {
+		t.Fatal("an empty time range was accepted")
+	}
+	if _, err := pipeline.ResolveTimes(ctx, j.cfg.Kafka, []int32{7}, start, start.Add(time.Hour)); err == nil || !strings.Contains(err.Error(), "no partition 7") {
+		t.Fatalf("unknown partition: %v", err)
+	}
+}
+
+// TestReplayReenrichAfterPassthrough: rows written with null enrichment
+// during an outage under policy passthrough are repaired by a replay with
+// Reenrich once the service answers: no skipped row, no duplicate, the
+// watermarks untouched.
+func TestReplayReenrichAfterPassthrough(t *testing.T) {
+	srv, url := startServer(t, enrich.ServerConfig{P50: enrich.NoLatency})
+	srv.SetOutage(true)
+	j := newJob(t, 1000, fastCommit, enrichConfig(url, enrich.PolicyPassthrough))
+	m, err := pipeline.NewMember(j.cfg, j.tbl, j.sc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- m.Run(ctx) }()
+	waitCaughtUp(t, j.tbl, j.end, 60*time.Second)
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	unenriched := 0
+	for _, r := range readEnriched(t, j.tbl) {
+		if r.status == "skipped" || r.status == "error" {
+			unenriched++
+		}
+	}
+	if unenriched != 1000 {
+		t.Fatalf("%d rows without enrichment after the outage, want 1000", unenriched)
+	}
+	before, _ := j.tbl.Watermarks(t.Context())
+
+	srv.SetOutage(false)
+	var ranges []pipeline.ReplayRange
+	for p, e := range j.end {
+		ranges = append(ranges, pipeline.ReplayRange{Partition: p, From: 0, To: e})
+	}
+	res, err := pipeline.Replay(t.Context(), j.cfg, j.tbl, j.sc, ranges, pipeline.ReplayOptions{Reenrich: true}, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Read != 1000 || res.Inserted != 0 || res.Skipped != 1000 || res.Replaced != 1000 {
+		t.Fatalf("re-enrichment: %+v; want 1000 read, skipped by the MERGE and replaced", res)
+	}
+	rows := readEnriched(t, j.tbl)
+	checkOnceInOrder(t, rows)
+	if len(rows) != 1000 {
+		t.Fatalf("%d rows after re-enrichment, want 1000", len(rows))
+	}
+	for _, r := range rows {
+		if want := srv.Knows(r.user); (want && (r.status != "ok" || r.segment == "")) || (!want && r.status != "miss") {
+			t.Fatalf("row %d/%d: status %q segment %q (service knows %s: %v)", r.partition, r.offset, r.status, r.segment, r.user, want)
+		}
+	}
+	after, _ := j.tbl.Watermarks(t.Context())
+	for p, e := range j.end {
+		if w, _ := after.Get("clicks", p); w != e {
+			t.Fatalf("partition %d watermark %d after re-enrichment, want %d (before: %v)", p, w, e, before)
 		}
 	}
 }

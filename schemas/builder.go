@@ -114,8 +114,9 @@ type Builder struct {
 // (nil means memory.DefaultAllocator). maxMessageBytes bounds the size of a
 // message that is parsed at all (larger ones are rejected as too_large,
 // protecting the worker's memory and time); a value <= 0 selects
-// DefaultMaxMessageBytes. It panics if s does not have the layout of a
-// schema returned by Lookup, since that is a programming error.
+// DefaultMaxMessageBytes. It panics if s does not have the layout of the
+// built-in schema, since that is a programming error; NewRecordBuilder
+// chooses the right builder for any schema.
 func (s *Schema) NewBuilder(mem memory.Allocator, maxMessageBytes int) *Builder {
 	if err := checkLayout(s.Arrow, s.Extra); err != nil {
 		panic(fmt.Sprintf("schemas: NewBuilder: schema %q: %v", s.Name, err))

@@ -78,14 +78,14 @@ func TestLookup(t *testing.T) {
 		t.Errorf("Name, KeyField = %q, %q", s.Name, s.KeyField)
 	}
 
-	for _, name := range []string{"x.json", "", "Clickstream", "/etc/floe/schema.avsc"} {
+	for _, name := range []string{"x.json", "Clickstream", "/etc/floe/schema.avsc"} {
 		_, err := schemas.Lookup(name)
-		if err == nil || !strings.Contains(err.Error(), strconv.Quote(name)) || !strings.Contains(err.Error(), "not supported yet") {
-			t.Errorf("Lookup(%q) error = %v, want one naming the value", name, err)
+		if err == nil || !strings.Contains(err.Error(), strconv.Quote(name)) || !strings.Contains(err.Error(), "no such file") {
+			t.Errorf("Lookup(%q) error = %v, want one naming the missing file", name, err)
 		}
 	}
-	if _, err := schemas.Lookup("x.json"); err.Error() != `schema "x.json": user schema files are not supported yet; use "clickstream"` {
-		t.Errorf("Lookup(x.json) error = %q", err)
+	if _, err := schemas.Lookup(""); err == nil || !strings.Contains(err.Error(), "no schema") {
+		t.Errorf("Lookup(\"\") error = %v, want one saying no schema is set", err)
 	}
 }
 

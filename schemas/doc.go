@@ -1,8 +1,10 @@
 // Package schemas owns the one place where bytes from Kafka become table rows:
-// the record schemas (today only the built-in "clickstream"), their Iceberg and
-// Arrow forms, and the decoder that appends a message to a batch being built
-// or explains, as a [DecodeError], why the message belongs in the dead-letter
-// topic instead.
+// the record schemas (the built-in "clickstream" and Avro schema files with
+// floe properties, see [ParseAvsc]), their Iceberg, Arrow, partition and sort
+// forms, and the decoders (JSON, Avro, Protobuf, plain or in the Confluent
+// wire format with a schema registry, see [Format]) that append a message to
+// a batch being built or explain, as a [DecodeError], why the message
+// belongs in the dead-letter topic instead.
 //
 // Invariants the rest of floe relies on:
 //
@@ -17,7 +19,8 @@
 //     offset watermarks are built on, and the Iceberg schema names them as its
 //     identifier fields.
 //
-// Decoding is the hottest per-record code in the pipeline, so a Builder parses
+// Decoding is the hottest per-record code in the pipeline, so the built-in
+// schema's Builder (schema files get a generic [RecordBuilder]) parses
 // with one reusable fastjson parser, keeps only byte slices into the parser's
 // buffer until the row is known to be good, and then copies each value once,
 // straight into Arrow-layout column buffers from the caller's allocator,

@@ -28,12 +28,23 @@ type Schema struct {
 	// Iceberg by iceberg-go (with PARQUET:field_id metadata, small types) so
 	// that table.WriteRecords accepts the batches as they are.
 	Arrow *arrow.Schema
-	// Spec partitions the table by day(event_ts) into the partition field
-	// "event_ts_day", so that analysts' time-range queries prune files.
+	// Spec is the table's partition spec: day(event_ts) into the partition
+	// field "event_ts_day" for the built-in schema, so that analysts'
+	// time-range queries prune files; floe.partition in a schema file.
 	Spec iceberg.PartitionSpec
+	// SortOrder is the table's declared sort order (floe.sort in a schema
+	// file; unsorted for the built-in schema, whose files are sorted by
+	// KeyField).
+	SortOrder table.SortOrder
 	// KeyField is the column that is the ordering unit: records sharing it
 	// share a Kafka partition and must keep their relative order.
 	KeyField string
+	// EventTime is the column holding the event's own time ("" if the
+	// schema declares none).
+	EventTime string
+	// DedupeKey is the business-key column whose repeats are duplicates of
+	// one event ("" if the schema declares none).
+	DedupeKey string
 	// Extra lists the optional columns appended by WithColumns (enrichment
 	// attributes), in column order after the schema's own.
 	Extra []Column
@@ -41,6 +52,15 @@ type Schema struct {
 	// distinct (ids, URLs): a Parquet dictionary for them costs CPU and
 	// saves nothing, so tables are created without one.
 	HighCardinality []string
+
+	// user is the field tree of a schema parsed from a file (the built-in
+	// schema is one too, clickstream.avsc).
+	user *userSchema
+	// fast marks the built-in schema: its JSON is decoded by the
+	// hand-tuned Builder rather than the generic one.
+	fast bool
+	// decoder makes the value decoder of each generic builder (nil: JSON).
+	decoder func() valueDecoder
 }
 
 // Column positions of the clickstream schema. They are the positions in both
@@ -99,49 +119,25 @@ var clickstreamFields = [numCols]iceberg.NestedField{
 	colEnrichStatus:   {Name: "_enrich_status", Type: str, Doc: "Outcome of the enrichment lookup for this record."},
 }
 
-// Lookup returns the schema selected by the `schema:` configuration value.
-// Built-in names are resolved here; any other value is taken to be a path to
-// a user schema file, which is not supported yet, so it is rejected with an
-// error that names the value rather than being silently ignored. Each call
-// returns a fresh Schema, so callers cannot disturb one another.
+// Lookup returns the schema selected by the `schema:` configuration value:
+// the built-in name "clickstream", or else the path of an Avro schema file
+// (see ParseAvsc). Each call returns a fresh Schema, so callers cannot
+// disturb one another.
 func Lookup(name string) (*Schema, error) {
 	switch name {
 	case Clickstream:
-		return newClickstream()
+		// The built-in schema is the embedded clickstream.avsc; a test
+		// proves it equal to newClickstream, whose column layout the fast
+		// Builder is written for.
+		sc, err := ParseAvsc(Clickstream, clickstreamAvsc)
+		if err != nil {
+			return nil, fmt.Errorf("the built-in schema: %w", err)
+		}
+		sc.fast = true
+		return sc, nil
+	case "":
+		return nil, fmt.Errorf("no schema: set schema to %q or the path of an Avro schema file (.avsc)", Clickstream)
 	default:
-		return nil, fmt.Errorf("schema %q: user schema files are not supported yet; use %q", name, Clickstream)
+		return LoadFile(name)
 	}
-}
-
-func newClickstream() (*Schema, error) {
-	fields := make([]iceberg.NestedField, numCols)
-	for i, f := range clickstreamFields {
-		f.ID = i + 1
-		fields[i] = f
-	}
-	// The Kafka coordinates identify a row: they are what the dedupe MERGE
-	// joins on, so declare them to engines that understand identifier fields.
-	identifiers := []int{colKafkaTopic + 1, colKafkaPartition + 1, colKafkaOffset + 1}
-	sc := iceberg.NewSchemaWithIdentifiers(0, identifiers, fields...)
-
-	fieldID := dayPartitionFieldID
-	spec, err := iceberg.NewPartitionSpecOpts(
-		iceberg.AddPartitionFieldByName(fields[colEventTS].Name, "event_ts_day", iceberg.DayTransform{}, sc, &fieldID))
-	if err != nil {
-		return nil, fmt.Errorf("building the %s partition spec: %w", Clickstream, err)
-	}
-
-	as, err := table.SchemaToArrowSchema(sc, nil, true, false)
-	if err != nil {
-		return nil, fmt.Errorf("converting the %s schema to Arrow: %w", Clickstream, err)
-	}
-
-	return &Schema{
-		Name:            Clickstream,
-		Iceberg:         sc,
-		Arrow:           as,
-		Spec:            spec,
-		KeyField:        fields[colSessionID].Name,
-		HighCardinality: []string{fields[colEventID].Name, fields[colURL].Name},
-	}, nil
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -21,6 +22,7 @@ import (
 	"github.com/apache/iceberg-go/catalog"
 	_ "github.com/apache/iceberg-go/catalog/sql"
 	"github.com/apache/iceberg-go/table"
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 	_ "modernc.org/sqlite"
 
@@ -64,9 +66,51 @@ type env struct {
 	t       *testing.T
 	dir     string
 	cluster *embedded.Cluster
+	// brokers, when cluster is nil, are the seed brokers of a real Kafka
+	// cluster the checker reads (see interop_kafka_test.go).
+	brokers []string
 	topic   string
 	config  string
 	cat     catalog.Catalog
+	// catalog, when set, are the properties of the catalog holding the
+	// table (see interop_catalog_test.go); nil means the SQLite catalog in dir.
+	catalog map[string]string
+}
+
+// seeds returns the addresses the checker's franz-go clients connect to.
+func (e *env) seeds() []string {
+	if e.cluster == nil {
+		return e.brokers
+	}
+	return e.cluster.Addrs()
+}
+
+// endOffsets returns the high watermarks of topic's partitions.
+func (e *env) endOffsets(ctx context.Context, topic string) (map[int32]int64, error) {
+	if e.cluster != nil {
+		return e.cluster.EndOffsets(ctx, topic)
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(e.brokers...))
+	if err != nil {
+		return nil, err
+	}
+	defer cl.Close()
+	ends, err := kadm.NewClient(cl).ListEndOffsets(ctx, topic)
+	if err != nil {
+		return nil, err
+	}
+	out := map[int32]int64{}
+	var perr error
+	ends.Each(func(o kadm.ListedOffset) {
+		if o.Err != nil {
+			perr = fmt.Errorf("end offset of %s/%d: %w", topic, o.Partition, o.Err)
+		}
+		out[o.Partition] = o.Offset
+	})
+	if perr != nil {
+		return nil, perr
+	}
+	return out, nil
 }
 
 const testTopic = "clicks"
@@ -97,6 +141,31 @@ func newEnv(t *testing.T, partitions int, extra string) *env {
 // extra after it.
 func writeConfig(tb testing.TB, dir, broker, group, table, kafkaExtra, extra string) string {
 	tb.Helper()
+	return writeConfigCatalog(tb, dir, broker, group, table, sqliteCatalog(dir), kafkaExtra, extra)
+}
+
+// sqliteCatalog is the default test catalog: SQLite and a warehouse in dir.
+func sqliteCatalog(dir string) map[string]string {
+	return map[string]string{
+		"type": "sql", "uri": "file:" + dir + "/catalog.db", "sql.dialect": "sqlite", "sql.driver": "sqlite",
+		"warehouse": "file://" + dir + "/warehouse",
+	}
+}
+
+// writeConfigCatalog is writeConfig with the table in the catalog given by
+// its properties (table.catalog).
+func writeConfigCatalog(tb testing.TB, dir, broker, group, table string, catalog map[string]string, kafkaExtra, extra string) string {
+	tb.Helper()
+	var cat strings.Builder
+	keys := make([]string, 0, len(catalog))
+	for k := range catalog {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		v, _ := json.Marshal(catalog[k]) // a JSON string is a YAML double-quoted scalar
+		fmt.Fprintf(&cat, "    %s: %s\n", k, v)
+	}
 	path := filepath.Join(dir, "floe.yaml")
 	cfg := fmt.Sprintf(`kafka:
   brokers: [%s]
@@ -105,12 +174,7 @@ func writeConfig(tb testing.TB, dir, broker, group, table, kafkaExtra, extra str
 %stable:
   name: %s
   catalog:
-    type: sql
-    uri: file:%s/catalog.db
-    sql.dialect: sqlite
-    sql.driver: sqlite
-    warehouse: file://%s/warehouse
-%s`, broker, testTopic, group, kafkaExtra, table, dir, dir, extra)
+%s%s`, broker, testTopic, group, kafkaExtra, table, cat.String(), extra)
 	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
 		tb.Fatal(err)
 	}
@@ -206,10 +270,14 @@ func tail(s string, n int) string {
 // loadTable opens the table with iceberg-go directly, not through floe.
 func (e *env) loadTable(ctx context.Context) (*table.Table, error) {
 	if e.cat == nil {
-		cat, err := catalog.Load(ctx, "floe", iceberg.Properties{
+		props := iceberg.Properties{
 			"type": "sql", "uri": "file:" + e.dir + "/catalog.db?_pragma=busy_timeout(30000)",
 			"sql.dialect": "sqlite", "sql.driver": "sqlite", "warehouse": "file://" + e.dir + "/warehouse",
-		})
+		}
+		if e.catalog != nil {
+			props = iceberg.Properties(maps.Clone(e.catalog))
+		}
+		cat, err := catalog.Load(ctx, "floe", props)
 		if err != nil {
 			return nil, err
 		}
@@ -256,6 +324,30 @@ func parseOffsets(t *testing.T, raw, topic string) map[int32]int64 {
 }
 
 // waitCommitted waits until the table's watermarks reach end.
+// drain waits for the producer to finish, then until every produced offset
+// is committed, then stops procs with SIGTERM (each must exit cleanly), and
+// returns the end offsets.
+func (e *env) drain(t *testing.T, produced <-chan error, procs ...*proc) map[int32]int64 {
+	t.Helper()
+	if err := <-produced; err != nil {
+		t.Fatal(err)
+	}
+	end, err := e.endOffsets(t.Context(), e.topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.waitCommitted(end, 120*time.Second)
+	for _, p := range procs {
+		p.signal(t, syscall.SIGTERM)
+	}
+	for _, p := range procs {
+		if err := p.wait(t, 30*time.Second); err != nil {
+			t.Errorf("%s exited with %v after SIGTERM", p.name, err)
+		}
+	}
+	return end
+}
+
 func (e *env) waitCommitted(end map[int32]int64, timeout time.Duration) {
 	e.t.Helper()
 	deadline := time.Now().Add(timeout)
@@ -375,7 +467,7 @@ func (e *env) check(end map[int32]int64, wantDead int64) (rows, dead int64) {
 // source offsets it holds.
 func (e *env) readDeadLetters(ctx context.Context) map[int32]map[int64]bool {
 	t := e.t
-	end, err := e.cluster.EndOffsets(ctx, e.topic+".dlq")
+	end, err := e.endOffsets(ctx, e.topic+".dlq")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -387,7 +479,7 @@ func (e *env) readDeadLetters(ctx context.Context) map[int32]map[int64]bool {
 	if total == 0 {
 		return out
 	}
-	cl, err := kgo.NewClient(kgo.SeedBrokers(e.cluster.Addrs()...), kgo.ConsumeTopics(e.topic+".dlq"),
+	cl, err := kgo.NewClient(kgo.SeedBrokers(e.seeds()...), kgo.ConsumeTopics(e.topic+".dlq"),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
 	if err != nil {
 		t.Fatal(err)

@@ -2,8 +2,11 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
+	"sync/atomic"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -12,17 +15,37 @@ import (
 
 func replayCmd(g *globalFlags) *cobra.Command {
 	var (
-		r      pipeline.ReplayRange
-		asJSON bool
+		partitions       []int32
+		from, to         int64
+		fromTime, toTime string
+		opts             pipeline.ReplayOptions
+		asJSON           bool
 	)
 	cmd := &cobra.Command{
-		Use:   "replay --partition P --from A --to B",
-		Short: "Backfill an offset range; the dedupe MERGE makes it idempotent",
-		Long: `Re-reads offsets [A, B) of one partition and commits them with the dedupe MERGE only:
-rows already in the table are skipped, missing ones inserted. Watermarks never move, so a replay
-may run while the live job runs.`,
+		Use:   "replay (--partition P[,P...] --from A --to B | [--partition P[,P...]] --from-time T1 --to-time T2) [--reenrich]",
+		Short: "Backfill offset or time ranges; the dedupe MERGE makes it idempotent",
+		Long: `Re-reads offsets [A, B) of the given partitions, or the records with timestamps in [T1, T2) of the
+given partitions (all when none are given; resolved through Kafka's offsets-for-times), and commits
+them with the dedupe MERGE only: rows already in the table are skipped, missing ones inserted.
+Watermarks never move, so a replay may run while the live job runs. With an enrich section records
+are enriched as in the live job; --reenrich also replaces rows stored with _enrich_status skipped
+or miss by their re-enriched version when it is better (repairing a passthrough outage).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			byOffset := cmd.Flags().Changed("from") || cmd.Flags().Changed("to")
+			byTime := fromTime != "" || toTime != ""
+			switch {
+			case byOffset && byTime:
+				return errors.New("give either --from/--to (offsets) or --from-time/--to-time, not both")
+			case byOffset && (!cmd.Flags().Changed("from") || !cmd.Flags().Changed("to")):
+				return errors.New("--from and --to go together")
+			case byOffset && len(partitions) == 0:
+				return errors.New("--from/--to need --partition")
+			case byTime && (fromTime == "" || toTime == ""):
+				return errors.New("--from-time and --to-time go together")
+			case !byOffset && !byTime:
+				return errors.New("give a range: --partition P --from A --to B, or --from-time T1 --to-time T2")
+			}
 			ctx := cmd.Context()
 			j, err := g.open(ctx)
 			if err != nil {
@@ -30,25 +53,60 @@ may run while the live job runs.`,
 			}
 			defer j.tbl.Close()
 			cfg := j.cfg
-			res, err := pipeline.Replay(ctx, cfg, j.tbl, j.sc, r, j.log)
-			if err != nil {
-				return err
+			var ranges []pipeline.ReplayRange
+			if byOffset {
+				for _, p := range partitions {
+					ranges = append(ranges, pipeline.ReplayRange{Partition: p, From: from, To: to})
+				}
+			} else {
+				t1, err := time.Parse(time.RFC3339, fromTime)
+				if err != nil {
+					return fmt.Errorf("--from-time: want RFC 3339 (2026-11-29T10:00:00Z): %w", err)
+				}
+				t2, err := time.Parse(time.RFC3339, toTime)
+				if err != nil {
+					return fmt.Errorf("--to-time: want RFC 3339 (2026-11-29T11:00:00Z): %w", err)
+				}
+				if ranges, err = pipeline.ResolveTimes(ctx, cfg.Kafka, partitions, t1, t2); err != nil {
+					return err
+				}
+				if len(ranges) == 0 {
+					j.log.Info("no records in the time range", "from", fromTime, "to", toTime)
+				}
+				for _, r := range ranges {
+					j.log.Info("time range resolved", "partition", r.Partition, "from", r.From, "to", r.To)
+				}
+			}
+			var total int64
+			for _, r := range ranges {
+				total += r.To - r.From
+			}
+			res := pipeline.ReplayResult{Ranges: ranges}
+			if len(ranges) > 0 {
+				var read atomic.Int64
+				opts.Read = &read
+				stop := reportProgress(j.log, "replaying", total, read.Load)
+				res, err = pipeline.Replay(ctx, cfg, j.tbl, j.sc, ranges, opts, j.log)
+				stop()
+				if err != nil {
+					return err
+				}
 			}
 			if asJSON {
 				return json.NewEncoder(os.Stdout).Encode(res)
 			}
-			fmt.Printf("replayed %s/%d [%d, %d): read %d, inserted %d, skipped %d (already present), dead-lettered %d, %d commits\n",
-				cfg.Kafka.Topic, r.Partition, r.From, r.To, res.Read, res.Inserted, res.Skipped, res.DeadLettered, res.Commits)
+			fmt.Printf("replayed %d range(s) of %s: read %d, inserted %d, skipped %d (already present), replaced %d (re-enriched), dead-lettered %d, %d commits\n",
+				len(ranges), cfg.Kafka.Topic, res.Read, res.Inserted, res.Skipped, res.Replaced, res.DeadLettered, res.Commits)
 			return nil
 		},
 	}
 	f := cmd.Flags()
-	f.Int32Var(&r.Partition, "partition", -1, "the partition to replay")
-	f.Int64Var(&r.From, "from", -1, "first offset")
-	f.Int64Var(&r.To, "to", -1, "end offset (exclusive)")
+	f.Int32SliceVar(&partitions, "partition", nil, "partitions to replay (repeat or comma-separate)")
+	f.Int64Var(&from, "from", -1, "first offset")
+	f.Int64Var(&to, "to", -1, "end offset (exclusive)")
+	f.StringVar(&fromTime, "from-time", "", "first record timestamp, RFC 3339")
+	f.StringVar(&toTime, "to-time", "", "end record timestamp (exclusive), RFC 3339")
+	f.BoolVar(&opts.Reenrich, "reenrich", false, "replace rows stored skipped or miss by their re-enriched version")
 	f.BoolVar(&asJSON, "json", false, "print the summary as JSON")
-	for _, name := range []string{"partition", "from", "to"} {
-		_ = cmd.MarkFlagRequired(name)
-	}
 	return cmd
 }

@@ -80,7 +80,7 @@ func rootCmd() *cobra.Command {
 			prof.Close()
 		}
 	}
-	root.AddCommand(runCmd(g), replayCmd(g), verifyCmd(g), demoCmd(g), enrichdCmd(g), doctorCmd(g))
+	root.AddCommand(runCmd(g), replayCmd(g), verifyCmd(g), demoCmd(g), enrichdCmd(g), doctorCmd(g), maintainCmd(g))
 	return root
 }
 

@@ -76,6 +76,8 @@ With --until-caught-up it stops once the end offsets seen at start are committed
 				}()
 			}
 			started := time.Now()
+			stopMaintenance := scheduleMaintenance(ctx, log, tbl, cfg.Maintain)
+			defer stopMaintenance()
 			if err := m.Run(ctx); err != nil {
 				return err
 			}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"log/slog"
+	"maps"
 	"os"
 	"os/exec"
 	"strconv"
@@ -31,14 +32,18 @@ import (
 // (rebalances), a member SIGSTOPped past its session timeout and resumed (the
 // zombie), injected catalog conflicts, an ambiguous commit (applied, but
 // reported as failed), an unavailable catalog, and failing Kafka offset
-// commits. Then it checks the table independently: every produced offset is
-// a row or a dead letter exactly once, and per-session order holds.
+// commits. Table maintenance runs throughout: every member compacts, expires
+// and rewrites manifests every 2s (maintain.interval), and `floe maintain`
+// runs beside them. Then it checks the table independently: every produced
+// offset is a row or a dead letter exactly once, per-session order holds,
+// and no watermark ever went backwards.
 func TestExactlyOnceTorture(t *testing.T) {
 	if testing.Short() {
 		t.Skip("torture test skipped in -short mode")
 	}
-	e := newEnv(t, 12, "")
+	e := newEnv(t, 12, "maintain:\n  interval: 2s\n  expire_older_than: 5s\n")
 	ctx := t.Context()
+	stopWatch := watchWatermarks(t, e)
 	gen := clickgen.New(clickgen.Config{Sessions: 2000, MalformedRate: 0.01, Seed: 42})
 
 	// A backlog first, then a live stream while members come and go.
@@ -83,6 +88,7 @@ func TestExactlyOnceTorture(t *testing.T) {
 	a.signal(t, syscall.SIGKILL) // killed without flushing or leaving
 	c := e.start("c", "run")     // a member added
 	e.waitProgress(30000, 60*time.Second)
+	maintained := []*proc{e.start("maintain-1", "maintain", "--json")}
 
 	// The zombie: paused past its session timeout while others take over.
 	b.signal(t, syscall.SIGSTOP)
@@ -90,6 +96,7 @@ func TestExactlyOnceTorture(t *testing.T) {
 	b.signal(t, syscall.SIGCONT)
 
 	e.waitProgress(50000, 60*time.Second)
+	maintained = append(maintained, e.start("maintain-2", "maintain", "--json"))
 	stopFaulty() // a member removed
 	if faulty.Injected(faultcat.Ambiguous) == 0 || faulty.Injected(faultcat.Conflict) == 0 {
 		t.Errorf("faulty member saw ambiguous %d, conflicts %d: the injected faults were never exercised",
@@ -98,24 +105,16 @@ func TestExactlyOnceTorture(t *testing.T) {
 	d := e.start("d", "run")
 	d.waitLog(t, "msg=assigned", 30*time.Second)
 
-	if err := <-produced; err != nil {
-		t.Fatal(err)
-	}
-	end, err := e.cluster.EndOffsets(ctx, e.topic)
-	if err != nil {
-		t.Fatal(err)
-	}
-	e.waitCommitted(end, 120*time.Second)
-	for _, p := range []*proc{b, c, d} {
-		p.signal(t, syscall.SIGTERM)
-	}
-	for _, p := range []*proc{b, c, d} {
-		if err := p.wait(t, 30*time.Second); err != nil {
-			t.Errorf("%s exited with %v after SIGTERM", p.name, err)
-		}
-	}
+	end := e.drain(t, produced, b, c, d)
 	if failedKafkaCommits < 5 {
 		t.Errorf("only %d Kafka offset commits were failed", failedKafkaCommits)
+	}
+	stopWatch()
+	compactions, expiries := checkMaintenance(t, append(maintained, b, c, d))
+	// A last, quiet run compacts what is left; the check reads the result.
+	final := e.start("maintain-final", "maintain", "--json")
+	if err := final.wait(t, 60*time.Second); err != nil {
+		t.Fatalf("floe maintain after the run: %v\n%s", err, final.output())
 	}
 
 	_, malformed := gen.Counts()
@@ -127,9 +126,80 @@ func TestExactlyOnceTorture(t *testing.T) {
 	if rows+dead != total {
 		t.Fatalf("rows %d + dead letters %d != produced %d", rows, dead, total)
 	}
-	t.Logf("produced %d: %d rows, %d dead letters; faults: ambiguous %d, conflicts %d, unavailable %d, kafka commit failures %d",
+	t.Logf("produced %d: %d rows, %d dead letters; faults: ambiguous %d, conflicts %d, unavailable %d, kafka commit failures %d; maintenance runs that compacted %d, expired %d",
 		total, rows, dead, faulty.Injected(faultcat.Ambiguous), faulty.Injected(faultcat.Conflict),
-		faulty.Injected(faultcat.Unavailable), failedKafkaCommits)
+		faulty.Injected(faultcat.Unavailable), failedKafkaCommits, compactions, expiries)
+}
+
+// watchWatermarks polls the table's watermarks until stopped and fails the
+// test if any partition's ever goes backwards (or disappears), as it would
+// if maintenance expired the snapshot carrying the offset map.
+func watchWatermarks(t *testing.T, e *env) (stop func()) {
+	t.Helper()
+	// Opens e.cat before the goroutine shares it; the table may not exist yet.
+	if _, err := e.loadTable(t.Context()); e.cat == nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	stopped := make(chan struct{})
+	go func() {
+		defer close(stopped)
+		last := map[int32]int64{}
+		for {
+			wm := e.watermarks(t.Context())
+			if wm == nil { // the table could not be loaded this time
+				wm = last
+			}
+			for p, prev := range last {
+				if cur, ok := wm[p]; !ok || cur < prev {
+					t.Errorf("watermark of partition %d went from %d to %d (present %v)", p, prev, cur, ok)
+				}
+			}
+			maps.Copy(last, wm)
+			select {
+			case <-done:
+				return
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
+	}()
+	return func() {
+		close(done)
+		<-stopped
+	}
+}
+
+// checkMaintenance waits for the `floe maintain` runs among ps, which must
+// succeed or give up after bounded conflicts (never fail otherwise), and
+// counts the maintenance runs in all logs that compacted files or expired
+// snapshots; some must have.
+func checkMaintenance(t *testing.T, ps []*proc) (compactions, expiries int) {
+	t.Helper()
+	for _, p := range ps {
+		if strings.HasPrefix(p.name, "maintain") {
+			if err := p.wait(t, 60*time.Second); err != nil && !strings.Contains(p.output(), "conflicting attempts") {
+				t.Errorf("%s: %v\n%s", p.name, err, p.output())
+			}
+		}
+		for _, line := range strings.Split(p.output(), "\n") {
+			if !strings.Contains(line, `msg="table maintained"`) {
+				continue
+			}
+			if !strings.Contains(line, " files_rewritten=0 ") {
+				compactions++
+			}
+			if !strings.Contains(line, " snapshots_expired=0 ") {
+				expiries++
+			}
+		}
+		if strings.Contains(p.output(), "refusing to commit") {
+			t.Errorf("%s: maintenance would have changed an offset map:\n%s", p.name, p.output())
+		}
+	}
+	if compactions == 0 || expiries == 0 {
+		t.Errorf("maintenance compacted in %d runs and expired in %d; both must have happened during the run", compactions, expiries)
+	}
+	return compactions, expiries
 }
 
 // startFaultyMember runs a pipeline member in this process through a
@@ -265,7 +335,11 @@ func TestGracefulShutdown(t *testing.T) {
 		Read, Inserted, Skipped int64
 		DeadLettered            int64 `json:"dead_lettered"`
 	}
-	if err := json.Unmarshal([]byte(out[strings.LastIndex(out, "{"):]), &res); err != nil {
+	at := strings.LastIndex(out, `{"ranges"`)
+	if at < 0 {
+		t.Fatalf("replay --json printed no summary:\n%s", out)
+	}
+	if err := json.Unmarshal([]byte(out[at:]), &res); err != nil {
 		t.Fatalf("replay --json: %v\n%s", err, out)
 	}
 	if res.Inserted != 0 || res.Read != end[0] || res.Skipped+res.DeadLettered != end[0] {
@@ -299,6 +373,11 @@ func TestRunFailsClearly(t *testing.T) {
 		{"missing topic", []string{"run", "--topic", "nosuchtopic"}, "nosuchtopic"},
 		{"bad table name", []string{"run", "--table", "nodot"}, "table.name"},
 		{"stray argument", []string{"run", "extra"}, "extra"},
+		{"replay without a range", []string{"replay"}, "give a range"},
+		{"replay offsets and times", []string{"replay", "--partition", "0", "--from", "0", "--to", "5", "--from-time", "2026-11-29T10:00:00Z"}, "not both"},
+		{"replay offsets without partition", []string{"replay", "--from", "0", "--to", "5"}, "need --partition"},
+		{"replay bad time", []string{"replay", "--from-time", "yesterday", "--to-time", "2026-11-29T10:00:00Z"}, "RFC 3339"},
+		{"reenrich without enrichment", []string{"replay", "--partition", "0", "--from", "0", "--to", "1", "--reenrich"}, "needs an enrich section"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p := e.start(tc.name, tc.args...)

@@ -1,0 +1,87 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"os/exec"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/floe-dev/floe/lakehouse"
+	"github.com/floe-dev/floe/schemas/clickgen"
+)
+
+// TestMaintainCommand: after a run that committed many small files,
+// `floe maintain --dry-run` plans a compaction and changes nothing, `floe
+// maintain` then compacts with every row kept (checked independently), and
+// bad flags end it with status 2 and a message naming the flag.
+func TestMaintainCommand(t *testing.T) {
+	e := newEnv(t, 1, "")
+	ctx := t.Context()
+	gen := clickgen.New(clickgen.Config{Sessions: 100, MalformedRate: 0.01, Seed: 3})
+	run := e.start("run", "run")
+	// 4000 records over ~4s with commit.interval 500ms: several small files.
+	if _, err := e.cluster.ProduceRate(ctx, e.topic, gen, 4000, 1000); err != nil {
+		t.Fatal(err)
+	}
+	end, err := e.cluster.EndOffsets(ctx, e.topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.waitCommitted(end, 60*time.Second)
+	run.signal(t, syscall.SIGTERM)
+	if err := run.wait(t, 30*time.Second); err != nil {
+		t.Fatalf("run: %v", err)
+	}
+
+	report := func(name string, args ...string) lakehouse.MaintainReport {
+		t.Helper()
+		p := e.start(name, append([]string{"maintain", "--json"}, args...)...)
+		if err := p.wait(t, 60*time.Second); err != nil {
+			t.Fatalf("floe maintain %v: %v\n%s", args, err, p.output())
+		}
+		out := p.output()
+		var rep lakehouse.MaintainReport
+		if err := json.NewDecoder(strings.NewReader(out[strings.Index(out, "\n{")+1:])).Decode(&rep); err != nil {
+			t.Fatalf("maintain --json: %v\n%s", err, out)
+		}
+		return rep
+	}
+	dry := report("dry run", "--dry-run")
+	if !dry.DryRun || dry.FilesRewritten < lakehouse.DefaultMinInputFiles || dry.After != dry.Before {
+		t.Fatalf("dry run: %+v, want a planned compaction of at least %d files and an unchanged table", dry, lakehouse.DefaultMinInputFiles)
+	}
+	rep := report("maintain", "--retain-last", "2", "--target-file-size", "64MiB")
+	if rep.FilesRewritten != dry.FilesRewritten || rep.FilesWritten == 0 ||
+		rep.After.DataFiles != rep.Before.DataFiles-rep.FilesRewritten+rep.FilesWritten || rep.After.Rows != rep.Before.Rows {
+		t.Fatalf("maintain: %+v; the dry run planned %d files", rep, dry.FilesRewritten)
+	}
+	t.Logf("data files %d → %d, manifests %d → %d, snapshots %d → %d, bytes %d → %d",
+		rep.Before.DataFiles, rep.After.DataFiles, rep.Before.Manifests, rep.After.Manifests,
+		rep.Before.Snapshots, rep.After.Snapshots, rep.Before.DataBytes, rep.After.DataBytes)
+	_, malformed := gen.Counts()
+	if rows, dead := e.check(end, malformed); rows+dead != end[0] {
+		t.Fatalf("rows %d + dead letters %d != produced %d", rows, dead, end[0])
+	}
+	if wm := e.watermarks(ctx); wm[0] != end[0] {
+		t.Fatalf("watermark %d after maintenance, want %d", wm[0], end[0])
+	}
+
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--orphan-older-than", "5m"}, "orphan-older-than"},
+		{[]string{"--retain-last", "0"}, "--retain-last"},
+		{[]string{"--target-file-size", "big"}, "--target-file-size"},
+	} {
+		p := e.start("bad flag", append([]string{"maintain"}, tc.args...)...)
+		err := p.wait(t, 60*time.Second)
+		var exit *exec.ExitError
+		if !errors.As(err, &exit) || exit.ExitCode() != 2 || !strings.Contains(p.output(), tc.want) {
+			t.Errorf("floe maintain %v: %v, want status 2 naming %q\n%s", tc.args, err, tc.want, p.output())
+		}
+	}
+}

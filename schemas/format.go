@@ -1,0 +1,305 @@
+package schemas
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/apache/arrow-go/v18/arrow/array"
+	"github.com/hamba/avro/v2"
+	"github.com/twmb/franz-go/pkg/sr"
+	"google.golang.org/protobuf/reflect/protoreflect"
+)
+
+// Message formats, the values of the `format:` configuration key.
+const (
+	FormatJSON     = "json"
+	FormatAvro     = "avro"
+	FormatProtobuf = "protobuf"
+)
+
+// ReasonUnknownSchema: a Confluent wire-format message names a schema id
+// the registry does not have, or whose schema floe cannot use (another
+// format, a schema that does not parse).
+const ReasonUnknownSchema = "unknown_schema"
+
+// ReasonIncompatibleSchema: the writer's schema (from the registry) has a
+// field whose type the table's column cannot hold, or lacks a required
+// one. With RegistryConfig.OnIncompatible "stop" (the default) such a
+// message is not dead-lettered: Append returns an *IncompatibleSchemaError
+// and the partition stops there.
+const ReasonIncompatibleSchema = "incompatible_schema"
+
+// IncompatibleSchemaError stops a partition at a message whose writer
+// schema does not fit the table, so that no row is written with a wrong
+// type and nothing after it is committed until the table or the producer
+// is fixed.
+type IncompatibleSchemaError struct {
+	SchemaID int
+	Field    string
+	Detail   string
+}
+
+func (e *IncompatibleSchemaError) Error() string {
+	return "schema id " + strconv.Itoa(e.SchemaID) + " is incompatible with the table: field " + strconv.Quote(e.Field) + ": " + e.Detail
+}
+
+// Format says how message values are encoded. Without a registry, JSON
+// values are objects and Avro values are Avro binary written with the
+// schema file's own schema. With a registry, values are in the Confluent
+// wire format (magic byte 0, a 4-byte big-endian schema id, for Protobuf
+// the message indexes, then the value), written with the registry's schema
+// of that id, which is fetched once and cached; its fields are matched to
+// the schema file's columns by name.
+type Format struct {
+	// Kind is FormatJSON (default), FormatAvro or FormatProtobuf.
+	Kind string
+	// Registry is the Confluent-API schema registry; nil means plain
+	// values. Protobuf needs one.
+	Registry *RegistryConfig
+}
+
+// RegistryConfig says how to reach a schema registry.
+type RegistryConfig struct {
+	// URL is the registry's base URL (http or https).
+	URL string `yaml:"url"`
+	// BasicAuth is "user:password"; BearerToken a token. At most one.
+	BasicAuth   string `yaml:"basic_auth"`
+	BearerToken string `yaml:"bearer_token"`
+	// TLS files: a CA bundle to trust, and a client certificate and key.
+	TLS struct {
+		CAFile   string `yaml:"ca_file"`
+		CertFile string `yaml:"cert_file"`
+		KeyFile  string `yaml:"key_file"`
+	} `yaml:"tls"`
+	// OnIncompatible is what a message whose writer schema does not fit the
+	// table does: "stop" (default) stops the partition with an
+	// *IncompatibleSchemaError naming the field; "dlq" dead-letters it as
+	// incompatible_schema.
+	OnIncompatible string `yaml:"on_incompatible"`
+	// Timeout bounds one request. Default 10s.
+	Timeout time.Duration `yaml:"-"`
+}
+
+// WithFormat returns a copy of s whose RecordBuilders decode f. The
+// built-in schema keeps its fast JSON Builder for plain JSON.
+func (s *Schema) WithFormat(f Format) (*Schema, error) {
+	if s.user == nil {
+		return nil, fmt.Errorf("schema %s: formats other than its own JSON need a schema file", s.Name)
+	}
+	out := *s
+	record := s.user.record
+	switch f.Kind {
+	case "", FormatJSON:
+		if f.Registry != nil {
+			return nil, errors.New("format json: JSON values do not use a schema registry; remove registry")
+		}
+		out.decoder = nil
+		return &out, nil
+	case FormatAvro, FormatProtobuf:
+	default:
+		return nil, fmt.Errorf("format %q: want %s, %s or %s", f.Kind, FormatJSON, FormatAvro, FormatProtobuf)
+	}
+	if f.Registry == nil {
+		if f.Kind == FormatProtobuf {
+			return nil, errors.New("format protobuf: plain Protobuf values are not supported; set registry (Confluent wire format)")
+		}
+		writer := s.user.avro
+		out.decoder = func() valueDecoder { return &avroDecoder{writer: writer, record: record} }
+		return &out, nil
+	}
+	reg, err := newRegistry(*f.Registry)
+	if err != nil {
+		return nil, err
+	}
+	kind := f.Kind
+	out.decoder = func() valueDecoder { return &wireDecoder{reg: reg, kind: kind, record: record} }
+	return &out, nil
+}
+
+// registry fetches writer schemas by id and keeps them, parsed, for the
+// life of the process (a schema id's schema never changes). It is shared
+// by every Builder of a Schema.
+type registry struct {
+	cl      *sr.Client
+	timeout time.Duration
+	stop    bool // OnIncompatible is "stop"
+
+	mu   sync.Mutex
+	byID map[int]*writerSchema
+}
+
+// writerSchema is a registry schema ready to decode with, or the reason
+// it cannot be used.
+type writerSchema struct {
+	avro  avro.Schema
+	proto protoreflect.FileDescriptor
+	err   *DecodeError
+}
+
+func newRegistry(c RegistryConfig) (*registry, error) {
+	if c.URL == "" {
+		return nil, errors.New("registry.url: required")
+	}
+	if !strings.HasPrefix(c.URL, "http://") && !strings.HasPrefix(c.URL, "https://") {
+		return nil, fmt.Errorf("registry.url %q: want an http:// or https:// URL", c.URL)
+	}
+	switch c.OnIncompatible {
+	case "", "stop", "dlq":
+	default:
+		return nil, fmt.Errorf("registry.on_incompatible %q: want stop or dlq", c.OnIncompatible)
+	}
+	opts := []sr.ClientOpt{sr.URLs(c.URL), sr.UserAgent("floe")}
+	switch {
+	case c.BasicAuth != "" && c.BearerToken != "":
+		return nil, errors.New("registry: set basic_auth or bearer_token, not both")
+	case c.BasicAuth != "":
+		user, pass, ok := strings.Cut(c.BasicAuth, ":")
+		if !ok {
+			return nil, errors.New("registry.basic_auth: want user:password")
+		}
+		opts = append(opts, sr.BasicAuth(user, pass))
+	case c.BearerToken != "":
+		opts = append(opts, sr.BearerToken(c.BearerToken))
+	}
+	if c.TLS.CAFile != "" || c.TLS.CertFile != "" || c.TLS.KeyFile != "" {
+		tc := &tls.Config{MinVersion: tls.VersionTLS12}
+		if c.TLS.CAFile != "" {
+			pem, err := os.ReadFile(c.TLS.CAFile)
+			if err != nil {
+				return nil, fmt.Errorf("registry.tls.ca_file: %w", err)
+			}
+			tc.RootCAs = x509.NewCertPool()
+			if !tc.RootCAs.AppendCertsFromPEM(pem) {
+				return nil, fmt.Errorf("registry.tls.ca_file %s: no PEM certificate in it", c.TLS.CAFile)
+			}
+		}
+		if (c.TLS.CertFile == "") != (c.TLS.KeyFile == "") {
+			return nil, errors.New("registry.tls: cert_file and key_file go together")
+		}
+		if c.TLS.CertFile != "" {
+			cert, err := tls.LoadX509KeyPair(c.TLS.CertFile, c.TLS.KeyFile)
+			if err != nil {
+				return nil, fmt.Errorf("registry.tls: %w", err)
+			}
+			tc.Certificates = []tls.Certificate{cert}
+		}
+		opts = append(opts, sr.HTTPClient(&http.Client{Transport: &http.Transport{TLSClientConfig: tc}}))
+	}
+	cl, err := sr.NewClient(opts...)
+	if err != nil {
+		return nil, fmt.Errorf("registry: %w", err)
+	}
+	timeout := c.Timeout
+	if timeout <= 0 {
+		timeout = 10 * time.Second
+	}
+	return &registry{cl: cl, timeout: timeout, stop: c.OnIncompatible != "dlq", byID: map[int]*writerSchema{}}, nil
+}
+
+// get returns schema id's writer schema. An error that is not a
+// *DecodeError (the registry unreachable, a 5xx) is not cached and is not
+// the message's fault.
+func (r *registry) get(id int, kind string) (*writerSchema, error) {
+	r.mu.Lock()
+	ws, ok := r.byID[id]
+	r.mu.Unlock()
+	if ok {
+		return ws, nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), r.timeout)
+	defer cancel()
+	s, err := r.cl.SchemaByID(ctx, id)
+	if err != nil {
+		var re *sr.ResponseError
+		if !errors.As(err, &re) || re.StatusCode != http.StatusNotFound {
+			return nil, fmt.Errorf("fetching schema id %d from the registry: %w", id, err)
+		}
+		ws = &writerSchema{err: &DecodeError{Reason: ReasonUnknownSchema, Detail: "the registry has no schema id " + strconv.Itoa(id)}}
+	} else {
+		ws = parseWriterSchema(id, s, kind)
+	}
+	r.mu.Lock()
+	r.byID[id] = ws
+	r.mu.Unlock()
+	return ws, nil
+}
+
+func parseWriterSchema(id int, s sr.Schema, kind string) *writerSchema {
+	bad := func(detail string) *writerSchema {
+		return &writerSchema{err: &DecodeError{Reason: ReasonUnknownSchema, Detail: truncate("schema id "+strconv.Itoa(id)+": "+detail, maxDetailBytes)}}
+	}
+	typ := s.Type
+	if typ == 0 {
+		typ = sr.TypeAvro
+	}
+	switch {
+	case kind == FormatAvro && typ == sr.TypeAvro:
+		as, err := avro.ParseBytesWithCache([]byte(s.Schema), "", &avro.SchemaCache{})
+		if err != nil {
+			return bad("not a valid Avro schema: " + err.Error())
+		}
+		return &writerSchema{avro: as}
+	case kind == FormatProtobuf && typ == sr.TypeProtobuf:
+		if len(s.References) > 0 {
+			return bad("Protobuf schemas with references are not supported")
+		}
+		fd, err := compileProto(id, s.Schema)
+		if err != nil {
+			return bad(err.Error())
+		}
+		return &writerSchema{proto: fd}
+	}
+	return bad("is a " + typ.String() + " schema; the format is " + kind)
+}
+
+// wireDecoder reads the Confluent wire format.
+type wireDecoder struct {
+	reg    *registry
+	kind   string
+	record *node
+}
+
+func (d *wireDecoder) decode(value []byte, cols []array.Builder) error {
+	if len(value) < 5 || value[0] != 0 {
+		return &DecodeError{Reason: ReasonMalformedValue, Detail: "not in the Confluent wire format (magic byte 0 and a 4-byte schema id)"}
+	}
+	id := int(binary.BigEndian.Uint32(value[1:5]))
+	ws, err := d.reg.get(id, d.kind)
+	if err != nil {
+		return err
+	}
+	if ws.err != nil {
+		de := *ws.err // each dead letter gets its own copy
+		return &de
+	}
+	rest := value[5:]
+	var derr *DecodeError
+	if ws.avro != nil {
+		r := avroReader{buf: rest}
+		if derr = r.record(ws.avro, d.record, nil, cols, 0); derr == nil && r.pos != len(r.buf) {
+			derr = malformed(strconv.Itoa(len(r.buf)-r.pos) + " bytes follow the Avro value")
+		}
+	} else {
+		var md protoreflect.MessageDescriptor
+		if md, rest, derr = protoMessageDescriptor(ws.proto, rest); derr == nil {
+			derr = decodeProto(md, rest, d.record, cols)
+		}
+	}
+	if derr == nil {
+		return nil
+	}
+	if derr.Reason == ReasonIncompatibleSchema && d.reg.stop {
+		return &IncompatibleSchemaError{SchemaID: id, Field: derr.Field, Detail: derr.Detail}
+	}
+	return derr
+}

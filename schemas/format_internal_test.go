@@ -1,0 +1,416 @@
+package schemas
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math/big"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/array"
+	"github.com/apache/arrow-go/v18/arrow/memory"
+	"github.com/hamba/avro/v2"
+	"github.com/twmb/franz-go/pkg/sr"
+	"github.com/twmb/franz-go/pkg/sr/srfake"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/types/dynamicpb"
+)
+
+// testPayment is one payment, rendered in each format by the helpers below.
+type testPayment struct {
+	n        int
+	country  string // "" = null
+	metadata map[string]string
+}
+
+func (p testPayment) id() string { return fmt.Sprintf("00000000-0000-4000-8000-%012d", p.n) }
+func (p testPayment) cents() int64 {
+	return int64(p.n)*1001 - 500
+}
+func (p testPayment) created() time.Time {
+	return time.Date(2024, 11, 1+p.n%28, 10, 0, 0, 123000*p.n%1000000, time.UTC)
+}
+
+func (p testPayment) json() []byte {
+	country := "null"
+	if p.country != "" {
+		country = `"` + p.country + `"`
+	}
+	meta := "null"
+	if p.metadata != nil {
+		var parts []string
+		for _, k := range sortedKeys(p.metadata) {
+			parts = append(parts, fmt.Sprintf("%q:%q", k, p.metadata[k]))
+		}
+		meta = "{" + strings.Join(parts, ",") + "}"
+	}
+	return fmt.Appendf(nil, `{"payment_id":%q,"amount":"%s","currency":"EUR","status":"SETTLED","created_at":%q,`+
+		`"account":{"id":"acct-%d","country":%s,"opened_on":"2020-01-%02d"},"tags":["t%d","x"],"metadata":%s}`,
+		p.id(), big.NewRat(p.cents(), 100).FloatString(2), p.created().Format(time.RFC3339Nano), p.n%10, country, 1+p.n%28, p.n%5, meta)
+}
+
+// avroValue is the payment as hamba/avro's generic value for the
+// schema file's schema.
+func (p testPayment) avroValue() map[string]any {
+	var country any
+	if p.country != "" {
+		country = p.country
+	}
+	var meta any
+	if p.metadata != nil {
+		m := map[string]any{}
+		for k, v := range p.metadata {
+			m[k] = v
+		}
+		meta = map[string]any{"map": m} // hamba's form of a union's non-null branch
+	}
+	return map[string]any{
+		"payment_id": p.id(),
+		"amount":     big.NewRat(p.cents(), 100),
+		"currency":   "EUR",
+		"status":     "SETTLED",
+		"created_at": p.created(),
+		"account": map[string]any{
+			"id": fmt.Sprintf("acct-%d", p.n%10), "country": country,
+			"opened_on": time.Date(2020, 1, 1+p.n%28, 0, 0, 0, 0, time.UTC),
+		},
+		"tags":     []any{fmt.Sprintf("t%d", p.n%5), "x"},
+		"metadata": meta,
+	}
+}
+
+func sortedKeys(m map[string]string) []string {
+	var ks []string
+	for k := range m {
+		ks = append(ks, k)
+	}
+	for i := range ks {
+		for j := i + 1; j < len(ks); j++ {
+			if ks[j] < ks[i] {
+				ks[i], ks[j] = ks[j], ks[i]
+			}
+		}
+	}
+	return ks
+}
+
+func testPayments() []testPayment {
+	var ps []testPayment
+	for n := range 40 {
+		p := testPayment{n: n}
+		if n%3 != 0 {
+			p.country = "DE"
+		}
+		if n%2 == 0 {
+			p.metadata = map[string]string{"channel": "web"}
+		}
+		ps = append(ps, p)
+	}
+	return ps
+}
+
+// build appends every value to a fresh builder of sc and returns the batch.
+func build(t *testing.T, sc *Schema, values [][]byte) arrow.RecordBatch {
+	t.Helper()
+	mem := memory.NewCheckedAllocator(memory.NewGoAllocator())
+	b := sc.NewRecordBuilder(mem, 0)
+	ingested := time.Date(2024, 12, 1, 0, 0, 0, 0, time.UTC)
+	for i, v := range values {
+		if err := b.Append(v, Meta{Topic: "payments", Partition: 1, Offset: int64(i)}, ingested, ""); err != nil {
+			t.Fatalf("value %d: %v", i, err)
+		}
+	}
+	rec := b.NewRecord()
+	b.Release()
+	t.Cleanup(func() {
+		rec.Release()
+		mem.AssertSize(t, 0)
+	})
+	return rec
+}
+
+func loadPayments(t *testing.T) *Schema {
+	t.Helper()
+	sc, err := Lookup("examples/payments.avsc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sc
+}
+
+// TestAvroPlainMatchesJSON: payments written as plain Avro with the schema
+// file's own schema become exactly the rows their JSON form becomes.
+func TestAvroPlainMatchesJSON(t *testing.T) {
+	sc := loadPayments(t)
+	asc, err := sc.WithFormat(Format{Kind: FormatAvro})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var js, av [][]byte
+	for _, p := range testPayments() {
+		js = append(js, p.json())
+		b, err := avro.Marshal(sc.user.avro, p.avroValue())
+		if err != nil {
+			t.Fatalf("encoding payment %d: %v", p.n, err)
+		}
+		av = append(av, b)
+	}
+	want, got := build(t, sc, js), build(t, asc, av)
+	if !array.RecordEqual(want, got) {
+		for i := range got.NumCols() {
+			if !array.Equal(got.Column(int(i)), want.Column(int(i))) {
+				t.Errorf("column %s: Avro %v, JSON %v", got.ColumnName(int(i)), got.Column(int(i)), want.Column(int(i)))
+			}
+		}
+		t.Fatal("Avro rows differ from JSON rows")
+	}
+}
+
+// The registry's writer schema of the payments: fields in another order, a
+// field the table does not have (skipped), and no metadata (null).
+const paymentsWriterV1 = `{"type":"record","name":"Payment","namespace":"com.example.payments","fields":[
+ {"name":"note","type":{"type":"array","items":{"type":"map","values":["null","double"]}}},
+ {"name":"created_at","type":{"type":"long","logicalType":"timestamp-micros"}},
+ {"name":"payment_id","type":{"type":"string","logicalType":"uuid"}},
+ {"name":"amount","type":{"type":"bytes","logicalType":"decimal","precision":18,"scale":2}},
+ {"name":"currency","type":"string"},
+ {"name":"status","type":{"type":"enum","name":"Status","symbols":["PENDING","AUTHORIZED","SETTLED","FAILED"]}},
+ {"name":"account","type":{"type":"record","name":"Account","fields":[
+   {"name":"opened_on","type":["null",{"type":"int","logicalType":"date"}]},
+   {"name":"id","type":"string"},
+   {"name":"country","type":["null","string"]}]}},
+ {"name":"tags","type":{"type":"array","items":"string"}}]}`
+
+const paymentsProto = `syntax = "proto3";
+package com.example.payments;
+import "google/protobuf/timestamp.proto";
+message Other { string x = 1; }
+message Payment {
+  message Account {
+    string id = 1;
+    optional string country = 2;
+    int32 opened_on = 3;
+  }
+  enum Status { PENDING = 0; AUTHORIZED = 1; SETTLED = 2; FAILED = 3; }
+  string payment_id = 1;
+  string amount = 2;
+  string currency = 3;
+  Status status = 4;
+  google.protobuf.Timestamp created_at = 5;
+  Account account = 6;
+  repeated string tags = 7;
+  map<string, string> metadata = 8;
+  int64 ignored = 9;
+}`
+
+func wire(id int, indexes []int, body []byte) []byte {
+	b := []byte{0, 0, 0, 0, 0}
+	binary.BigEndian.PutUint32(b[1:], uint32(id))
+	if indexes != nil {
+		b = binary.AppendVarint(b, int64(len(indexes)))
+		for _, i := range indexes {
+			b = binary.AppendVarint(b, int64(i))
+		}
+	}
+	return append(b, body...)
+}
+
+// protoPayment encodes p as the Payment message of fd.
+func protoPayment(t testing.TB, md protoreflect.MessageDescriptor, p testPayment) []byte {
+	t.Helper()
+	m := dynamicpb.NewMessage(md)
+	f := md.Fields()
+	set := func(name string, v protoreflect.Value) { m.Set(f.ByName(protoreflect.Name(name)), v) }
+	set("payment_id", protoreflect.ValueOfString(p.id()))
+	set("amount", protoreflect.ValueOfString(big.NewRat(p.cents(), 100).FloatString(2)))
+	set("currency", protoreflect.ValueOfString("EUR"))
+	set("status", protoreflect.ValueOfEnum(2))
+	ts := dynamicpb.NewMessage(f.ByName("created_at").Message())
+	ts.Set(ts.Descriptor().Fields().ByName("seconds"), protoreflect.ValueOfInt64(p.created().Unix()))
+	ts.Set(ts.Descriptor().Fields().ByName("nanos"), protoreflect.ValueOfInt32(int32(p.created().Nanosecond())))
+	set("created_at", protoreflect.ValueOfMessage(ts))
+	acct := dynamicpb.NewMessage(f.ByName("account").Message())
+	af := acct.Descriptor().Fields()
+	acct.Set(af.ByName("id"), protoreflect.ValueOfString(fmt.Sprintf("acct-%d", p.n%10)))
+	if p.country != "" {
+		acct.Set(af.ByName("country"), protoreflect.ValueOfString(p.country))
+	}
+	acct.Set(af.ByName("opened_on"), protoreflect.ValueOfInt32(int32(time.Date(2020, 1, 1+p.n%28, 0, 0, 0, 0, time.UTC).Unix()/86400)))
+	set("account", protoreflect.ValueOfMessage(acct))
+	tags := m.NewField(f.ByName("tags")).List()
+	tags.Append(protoreflect.ValueOfString(fmt.Sprintf("t%d", p.n%5)))
+	tags.Append(protoreflect.ValueOfString("x"))
+	set("tags", protoreflect.ValueOfList(tags))
+	if p.metadata != nil {
+		mm := m.NewField(f.ByName("metadata")).Map()
+		for k, v := range p.metadata {
+			mm.Set(protoreflect.ValueOfString(k).MapKey(), protoreflect.ValueOfString(v))
+		}
+		set("metadata", protoreflect.ValueOfMap(mm))
+	}
+	set("ignored", protoreflect.ValueOfInt64(99))
+	b, err := proto.Marshal(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// TestRegistryFormats reads Avro and Protobuf payments in the Confluent wire
+// format with their writer schemas fetched from a registry speaking the
+// Confluent REST API over HTTP: the rows equal those of the same payments
+// as JSON, and malformed messages, unknown ids and schemas of the wrong
+// format are dead letters with their reason.
+func TestRegistryFormats(t *testing.T) {
+	reg := srfake.New()
+	t.Cleanup(reg.Close)
+	cl, err := sr.NewClient(sr.URLs(reg.URL()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	avroSS, err := cl.CreateSchema(ctx, "payments-avro-value", sr.Schema{Schema: paymentsWriterV1, Type: sr.TypeAvro})
+	if err != nil {
+		t.Fatal(err)
+	}
+	protoSS, err := cl.CreateSchema(ctx, "payments-proto-value", sr.Schema{Schema: paymentsProto, Type: sr.TypeProtobuf})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	sc := loadPayments(t)
+	writer := avro.MustParse(paymentsWriterV1)
+	fd, err := compileProto(protoSS.ID, paymentsProto)
+	if err != nil {
+		t.Fatal(err)
+	}
+	md := fd.Messages().ByName("Payment")
+	var js, av, pb [][]byte
+	for _, p := range testPayments() {
+		v := p.avroValue()
+		v["note"] = []any{map[string]any{"a": 1.5, "b": nil}}
+		delete(v, "metadata")
+		b, err := avro.Marshal(writer, v)
+		if err != nil {
+			t.Fatalf("encoding payment %d: %v", p.n, err)
+		}
+		av = append(av, wire(avroSS.ID, nil, b))
+		pb = append(pb, wire(protoSS.ID, []int{1}, protoPayment(t, md, p)))
+		p.metadata = nil // not in the Avro writer schema
+		js = append(js, p.json())
+	}
+	asc, err := sc.WithFormat(Format{Kind: FormatAvro, Registry: &RegistryConfig{URL: reg.URL()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want, got := build(t, sc, js), build(t, asc, av); !array.RecordEqual(want, got) {
+		t.Fatalf("Avro rows differ from JSON rows")
+	}
+	psc, err := sc.WithFormat(Format{Kind: FormatProtobuf, Registry: &RegistryConfig{URL: reg.URL()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	js = js[:0]
+	for _, p := range testPayments() {
+		if p.metadata == nil {
+			p.metadata = map[string]string{} // a Protobuf map is never null
+		}
+		js = append(js, p.json())
+	}
+	if want, got := build(t, sc, js), build(t, psc, pb); !array.RecordEqual(want, got) {
+		t.Fatalf("Protobuf rows differ from JSON rows:\n%v\n%v", got, want)
+	}
+
+	// An incompatible writer schema: amount became a double. By default the
+	// partition stops with an error naming the schema id and the field;
+	// with on_incompatible: dlq the message is a dead letter.
+	v2text := strings.Replace(paymentsWriterV1, `{"type":"bytes","logicalType":"decimal","precision":18,"scale":2}`, `"double"`, 1)
+	v2, err := cl.CreateSchema(ctx, "payments-v2-value", sr.Schema{Schema: v2text})
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := testPayments()[1].avroValue()
+	v["amount"], v["note"] = 5.01, []any{}
+	v2body, err := avro.Marshal(avro.MustParse(v2text), v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	adlq, err := sc.WithFormat(Format{Kind: FormatAvro, Registry: &RegistryConfig{URL: reg.URL(), OnIncompatible: "dlq"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pdlq, err := sc.WithFormat(Format{Kind: FormatProtobuf, Registry: &RegistryConfig{URL: reg.URL(), OnIncompatible: "dlq"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		sc    *Schema
+		value []byte
+		field string
+	}{{asc, wire(v2.ID, nil, v2body), "amount"}, {psc, wire(protoSS.ID, []int{0}, []byte{0x0a, 0x01, 'x'}), "payment_id"}} {
+		b := c.sc.NewRecordBuilder(nil, 0)
+		err := b.Append(c.value, Meta{Topic: "p"}, time.Time{}, "")
+		var ie *IncompatibleSchemaError
+		if !errors.As(err, &ie) || ie.Field != c.field || !strings.Contains(err.Error(), "is incompatible with the table: field \""+c.field+"\"") || b.Len() != 0 {
+			t.Errorf("incompatible writer schema: %v (%d rows), want an IncompatibleSchemaError naming %q", err, b.Len(), c.field)
+		}
+		b.Release()
+	}
+	if _, err := sc.WithFormat(Format{Kind: FormatAvro, Registry: &RegistryConfig{URL: reg.URL(), OnIncompatible: "ignore"}}); err == nil || !strings.Contains(err.Error(), "registry.on_incompatible") {
+		t.Errorf("on_incompatible ignore: %v", err)
+	}
+
+	good := av[0]
+	cases := []struct {
+		name   string
+		sc     *Schema
+		value  []byte
+		reason string
+		field  string
+	}{
+		{"empty", asc, nil, ReasonMalformedValue, ""},
+		{"no magic byte", asc, append([]byte{1}, good[1:]...), ReasonMalformedValue, ""},
+		{"short header", asc, good[:4], ReasonMalformedValue, ""},
+		{"unknown id", asc, wire(4242, nil, good[5:]), ReasonUnknownSchema, ""},
+		{"protobuf id read as avro", asc, pb[0], ReasonUnknownSchema, ""},
+		{"avro id read as protobuf", psc, av[0], ReasonUnknownSchema, ""},
+		{"truncated avro", asc, good[:len(good)-3], ReasonMalformedValue, "tags[1]"},
+		{"trailing bytes", asc, append(append([]byte(nil), good...), 0), ReasonMalformedValue, ""},
+		{"truncated protobuf", psc, wire(protoSS.ID, []int{1}, []byte{0x0a, 0x10, 'p'}), ReasonMalformedValue, ""}, // field 1 says 16 bytes, 1 follows
+		{"bad message index", psc, wire(protoSS.ID, []int{7}, nil), ReasonUnknownSchema, ""},
+		{"protobuf empty message", psc, wire(protoSS.ID, []int{1}, nil), ReasonInvalidField, "amount"}, // "" is no decimal
+		{"wrong message type, dlq", pdlq, wire(protoSS.ID, []int{0}, []byte{0x0a, 0x01, 'x'}), ReasonIncompatibleSchema, "payment_id"},
+		{"incompatible avro, dlq", adlq, wire(v2.ID, nil, v2body), ReasonIncompatibleSchema, "amount"},
+	}
+	for _, c := range cases {
+		b := c.sc.NewRecordBuilder(nil, 0)
+		err := b.Append(c.value, Meta{Topic: "p"}, time.Time{}, "")
+		var de *DecodeError
+		if !errors.As(err, &de) || de.Reason != c.reason || de.Field != c.field {
+			t.Errorf("%s: error %v, want %s %q", c.name, err, c.reason, c.field)
+		}
+		if b.Len() != 0 {
+			t.Errorf("%s: %d rows appended", c.name, b.Len())
+		}
+		b.Release()
+	}
+
+	// A registry that cannot be reached is not the message's fault: the
+	// error is not a DecodeError, so the partition stops instead of
+	// dead-lettering.
+	down, err := sc.WithFormat(Format{Kind: FormatAvro, Registry: &RegistryConfig{URL: "http://127.0.0.1:1", Timeout: time.Second}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := down.NewRecordBuilder(nil, 0)
+	defer b.Release()
+	var de *DecodeError
+	if err := b.Append(good, Meta{}, time.Time{}, ""); err == nil || errors.As(err, &de) || !strings.Contains(err.Error(), "schema id") {
+		t.Fatalf("unreachable registry: %v, want a plain error naming the schema id", err)
+	}
+}

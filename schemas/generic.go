@@ -1,0 +1,326 @@
+package schemas
+
+import (
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/array"
+	"github.com/apache/arrow-go/v18/arrow/decimal128"
+	"github.com/apache/arrow-go/v18/arrow/extensions"
+	"github.com/apache/arrow-go/v18/arrow/memory"
+)
+
+// RecordBuilder turns messages into Arrow record batches of one Schema. It
+// is what the pipeline holds per partition: the built-in schema's hand-tuned
+// [Builder] and the generic builder of a schema file both implement it.
+//
+// Append and AppendEnriched validate the whole message before appending
+// anything: on error no column changes. The error is a *DecodeError when the
+// message cannot become a row (send it to the dead-letter topic), or
+// ErrBuilderFull when the builder must be flushed first. NewRecord hands the
+// rows over as a batch the caller owns and must Release, leaving the builder
+// empty; Release frees the builder, which must not be used afterwards. A
+// RecordBuilder is not safe for concurrent use.
+type RecordBuilder interface {
+	Append(value []byte, m Meta, ingestedAt time.Time, enrichStatus string) error
+	AppendEnriched(value []byte, m Meta, ingestedAt time.Time, enrichStatus string, extra []any) error
+	Len() int
+	SizeBytes() int
+	NewRecord() arrow.RecordBatch
+	Release()
+}
+
+// NewRecordBuilder returns the builder for s's messages, allocating from
+// mem (nil: memory.DefaultAllocator): the fast clickstream Builder for the
+// built-in schema, and for a schema file a generic builder decoding the
+// format chosen by WithFormat (JSON unless set). maxMessageBytes is as for
+// NewBuilder.
+func (s *Schema) NewRecordBuilder(mem memory.Allocator, maxMessageBytes int) RecordBuilder {
+	if s.user == nil || (s.fast && s.decoder == nil) {
+		return s.NewBuilder(mem, maxMessageBytes)
+	}
+	if maxMessageBytes <= 0 {
+		maxMessageBytes = DefaultMaxMessageBytes
+	}
+	if mem == nil {
+		mem = memory.DefaultAllocator
+	}
+	dec := s.decoder
+	if dec == nil {
+		dec = func() valueDecoder { return &jsonDecoder{record: s.user.record} }
+	}
+	return &genericBuilder{
+		schema:   s,
+		rb:       array.NewRecordBuilder(mem, s.Arrow),
+		dec:      dec(),
+		maxBytes: maxMessageBytes,
+		nUser:    len(s.user.record.fields),
+	}
+}
+
+// valueDecoder reads one message format. decode validates value against the
+// schema's field tree and, when cols is non-nil, appends the row's values to
+// cols (one builder per top-level field). The generic builder calls it first
+// with nil cols, and again with the builders only if that succeeded, which
+// is how a failed message leaves every column unchanged. An error is a
+// *DecodeError when the message is at fault; any other error (a schema
+// registry that cannot be reached) is not the message's fault and stops
+// the partition rather than dead-lettering.
+type valueDecoder interface {
+	decode(value []byte, cols []array.Builder) error
+}
+
+// genericBuilder is the RecordBuilder of schemas parsed from files. It
+// trades the clickstream Builder's speed for generality: arrow-go builders,
+// and a message decoded twice (validate, then append).
+type genericBuilder struct {
+	schema   *Schema
+	rb       *array.RecordBuilder
+	dec      valueDecoder
+	maxBytes int
+	nUser    int
+	cols     []array.Builder
+	rows     int
+	bytes    int // estimate of the Arrow bytes held
+	strBytes int // upper bound of the string bytes held
+}
+
+// genericRowBytes is what a row costs besides the message's bytes: the
+// metadata columns' values and offsets.
+const genericRowBytes = 48
+
+func (b *genericBuilder) Append(value []byte, m Meta, ingestedAt time.Time, enrichStatus string) error {
+	return b.AppendEnriched(value, m, ingestedAt, enrichStatus, nil)
+}
+
+func (b *genericBuilder) AppendEnriched(value []byte, m Meta, ingestedAt time.Time, enrichStatus string, extra []any) error {
+	if len(value) > b.maxBytes {
+		return &DecodeError{
+			Reason: ReasonTooLarge,
+			Detail: "message is " + strconv.Itoa(len(value)) + " bytes; the limit is " + strconv.Itoa(b.maxBytes),
+		}
+	}
+	if err := b.dec.decode(value, nil); err != nil {
+		return err
+	}
+	// Every string a row stores comes from the message (no format expands
+	// strings), the metadata or the extra values.
+	add := len(value) + len(m.Topic) + len(enrichStatus)
+	for _, v := range extra {
+		if s, ok := v.(string); ok {
+			add += len(s)
+		}
+	}
+	if b.strBytes+add > maxStringBytes {
+		return ErrBuilderFull
+	}
+	if b.cols == nil {
+		b.cols = b.rb.Fields()
+	}
+	if err := b.dec.decode(value, b.cols[:b.nUser]); err != nil {
+		// The first pass accepted the message, so this is a decoder bug;
+		// the columns may now differ in length, which NewRecord would
+		// report by panicking far from here.
+		panic(fmt.Sprintf("schemas: %s decoded a message differently twice: %v", b.schema.Name, err))
+	}
+	meta := b.cols[b.nUser:]
+	meta[0].(*array.StringBuilder).Append(m.Topic)
+	meta[1].(*array.Int32Builder).Append(m.Partition)
+	meta[2].(*array.Int64Builder).Append(m.Offset)
+	putTime(meta[3], m.Timestamp)
+	putTime(meta[4], ingestedAt)
+	if enrichStatus == "" {
+		meta[5].AppendNull()
+	} else {
+		meta[5].(*array.StringBuilder).Append(enrichStatus)
+	}
+	for i, c := range meta[numCols-colKafkaTopic:] {
+		var v any
+		if i < len(extra) {
+			v = extra[i]
+		}
+		putExtra(c, b.schema.Extra[i], v)
+	}
+	b.rows++
+	b.strBytes += add
+	b.bytes += len(value) + genericRowBytes + 9*len(extra)
+	return nil
+}
+
+func putTime(c array.Builder, t time.Time) {
+	if t.IsZero() {
+		c.AppendNull()
+		return
+	}
+	c.(*array.TimestampBuilder).Append(arrow.Timestamp(t.UnixMicro()))
+}
+
+// putExtra appends an enrichment value, or null when v is nil or not of the
+// column's Go type, as the clickstream Builder does.
+func putExtra(c array.Builder, col Column, v any) {
+	switch x := v.(type) {
+	case string:
+		if sb, ok := c.(*array.StringBuilder); ok {
+			sb.Append(x)
+			return
+		}
+	case int64:
+		if ib, ok := c.(*array.Int64Builder); ok {
+			ib.Append(x)
+			return
+		}
+	case float64:
+		if fb, ok := c.(*array.Float64Builder); ok {
+			fb.Append(x)
+			return
+		}
+	case bool:
+		if bb, ok := c.(*array.BooleanBuilder); ok {
+			bb.Append(x)
+			return
+		}
+	case time.Time:
+		if tb, ok := c.(*array.TimestampBuilder); ok && !x.IsZero() {
+			tb.Append(arrow.Timestamp(x.UnixMicro()))
+			return
+		}
+	}
+	c.AppendNull()
+}
+
+func (b *genericBuilder) Len() int { return b.rows }
+
+func (b *genericBuilder) SizeBytes() int { return b.bytes }
+
+func (b *genericBuilder) NewRecord() arrow.RecordBatch {
+	rec := b.rb.NewRecordBatch()
+	b.rows, b.bytes, b.strBytes = 0, 0, 0
+	return rec
+}
+
+func (b *genericBuilder) Release() {
+	b.rb.Release()
+	b.rows, b.bytes, b.strBytes = 0, 0, 0
+}
+
+// scalar carries one primitive value from a format's decoder to put.
+type scalar struct {
+	i int64          // int, long, date (days), time and timestamps (micros), bool (0/1)
+	f float64        // float, double
+	b []byte         // string, binary, fixed, uuid (16 bytes)
+	d decimal128.Num // decimal, unscaled
+}
+
+// put appends v to b as n's kind; b nil (the validating pass) does nothing.
+func put(n *node, b array.Builder, v *scalar) {
+	if b == nil {
+		return
+	}
+	switch n.kind {
+	case kString:
+		b.(*array.StringBuilder).BinaryBuilder.Append(v.b)
+	case kBinary:
+		b.(*array.BinaryBuilder).Append(v.b)
+	case kFixed:
+		b.(*array.FixedSizeBinaryBuilder).Append(v.b)
+	case kUUID:
+		b.(*extensions.UUIDBuilder).AppendBytes([16]byte(v.b))
+	case kInt:
+		b.(*array.Int32Builder).Append(int32(v.i))
+	case kLong:
+		b.(*array.Int64Builder).Append(v.i)
+	case kFloat:
+		b.(*array.Float32Builder).Append(float32(v.f))
+	case kDouble:
+		b.(*array.Float64Builder).Append(v.f)
+	case kBool:
+		b.(*array.BooleanBuilder).Append(v.i != 0)
+	case kDecimal:
+		b.(*array.Decimal128Builder).Append(v.d)
+	case kDate:
+		b.(*array.Date32Builder).Append(arrow.Date32(v.i))
+	case kTime:
+		b.(*array.Time64Builder).Append(arrow.Time64(v.i))
+	case kTimestamp, kTimestampTz:
+		b.(*array.TimestampBuilder).Append(arrow.Timestamp(v.i))
+	default:
+		panic(fmt.Sprintf("schemas: put called for nested kind %d", n.kind))
+	}
+}
+
+func putNull(b array.Builder) {
+	if b != nil {
+		b.AppendNull()
+	}
+}
+
+// Helpers that open a nested value on b and return its child builders;
+// all return nil builders in the validating pass.
+
+func openStruct(b array.Builder) *array.StructBuilder {
+	if b == nil {
+		return nil
+	}
+	sb := b.(*array.StructBuilder)
+	sb.Append(true)
+	return sb
+}
+
+func structField(sb *array.StructBuilder, i int) array.Builder {
+	if sb == nil {
+		return nil
+	}
+	return sb.FieldBuilder(i)
+}
+
+func openList(b array.Builder) array.Builder {
+	if b == nil {
+		return nil
+	}
+	lb := b.(*array.ListBuilder)
+	lb.Append(true)
+	return lb.ValueBuilder()
+}
+
+func openMap(b array.Builder) (keys, vals array.Builder) {
+	if b == nil {
+		return nil, nil
+	}
+	mb := b.(*array.MapBuilder)
+	mb.Append(true)
+	return mb.KeyBuilder(), mb.ItemBuilder()
+}
+
+// fieldErr prefixes a nested error's field path with name.
+func fieldErr(name string, err *DecodeError) *DecodeError {
+	if err.Field == "" {
+		err.Field = name
+	} else if err.Field[0] == '[' {
+		err.Field = name + err.Field
+	} else {
+		err.Field = name + "." + err.Field
+	}
+	return err
+}
+
+func invalid(detail string) *DecodeError {
+	return &DecodeError{Reason: ReasonInvalidField, Detail: truncate(detail, maxDetailBytes)}
+}
+
+func missingValue() *DecodeError {
+	return &DecodeError{Reason: ReasonMissingField, Detail: "is required"}
+}
+
+// Time bounds: integer times in milliseconds must still fit in int64
+// microseconds.
+func millisToMicros(ms int64) (int64, *DecodeError) {
+	if ms > maxEpochMillis || ms < -maxEpochMillis {
+		return 0, invalid("milliseconds out of range (±292,000 years)")
+	}
+	return ms * 1000, nil
+}
+
+// microsPerDay bounds a time of day.
+const microsPerDay = 24 * 60 * 60 * 1_000_000

@@ -1,0 +1,293 @@
+package schemas
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"io"
+	"math"
+	"strconv"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/apache/arrow-go/v18/arrow/array"
+	"github.com/bufbuild/protocompile"
+	"github.com/google/uuid"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/types/dynamicpb"
+)
+
+// compileProto compiles the .proto text of a registry schema (which may
+// import the well-known types) into a file descriptor.
+func compileProto(id int, text string) (protoreflect.FileDescriptor, error) {
+	name := "schema-" + strconv.Itoa(id) + ".proto"
+	c := protocompile.Compiler{
+		Resolver: protocompile.WithStandardImports(&protocompile.SourceResolver{
+			Accessor: func(path string) (io.ReadCloser, error) {
+				if path == name {
+					return io.NopCloser(strings.NewReader(text)), nil
+				}
+				return nil, fmt.Errorf("import %q is not a well-known type", path)
+			},
+		}),
+	}
+	files, err := c.Compile(context.Background(), name)
+	if err != nil {
+		return nil, fmt.Errorf("not a valid .proto: %w", err)
+	}
+	return files[0], nil
+}
+
+// maxProtoIndexes bounds the message-index path of the wire format.
+const maxProtoIndexes = 16
+
+// protoMessageDescriptor reads the wire format's message indexes (a zigzag
+// varint count, 0 meaning the first message, then that many zigzag varint
+// indexes into nested message lists) and returns the message they name and
+// the bytes after them.
+func protoMessageDescriptor(fd protoreflect.FileDescriptor, b []byte) (protoreflect.MessageDescriptor, []byte, *DecodeError) {
+	bad := func(detail string) (protoreflect.MessageDescriptor, []byte, *DecodeError) {
+		return nil, nil, &DecodeError{Reason: ReasonMalformedValue, Detail: detail}
+	}
+	n, k := binary.Varint(b)
+	if k <= 0 {
+		return bad("the Protobuf message indexes are truncated")
+	}
+	b = b[k:]
+	idx := []int64{0}
+	if n != 0 {
+		if n < 0 || n > maxProtoIndexes {
+			return bad("the Protobuf message index count " + strconv.FormatInt(n, 10) + " is out of range")
+		}
+		idx = idx[:0]
+		for range n {
+			v, k := binary.Varint(b)
+			if k <= 0 {
+				return bad("the Protobuf message indexes are truncated")
+			}
+			b = b[k:]
+			idx = append(idx, v)
+		}
+	}
+	msgs := fd.Messages()
+	var md protoreflect.MessageDescriptor
+	for _, i := range idx {
+		if i < 0 || i >= int64(msgs.Len()) {
+			return nil, nil, &DecodeError{Reason: ReasonUnknownSchema, Detail: "message index " + strconv.FormatInt(i, 10) + " does not exist in the schema"}
+		}
+		md = msgs.Get(int(i))
+		msgs = md.Messages()
+	}
+	return md, b, nil
+}
+
+// decodeProto unmarshals value as md and stores its fields in record's
+// columns, matching fields by name.
+func decodeProto(md protoreflect.MessageDescriptor, value []byte, record *node, cols []array.Builder) *DecodeError {
+	m := dynamicpb.NewMessage(md)
+	if err := (proto.UnmarshalOptions{RecursionLimit: maxAvroDepth}).Unmarshal(value, m); err != nil {
+		return &DecodeError{Reason: ReasonMalformedValue, Detail: truncate("not a valid "+string(md.FullName())+": "+err.Error(), maxDetailBytes)}
+	}
+	return protoRecord(m, record, nil, cols)
+}
+
+func protoRecord(m protoreflect.Message, t *node, sb *array.StructBuilder, cols []array.Builder) *DecodeError {
+	fields := m.Descriptor().Fields()
+	for i, f := range t.fields {
+		var b array.Builder
+		if cols != nil {
+			b = cols[i]
+		} else if sb != nil {
+			b = sb.FieldBuilder(i)
+		}
+		fd := fields.ByName(protoreflect.Name(f.source))
+		if fd == nil && f.required {
+			return fieldErr(f.source, incompatible("is required, and the writer's message type lacks it"))
+		}
+		if fd == nil || (fd.HasPresence() && !m.Has(fd)) {
+			if f.required {
+				return fieldErr(f.source, missingValue())
+			}
+			putNull(b)
+			continue
+		}
+		if err := protoValue(fd, m.Get(fd), f, b); err != nil {
+			return fieldErr(f.source, err)
+		}
+	}
+	return nil
+}
+
+func protoValue(fd protoreflect.FieldDescriptor, v protoreflect.Value, t *node, b array.Builder) *DecodeError {
+	cannot := func() *DecodeError {
+		what := fd.Kind().String()
+		if fd.IsList() {
+			what = "repeated " + what
+		} else if fd.IsMap() {
+			what = "map"
+		}
+		return incompatible("the writer's " + what + " cannot be stored in a column of type " + t.typ.String())
+	}
+	switch {
+	case fd.IsList():
+		if t.kind != kList {
+			return cannot()
+		}
+		l := v.List()
+		eb := openList(b)
+		for i := range l.Len() {
+			if err := protoScalar(fd, l.Get(i), t.elem, eb); err != nil {
+				return fieldErr("["+strconv.Itoa(i)+"]", err)
+			}
+		}
+		return nil
+	case fd.IsMap():
+		if t.kind != kMap || fd.MapKey().Kind() != protoreflect.StringKind {
+			return cannot()
+		}
+		kb, vb := openMap(b)
+		var derr *DecodeError
+		v.Map().Range(func(k protoreflect.MapKey, e protoreflect.Value) bool {
+			key := k.String()
+			put(t.key, kb, &scalar{b: []byte(key)})
+			if err := protoScalar(fd.MapValue(), e, t.val, vb); err != nil {
+				derr = fieldErr("["+strconv.Quote(truncate(key, 32))+"]", err)
+				return false
+			}
+			return true
+		})
+		return derr
+	}
+	return protoScalar(fd, v, t, b)
+}
+
+// protoScalar stores one non-repeated value (or one list element or map
+// value) of field fd.
+func protoScalar(fd protoreflect.FieldDescriptor, v protoreflect.Value, t *node, b array.Builder) *DecodeError {
+	var s scalar
+	cannot := func() *DecodeError {
+		return incompatible("the writer's " + fd.Kind().String() + " cannot be stored in a column of type " + t.typ.String())
+	}
+	switch fd.Kind() {
+	case protoreflect.MessageKind, protoreflect.GroupKind:
+		m := v.Message()
+		if fd.Message().FullName() == "google.protobuf.Timestamp" && t.kind == kTimestampTz {
+			f := m.Descriptor().Fields()
+			secs, nanos := m.Get(f.ByName("seconds")).Int(), m.Get(f.ByName("nanos")).Int()
+			if secs > math.MaxInt64/1_000_000-1 || secs < math.MinInt64/1_000_000+1 {
+				return invalid("a timestamp is out of range")
+			}
+			s.i = secs*1_000_000 + nanos/1000
+			break
+		}
+		if t.kind != kStruct {
+			return cannot()
+		}
+		return protoRecord(m, t, openStruct(b), nil)
+	case protoreflect.BoolKind:
+		if t.kind != kBool {
+			return cannot()
+		}
+		if v.Bool() {
+			s.i = 1
+		}
+	case protoreflect.Int32Kind, protoreflect.Sint32Kind, protoreflect.Sfixed32Kind,
+		protoreflect.Int64Kind, protoreflect.Sint64Kind, protoreflect.Sfixed64Kind,
+		protoreflect.Uint32Kind, protoreflect.Fixed32Kind, protoreflect.Uint64Kind, protoreflect.Fixed64Kind:
+		var x int64
+		switch fd.Kind() {
+		case protoreflect.Uint32Kind, protoreflect.Fixed32Kind, protoreflect.Uint64Kind, protoreflect.Fixed64Kind:
+			u := v.Uint()
+			if u > math.MaxInt64 {
+				return invalid("an unsigned value above 2^63-1 does not fit a long")
+			}
+			x = int64(u)
+		default:
+			x = v.Int()
+		}
+		switch t.kind {
+		case kInt:
+			if x > math.MaxInt32 || x < math.MinInt32 {
+				return invalid("must fit in 32 bits")
+			}
+			s.i = x
+		case kLong:
+			s.i = x
+		case kFloat, kDouble:
+			s.f = float64(x)
+		case kTimestamp, kTimestampTz:
+			if t.millis {
+				var err *DecodeError
+				if x, err = millisToMicros(x); err != nil {
+					return err
+				}
+			}
+			s.i = x
+		case kDate:
+			if x > math.MaxInt32 || x < math.MinInt32 {
+				return invalid("a date must fit in 32 bits of days")
+			}
+			s.i = x
+		default:
+			return cannot()
+		}
+	case protoreflect.FloatKind, protoreflect.DoubleKind:
+		switch {
+		case t.kind == kDouble, t.kind == kFloat && fd.Kind() == protoreflect.FloatKind:
+			s.f = v.Float()
+		default:
+			return cannot()
+		}
+	case protoreflect.EnumKind:
+		if t.kind != kString {
+			return cannot()
+		}
+		ev := fd.Enum().Values().ByNumber(v.Enum())
+		if ev == nil {
+			return invalid("enum number " + strconv.Itoa(int(v.Enum())) + " is not declared")
+		}
+		s.b = []byte(ev.Name())
+		if t.symbols != nil && !isSymbol(t.symbols, s.b) {
+			return invalid("is not one of the enum's symbols")
+		}
+	case protoreflect.StringKind:
+		str := v.String()
+		switch t.kind {
+		case kString:
+			if !utf8.ValidString(str) {
+				return invalid("is not valid UTF-8")
+			}
+			if t.symbols != nil && !isSymbol(t.symbols, []byte(str)) {
+				return invalid("is not one of the enum's symbols")
+			}
+			s.b = []byte(str)
+		case kUUID:
+			u, err := uuid.Parse(str)
+			if err != nil {
+				return invalid("is not a UUID")
+			}
+			s.b = u[:]
+		case kDecimal:
+			num, err := parseDecimal(str, t.prec, t.scale)
+			if err != nil {
+				return err
+			}
+			s.d = num
+		default:
+			return cannot()
+		}
+	case protoreflect.BytesKind:
+		raw := v.Bytes()
+		switch {
+		case t.kind == kBinary, t.kind == kFixed && len(raw) == t.size, t.kind == kUUID && len(raw) == 16:
+			s.b = raw
+		default:
+			return cannot()
+		}
+	default:
+		return cannot()
+	}
+	put(t, b, &s)
+	return nil
+}
