@@ -6,6 +6,8 @@ import (
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
+	"github.com/apache/arrow-go/v18/arrow/compute"
+	"github.com/apache/arrow-go/v18/arrow/memory"
 	"github.com/apache/iceberg-go"
 	"github.com/apache/iceberg-go/table"
 )
@@ -89,4 +91,14 @@ func existingOffsets(ctx context.Context, tbl *table.Table, r Range) (map[int64]
 		b.Release()
 	}
 	return present, len(tasks), nil
+}
+
+// filterRows returns the rows of rows whose mask entry is true.
+func filterRows(ctx context.Context, rows arrow.RecordBatch, mask []bool) (arrow.RecordBatch, error) {
+	b := array.NewBooleanBuilder(memory.DefaultAllocator)
+	defer b.Release()
+	b.AppendValues(mask, nil)
+	m := b.NewArray()
+	defer m.Release()
+	return compute.FilterRecordBatch(ctx, rows, m, compute.DefaultFilterOptions())
 }

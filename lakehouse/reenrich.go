@@ -8,8 +8,6 @@ import (
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
-	"github.com/apache/arrow-go/v18/arrow/compute"
-	"github.com/apache/arrow-go/v18/arrow/memory"
 	"github.com/apache/iceberg-go"
 	"github.com/apache/iceberg-go/table"
 	"github.com/google/uuid"
@@ -123,12 +121,10 @@ func (t *Table) replaceRows(ctx context.Context, tbl *table.Table, p Part, ids [
 		props[k] = v
 	}
 	tx := tbl.NewTransaction()
-	lits := make([]int64, len(ids))
-	copy(lits, ids)
 	filter := iceberg.NewAnd(iceberg.NewAnd(
 		iceberg.EqualTo(iceberg.Reference(TopicColumn), p.Range.Topic),
 		iceberg.EqualTo(iceberg.Reference(PartitionColumn), p.Range.Partition)),
-		iceberg.IsIn(iceberg.Reference(OffsetColumn), lits...))
+		iceberg.IsIn(iceberg.Reference(OffsetColumn), ids...))
 	staged := tx.AssertRefSnapshotID(table.MainBranch)
 	if staged == nil {
 		staged = tx.Delete(ctx, filter, props)
@@ -190,13 +186,4 @@ func statusAndOffsets(rows arrow.RecordBatch) (*array.String, *array.Int64, erro
 		return nil, nil, fmt.Errorf("%s or %s has an unexpected type", EnrichStatusColumn, OffsetColumn)
 	}
 	return st, offs, nil
-}
-
-func filterRows(ctx context.Context, rows arrow.RecordBatch, mask []bool) (arrow.RecordBatch, error) {
-	b := array.NewBooleanBuilder(memory.DefaultAllocator)
-	defer b.Release()
-	b.AppendValues(mask, nil)
-	m := b.NewArray()
-	defer m.Release()
-	return compute.FilterRecordBatch(ctx, rows, m, compute.DefaultFilterOptions())
 }

@@ -23,8 +23,6 @@ With --until-caught-up it stops once the end offsets seen at start are committed
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
-			stopProgress := func() {}
-			var committed func() lakehouse.Offsets
 			j, err := g.open(ctx)
 			if err != nil {
 				return err
@@ -33,36 +31,35 @@ With --until-caught-up it stops once the end offsets seen at start are committed
 			log, cfg, tbl, sc := j.log, j.cfg, j.tbl, j.sc
 			reg := prometheus.NewRegistry()
 			opts := []pipeline.Option{pipeline.WithLogger(log), pipeline.WithRegisterer(reg)}
+			var end map[int32]int64
+			var start lakehouse.Offsets
 			if untilCaughtUp {
 				endCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
-				end, err := pipeline.EndOffsets(endCtx, cfg.Kafka)
+				end, err = pipeline.EndOffsets(endCtx, cfg.Kafka)
 				cancel()
 				if err != nil {
 					return err
 				}
-				opts = append(opts, pipeline.UntilOffsets(end))
-				log.Info("scheduled run: stopping once these end offsets are committed", "end_offsets", end)
-				start, err := tbl.Watermarks(ctx)
-				if err != nil {
+				if start, err = tbl.Watermarks(ctx); err != nil {
 					return err
 				}
-				defer func() { stopProgress() }()
-				committed = func() lakehouse.Offsets { return start }
-				stopProgress = reportProgress(log, "catching up", committedSince(cfg.Kafka.Topic, start, end, nil),
-					func() int64 { return committedSince(cfg.Kafka.Topic, start, end, committed()) })
+				opts = append(opts, pipeline.UntilOffsets(end))
+				log.Info("scheduled run: stopping once these end offsets are committed", "end_offsets", end)
 			}
 			m, err := pipeline.NewMember(cfg, tbl, sc, opts...)
 			if err != nil {
 				return err
 			}
 			if untilCaughtUp {
-				start := committed()
-				committed = func() lakehouse.Offsets {
-					if o := m.Stats().Offsets(); o != nil {
-						return o
+				topic := cfg.Kafka.Topic
+				stop := reportProgress(log, "catching up", committedSince(topic, start, end, nil), func() int64 {
+					at := m.Stats().Offsets()
+					if at == nil {
+						at = start
 					}
-					return start
-				}
+					return committedSince(topic, start, end, at)
+				})
+				defer stop()
 			}
 			if cfg.Metrics.Listen != "" {
 				serve, err := pipeline.ListenMetrics(ctx, cfg.Metrics.Listen, reg, m.Stats())
