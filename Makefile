@@ -21,6 +21,7 @@ demo: build
 # from Maven Central once, cached under ~/.cache/floe).
 test:
 	bash deploy/setup-hdfs.sh
+	bash deploy/setup-security.sh
 	bash deploy/setup-python.sh >/dev/null
 	$(GO) mod download
 	$(GO) vet ./...

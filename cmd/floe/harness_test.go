@@ -75,6 +75,10 @@ type env struct {
 	// catalog, when set, are the properties of the catalog holding the
 	// table (see interop_catalog_test.go); nil means the SQLite catalog in dir.
 	catalog map[string]string
+	// procEnv are NAME=value pairs added to the environment of the floe
+	// processes started from now on (t.Setenv is not allowed in parallel
+	// tests).
+	procEnv []string
 }
 
 // seeds returns the addresses the checker's franz-go clients connect to.
@@ -195,6 +199,9 @@ func (e *env) start(name string, args ...string) *proc {
 	p := &proc{name: name, cmd: exec.Command(floeBinary(e.t), args...), log: &bytes.Buffer{}, done: make(chan error, 1)}
 	p.cmd.Stdout = &lockedWriter{w: p.log}
 	p.cmd.Stderr = p.cmd.Stdout
+	if len(e.procEnv) > 0 {
+		p.cmd.Env = append(os.Environ(), e.procEnv...)
+	}
 	if err := p.cmd.Start(); err != nil {
 		e.t.Fatal(err)
 	}

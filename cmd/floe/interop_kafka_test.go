@@ -41,7 +41,7 @@ func TestInteropKafka(t *testing.T) {
 			k := infra.StartKafka(t, v, infra.WithSASLTLS())
 			t.Run("ExactlyOnceBrokerKill", func(t *testing.T) { interopExactlyOnce(t, k) })
 			t.Run("ConsoleProducerCodecs", func(t *testing.T) { interopCodecs(t, k) })
-			t.Run("SASLSCRAMOverTLS", func(t *testing.T) { interopSASL(t, k) })
+			t.Run("SASLSCRAMOverTLS", func(t *testing.T) { interopSASL(t, k, "SCRAM-SHA-512") })
 		})
 	}
 }
@@ -293,12 +293,14 @@ func sessionRows(t *testing.T, e *env) map[string]int {
 	return out
 }
 
-// interopSASL: floe against the SASL_SSL listener (SCRAM-SHA-512, the CA
-// made by start.sh), the password from a file: every record becomes a row or
-// a dead letter (written through the same listener). A wrong password, from
-// the environment, ends `floe run` with a clear authentication error that
-// quotes neither password.
-func interopSASL(t *testing.T, k *infra.Kafka) {
+// interopSASL: floe against the SASL_SSL listener with mechanism (PLAIN,
+// SCRAM-SHA-256 or SCRAM-SHA-512; the CA made by start.sh), the password from
+// a file: every record becomes a row or a dead letter (written through the
+// same listener). A wrong password, from the environment, ends `floe run`
+// with a clear authentication error that quotes neither password. Each
+// mechanism has its own topic and group, so they may run in parallel on one
+// broker.
+func interopSASL(t *testing.T, k *infra.Kafka, mechanism string) {
 	began := time.Now()
 	s := k.SASL
 	if s == nil {
@@ -310,8 +312,10 @@ func interopSASL(t *testing.T, k *infra.Kafka) {
 		t.Fatal(err)
 	}
 	security := fmt.Sprintf("  sasl:\n    mechanism: %s\n    username: %s\n    password_file: %s\n  tls:\n    ca_file: %s\n",
-		s.Mechanism, s.Username, pwFile, s.CAFile)
-	e := newKafkaEnv(t, k, "secure", 3, s.Bootstrap, security)
+		mechanism, s.Username, pwFile, s.CAFile)
+	topic := "secure-" + strings.ToLower(mechanism)
+	group := "floe-" + topic
+	e := newKafkaEnv(t, k, topic, 3, s.Bootstrap, security)
 	ctx := t.Context()
 	gen := clickgen.New(clickgen.Config{Sessions: 100, MalformedRate: 0.02, Seed: 9})
 	if err := produceKafka(ctx, e.brokers, e.topic, gen, 3000, 0); err != nil {
@@ -321,14 +325,14 @@ func interopSASL(t *testing.T, k *infra.Kafka) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	run := e.floe("sasl", "run", "--until-caught-up")
+	run := e.floe("sasl", "run", "--until-caught-up", "--group", group)
 	if err := run.wait(t, 120*time.Second); err != nil {
 		t.Fatalf("floe run over SASL_SSL: %v", err)
 	}
 	_, malformed := gen.Counts()
 	rows, dead := e.check(end, malformed)
 	if rows+dead != 3000 || dead == 0 {
-		t.Fatalf("over SASL_SSL: %d rows + %d dead letters, want 3000 with some dead letters", rows, dead)
+		t.Fatalf("over SASL_SSL (%s): %d rows + %d dead letters, want 3000 with some dead letters", mechanism, rows, dead)
 	}
 	if strings.Contains(run.output(), s.Password) {
 		t.Fatal("floe's log contains the SASL password")
@@ -336,10 +340,10 @@ func interopSASL(t *testing.T, k *infra.Kafka) {
 
 	// The wrong password, from the environment.
 	wrong := "wrong-" + s.Password[:8] + "-pw"
-	t.Setenv("FLOE_TEST_KAFKA_PASSWORD", wrong)
+	e.procEnv = append(e.procEnv, "FLOE_TEST_KAFKA_PASSWORD="+wrong)
 	bad := strings.Replace(security, "password_file: "+pwFile, "password: ${FLOE_TEST_KAFKA_PASSWORD}", 1)
 	e.config = writeConfig(t, t.TempDir(), s.Bootstrap, "floe-test", "analytics.clicks", bad, "")
-	p := e.floe("wrong-password", "run")
+	p := e.floe("wrong-password", "run", "--group", group)
 	err = p.wait(t, 60*time.Second)
 	var exit *exec.ExitError
 	if !errors.As(err, &exit) || exit.ExitCode() != 2 {
@@ -352,6 +356,6 @@ func interopSASL(t *testing.T, k *infra.Kafka) {
 	if strings.Contains(out, wrong) || strings.Contains(out, s.Password) {
 		t.Fatalf("the error reveals a password:\n%s", out)
 	}
-	t.Logf("kafka %s: SASL_SSL %d rows, %d dead letters; wrong password: %s (%s)", k.Version, rows, dead,
+	t.Logf("kafka %s: SASL_SSL %s %d rows, %d dead letters; wrong password: %s (%s)", k.Version, mechanism, rows, dead,
 		strings.TrimSpace(out[strings.LastIndex(strings.TrimSpace(out), "\n")+1:]), time.Since(began).Round(time.Millisecond))
 }

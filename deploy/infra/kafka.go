@@ -29,19 +29,36 @@ type Kafka struct {
 	Lib string
 	// SASL is the SASL_SSL listener; nil unless started WithSASLTLS.
 	SASL *KafkaSASL
+	// MTLS is the SSL listener requiring a client certificate; nil unless
+	// started WithSASLTLS.
+	MTLS *KafkaMTLS
 
 	tb   testing.TB
 	args []string
 }
 
-// KafkaSASL describes the SASL_SSL listener: SCRAM-SHA-512 over TLS with a
-// certificate for 127.0.0.1 signed by a CA made at start.
+// KafkaSASL describes the SASL_SSL listener: PLAIN, SCRAM-SHA-256 and
+// SCRAM-SHA-512 over TLS with a certificate for 127.0.0.1 signed by a CA made
+// at start; one user and password work with each mechanism.
 type KafkaSASL struct {
 	Bootstrap string // "127.0.0.1:port"
 	CAFile    string // PEM of the CA that signed the broker's certificate
-	Mechanism string // SCRAM-SHA-512
-	Username  string
-	Password  string
+	Mechanism string // SCRAM-SHA-512, the one ClientProperties uses
+	// Mechanisms are all the mechanisms the listener accepts.
+	Mechanisms []string
+	Username   string
+	Password   string
+	// ClientProperties is a Java client configuration for this listener.
+	ClientProperties string
+}
+
+// KafkaMTLS describes the SSL listener with ssl.client.auth=required: the
+// broker accepts only clients presenting a certificate signed by its CA.
+type KafkaMTLS struct {
+	Bootstrap string // "127.0.0.1:port"
+	CAFile    string // PEM of the CA that signed the broker's and the client's certificates
+	CertFile  string // PEM client certificate (CN=floe-client)
+	KeyFile   string // PEM (PKCS#8) key of CertFile
 	// ClientProperties is a Java client configuration for this listener.
 	ClientProperties string
 }
@@ -49,7 +66,8 @@ type KafkaSASL struct {
 // KafkaOption configures StartKafka.
 type KafkaOption func(*[]string)
 
-// WithSASLTLS adds a SASL_SSL listener with a SCRAM-SHA-512 user.
+// WithSASLTLS adds a SASL_SSL listener (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512)
+// and an SSL listener requiring a client certificate.
 func WithSASLTLS() KafkaOption { return func(a *[]string) { *a = append(*a, "--sasl-tls") } }
 
 // StartKafka starts Apache Kafka version (3.x or 4.x) with its data in a
@@ -75,7 +93,14 @@ func (k *Kafka) apply(kv map[string]string) {
 	if kv["SASL_BOOTSTRAP"] != "" {
 		k.SASL = &KafkaSASL{
 			Bootstrap: kv["SASL_BOOTSTRAP"], CAFile: kv["CA_FILE"], Mechanism: kv["SASL_MECHANISM"],
-			Username: kv["SASL_USERNAME"], Password: kv["SASL_PASSWORD"], ClientProperties: kv["CLIENT_PROPERTIES"],
+			Mechanisms: strings.Split(kv["SASL_MECHANISMS"], ","),
+			Username:   kv["SASL_USERNAME"], Password: kv["SASL_PASSWORD"], ClientProperties: kv["CLIENT_PROPERTIES"],
+		}
+	}
+	if kv["SSL_BOOTSTRAP"] != "" {
+		k.MTLS = &KafkaMTLS{
+			Bootstrap: kv["SSL_BOOTSTRAP"], CAFile: kv["CA_FILE"], CertFile: kv["CLIENT_CERT_FILE"],
+			KeyFile: kv["CLIENT_KEY_FILE"], ClientProperties: kv["SSL_CLIENT_PROPERTIES"],
 		}
 	}
 	cl, err := kgo.NewClient(kgo.SeedBrokers(k.Bootstrap))

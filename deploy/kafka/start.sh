@@ -4,8 +4,11 @@
 # data and logs in DIR, as a background process (pid in DIR/kafka.pid).
 #
 # VERSION is a 3.x (e.g. 3.6.2) or 4.x (e.g. 4.4.0) release. --sasl-tls adds
-# a SASL_SSL listener (SCRAM-SHA-512 user created by `format --add-scram`; a CA
-# and a broker certificate for 127.0.0.1 made with keytool).
+# two TLS listeners (a CA and a broker certificate for 127.0.0.1 made with
+# keytool): SASL_SSL with PLAIN, SCRAM-SHA-256 and SCRAM-SHA-512 enabled for
+# one user (the SCRAM credentials created by `format --add-scram`, PLAIN's in
+# the listener's JAAS config), and SSL with ssl.client.auth=required (mutual
+# TLS; a client certificate and key signed by the same CA, made with openssl).
 #
 # Run again on the same DIR (after stop.sh or a SIGKILL) it restarts the same
 # broker: same ports, same data, same credentials, no format.
@@ -15,8 +18,11 @@
 #   BOOTSTRAP=127.0.0.1:PORT   PLAINTEXT listener
 #   VERSION=…  PID=…  LIB=<dir of the Kafka jars, for the console tools>
 #   READY_CLASSES=<dir of the compiled readiness check>
-# and with --sasl-tls also SASL_BOOTSTRAP, CA_FILE (PEM), SASL_MECHANISM,
-# SASL_USERNAME, SASL_PASSWORD and CLIENT_PROPERTIES (a Java client config).
+# and with --sasl-tls also SASL_BOOTSTRAP, CA_FILE (PEM), SASL_MECHANISM
+# (SCRAM-SHA-512), SASL_MECHANISMS (all enabled, comma-separated),
+# SASL_USERNAME, SASL_PASSWORD, CLIENT_PROPERTIES (a Java client config for
+# SASL_SSL), and for mutual TLS SSL_BOOTSTRAP, CLIENT_CERT_FILE and
+# CLIENT_KEY_FILE (PEM) and SSL_CLIENT_PROPERTIES.
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -36,8 +42,10 @@ case $version in
 	exit 2
 	;;
 esac
-for tool in java javac keytool mvn python3 flock; do
-	command -v "$tool" >/dev/null || { echo "kafka: $tool is not installed (need Java 17 JDK, Maven, python3)" >&2; exit 1; }
+tools=(java javac keytool mvn python3 flock)
+[ -n "$secure" ] && tools+=(openssl)
+for tool in "${tools[@]}"; do
+	command -v "$tool" >/dev/null || { echo "kafka: $tool is not installed (need Java 17 JDK, Maven, python3; openssl for --sasl-tls)" >&2; exit 1; }
 done
 
 # The jar set is keyed by the POM's content, so a changed POM fetches anew.
@@ -67,9 +75,10 @@ random() { python3 -c 'import secrets; print(secrets.token_hex(12))'; }
 if [ ! -f "$dir/state.env" ]; then
 	port=$(free_port)
 	controller_port=$(free_port)
-	sasl_port=""
+	sasl_port="" ssl_port=""
 	if [ -n "$secure" ]; then
 		sasl_port=$(free_port)
+		ssl_port=$(free_port)
 		store_pass=$(random)
 		sasl_user=floe
 		sasl_password=$(random)
@@ -79,8 +88,8 @@ if [ ! -f "$dir/state.env" ]; then
 	listeners="PLAINTEXT://127.0.0.1:$port,CONTROLLER://127.0.0.1:$controller_port"
 	advertised="PLAINTEXT://127.0.0.1:$port"
 	if [ -n "$secure" ]; then
-		listeners="$listeners,SASL_SSL://127.0.0.1:$sasl_port"
-		advertised="$advertised,SASL_SSL://127.0.0.1:$sasl_port"
+		listeners="$listeners,SASL_SSL://127.0.0.1:$sasl_port,SSL://127.0.0.1:$ssl_port"
+		advertised="$advertised,SASL_SSL://127.0.0.1:$sasl_port,SSL://127.0.0.1:$ssl_port"
 	fi
 	cat >"$dir/server.properties" <<-EOF
 		process.roles=broker,controller
@@ -90,7 +99,7 @@ if [ ! -f "$dir/state.env" ]; then
 		listeners=$listeners
 		advertised.listeners=$advertised
 		inter.broker.listener.name=PLAINTEXT
-		listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT,SASL_SSL:SASL_SSL
+		listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT,SASL_SSL:SASL_SSL,SSL:SSL
 		log.dirs=$dir/data
 		num.partitions=1
 		auto.create.topics.enable=true
@@ -123,14 +132,35 @@ if [ ! -f "$dir/state.env" ]; then
 		kt -importcert -noprompt -alias ca -keystore "$tls/broker.p12" -storepass "$store_pass" -file "$tls/ca.pem"
 		kt -importcert -noprompt -alias broker -keystore "$tls/broker.p12" -storepass "$store_pass" -file "$tls/broker.pem"
 		kt -importcert -noprompt -alias ca -keystore "$tls/truststore.p12" -storetype PKCS12 -storepass "$store_pass" -file "$tls/ca.pem"
+		# The mutual-TLS client: an openssl key (PKCS#8 PEM, what Go and
+		# librdkafka read), its certificate signed by the CA with keytool,
+		# and the pair as PKCS12 for the Java readiness check.
+		echo "kafka: making a client certificate for mutual TLS" >&2
+		openssl genpkey -algorithm RSA -pkeyopt rsa_keygen_bits:2048 -out "$tls/client.key" >&2
+		openssl req -new -key "$tls/client.key" -subj "/CN=floe-client" -out "$tls/client.csr"
+		kt -gencert -rfc -alias ca -keystore "$tls/ca.p12" -storepass "$store_pass" -infile "$tls/client.csr" \
+			-outfile "$tls/client.pem" -validity 30 -ext EKU=clientAuth
+		openssl pkcs12 -export -in "$tls/client.pem" -inkey "$tls/client.key" -name client \
+			-passout "pass:$store_pass" -out "$tls/client.p12"
+		chmod 600 "$tls/client.key" "$tls/client.p12"
 		cat >>"$dir/server.properties" <<-EOF
-			sasl.enabled.mechanisms=SCRAM-SHA-512
-			listener.name.sasl_ssl.sasl.enabled.mechanisms=SCRAM-SHA-512
+			sasl.enabled.mechanisms=PLAIN,SCRAM-SHA-256,SCRAM-SHA-512
+			listener.name.sasl_ssl.sasl.enabled.mechanisms=PLAIN,SCRAM-SHA-256,SCRAM-SHA-512
+			listener.name.sasl_ssl.plain.sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required user_$sasl_user="$sasl_password";
+			listener.name.sasl_ssl.scram-sha-256.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;
 			listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;
 			listener.name.sasl_ssl.ssl.keystore.location=$tls/broker.p12
 			listener.name.sasl_ssl.ssl.keystore.type=PKCS12
 			listener.name.sasl_ssl.ssl.keystore.password=$store_pass
 			listener.name.sasl_ssl.ssl.key.password=$store_pass
+			listener.name.ssl.ssl.keystore.location=$tls/broker.p12
+			listener.name.ssl.ssl.keystore.type=PKCS12
+			listener.name.ssl.ssl.keystore.password=$store_pass
+			listener.name.ssl.ssl.key.password=$store_pass
+			listener.name.ssl.ssl.truststore.location=$tls/truststore.p12
+			listener.name.ssl.ssl.truststore.type=PKCS12
+			listener.name.ssl.ssl.truststore.password=$store_pass
+			listener.name.ssl.ssl.client.auth=required
 		EOF
 		cat >"$dir/client-sasl.properties" <<-EOF
 			security.protocol=SASL_SSL
@@ -140,8 +170,19 @@ if [ ! -f "$dir/state.env" ]; then
 			ssl.truststore.type=PKCS12
 			ssl.truststore.password=$store_pass
 		EOF
-		chmod 600 "$dir/server.properties" "$dir/client-sasl.properties"
-		format_args+=(--add-scram "SCRAM-SHA-512=[name=$sasl_user,password=$sasl_password]")
+		cat >"$dir/client-ssl.properties" <<-EOF
+			security.protocol=SSL
+			ssl.keystore.location=$tls/client.p12
+			ssl.keystore.type=PKCS12
+			ssl.keystore.password=$store_pass
+			ssl.key.password=$store_pass
+			ssl.truststore.location=$tls/truststore.p12
+			ssl.truststore.type=PKCS12
+			ssl.truststore.password=$store_pass
+		EOF
+		chmod 600 "$dir/server.properties" "$dir/client-sasl.properties" "$dir/client-ssl.properties"
+		format_args+=(--add-scram "SCRAM-SHA-256=[name=$sasl_user,password=$sasl_password]"
+			--add-scram "SCRAM-SHA-512=[name=$sasl_user,password=$sasl_password]")
 	fi
 
 	cluster_id=$(python3 -c 'import base64, uuid; print(base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("="))')
@@ -157,6 +198,7 @@ if [ ! -f "$dir/state.env" ]; then
 		echo "version=$version"
 		echo "port=$port"
 		echo "sasl_port=$sasl_port"
+		echo "ssl_port=$ssl_port"
 		if [ -n "$secure" ]; then
 			echo "sasl_user=$sasl_user"
 			echo "sasl_password=$sasl_password"
@@ -216,6 +258,7 @@ wait_for "kafka $version" 180 "$pid" "$dir/kafka.log" started
 wait_for "kafka $version" 60 "$pid" "$dir/kafka.log" check "127.0.0.1:$port"
 if [ -n "$sasl_port" ]; then
 	wait_for "kafka $version SASL_SSL listener" 60 "$pid" "$dir/kafka.log" check "127.0.0.1:$sasl_port" "$dir/client-sasl.properties"
+	wait_for "kafka $version SSL (mutual TLS) listener" 60 "$pid" "$dir/kafka.log" check "127.0.0.1:$ssl_port" "$dir/client-ssl.properties"
 fi
 echo "kafka $version: ready on 127.0.0.1:$port (pid $pid; ${SECONDS}s in all)" >&2
 
@@ -228,7 +271,12 @@ if [ -n "$sasl_port" ]; then
 	echo "SASL_BOOTSTRAP=127.0.0.1:$sasl_port"
 	echo "CA_FILE=$dir/tls/ca.pem"
 	echo "SASL_MECHANISM=SCRAM-SHA-512"
+	echo "SASL_MECHANISMS=PLAIN,SCRAM-SHA-256,SCRAM-SHA-512"
 	echo "SASL_USERNAME=$sasl_user"
 	echo "SASL_PASSWORD=$sasl_password"
 	echo "CLIENT_PROPERTIES=$dir/client-sasl.properties"
+	echo "SSL_BOOTSTRAP=127.0.0.1:$ssl_port"
+	echo "CLIENT_CERT_FILE=$dir/tls/client.pem"
+	echo "CLIENT_KEY_FILE=$dir/tls/client.key"
+	echo "SSL_CLIENT_PROPERTIES=$dir/client-ssl.properties"
 fi

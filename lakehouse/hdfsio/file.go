@@ -165,6 +165,10 @@ func (w *writer) ReadFrom(r io.Reader) (int64, error) {
 	return io.CopyBuffer(struct{ io.Writer }{w}, r, make([]byte, 1<<20))
 }
 
+// abort closes a writer whose Write failed, once: its blocks may never
+// replicate, so waiting for them as Close does would only delay the error.
+func (w *writer) abort() { _ = w.w.Close() }
+
 func (w *writer) Close() error {
 	if err := closeWriter(w.w); err != nil {
 		return w.fs.pathError("close", w.name, err)

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"net"
 	"path/filepath"
 	"slices"
@@ -27,6 +28,7 @@ import (
 // TestHDFS runs against a real NameNode and DataNode (deploy/hdfs, Hadoop
 // 3.4.1) started once for all its subtests.
 func TestHDFS(t *testing.T) {
+	t.Parallel() // the simple and the Kerberized cluster start side by side
 	h := infra.StartHDFS(t)
 	props := map[string]string{hdfsio.PropUser: h.User}
 
@@ -142,22 +144,24 @@ func TestHDFS(t *testing.T) {
 			t.Fatalf("hdfs:/// without %s: %v", hdfsio.PropNamenode, err)
 		}
 	})
-	t.Run("IcebergTableOnHDFS", func(t *testing.T) { icebergTable(t, h) })
+	t.Run("IcebergTableOnHDFS", func(t *testing.T) { icebergTable(t, h, props) })
 }
 
 // icebergTable commits floe flushes to a SQLite-catalog table whose warehouse
-// is on HDFS and reads the rows back with an iceberg-go scan.
-func icebergTable(t *testing.T, h *infra.HDFS) {
+// is on HDFS, the hdfs:// IO configured by props (a user, or a Kerberos
+// login), and reads the rows back with an iceberg-go scan.
+func icebergTable(t *testing.T, h *infra.HDFS, props map[string]string) {
 	sc, err := schemas.Lookup(schemas.Clickstream)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := lakehouse.Config{Table: "analytics.clicks", Group: "g", Catalog: map[string]string{
+	catalog := map[string]string{
 		"type": "sql", "uri": "file:" + filepath.Join(t.TempDir(), "catalog.db"),
 		"sql.dialect": "sqlite", "sql.driver": "sqlite",
-		"warehouse":     h.URL("/warehouse"),
-		hdfsio.PropUser: h.User,
-	}}
+		"warehouse": h.URL("/warehouse"),
+	}
+	maps.Copy(catalog, props)
+	cfg := lakehouse.Config{Table: "analytics.clicks", Group: "g", Catalog: catalog}
 	tbl, err := lakehouse.Open(t.Context(), cfg, sc)
 	if err != nil {
 		t.Fatal(err)
@@ -230,7 +234,7 @@ func icebergTable(t *testing.T, h *infra.HDFS) {
 	}
 
 	// The data and metadata files are on HDFS, not on the local disk.
-	fsys, err := hdfsio.Load(h.NameNode, map[string]string{hdfsio.PropUser: h.User})
+	fsys, err := hdfsio.Load(h.NameNode, props)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,6 +15,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"net"
 	"net/url"
@@ -23,6 +24,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	iceio "github.com/apache/iceberg-go/io"
@@ -46,6 +48,9 @@ type FS struct {
 	client    *hdfs.Client
 	authority string // the hdfs:// authority it serves ("" accepts any)
 	user      string
+	// noDataProtection: Kerberos without PropDataTransferProtection, so a
+	// DataNode that wants SASL drops the connection; cause says so.
+	noDataProtection bool
 }
 
 var (
@@ -66,7 +71,8 @@ func Load(authority string, props map[string]string) (*FS, error) {
 	if err != nil {
 		return nil, fmt.Errorf("hdfs://%s: %w", authority, err)
 	}
-	return &FS{client: c, authority: authority, user: user}, nil
+	return &FS{client: c, authority: authority, user: user,
+		noDataProtection: cfg.Kerberos != nil && cfg.DataTransferProtection == ""}, nil
 }
 
 func sharedClient(cfg Config) (*hdfs.Client, string, error) {
@@ -82,6 +88,17 @@ func sharedClient(cfg Config) (*hdfs.Client, string, error) {
 	}
 	clients[key] = c
 	return c, c.User(), nil
+}
+
+// refusedSimple reports whether err is how a NameNode that requires Kerberos
+// turns away a client without it: it answers the first call with a SASL
+// message and closes the connection, so colinmarc/hdfs v2.4.0 reports its
+// unexported errUnexpectedSequenceNumber, or a broken pipe or reset if the
+// close came first (as text: "no available namenodes: %s" does not wrap).
+func refusedSimple(err error) bool {
+	msg := err.Error()
+	return msg == "unexpected sequence number" || strings.HasSuffix(msg, "broken pipe") ||
+		strings.HasSuffix(msg, "connection reset by peer")
 }
 
 func newClient(cfg Config) (*hdfs.Client, error) {
@@ -121,7 +138,13 @@ func newClient(cfg Config) (*hdfs.Client, error) {
 	// so an unreachable or refusing NameNode fails here, with its address.
 	if _, err := c.Stat("/"); err != nil {
 		c.Close()
-		return nil, fmt.Errorf("connecting to NameNode %s as %s: %w", strings.Join(cfg.Namenodes, ","), c.User(), (&FS{user: c.User()}).cause(err))
+		cause := (&FS{user: c.User()}).cause(err)
+		if cfg.Kerberos == nil && refusedSimple(cause) {
+			return nil, fmt.Errorf("connecting to NameNode %s as %s: the NameNode refused simple authentication (%v), "+
+				"as one that requires Kerberos does: set %s, %s and %s", strings.Join(cfg.Namenodes, ","), c.User(), cause,
+				PropKeytab, PropPrincipal, PropServicePrincipal)
+		}
+		return nil, fmt.Errorf("connecting to NameNode %s as %s: %w", strings.Join(cfg.Namenodes, ","), c.User(), cause)
 	}
 	return c, nil
 }
@@ -183,8 +206,26 @@ func (f *FS) cause(err error) error {
 	if errors.Is(err, fs.ErrPermission) {
 		err = fmt.Errorf("%w (HDFS user %q)", fs.ErrPermission, f.user)
 	}
+	// A Kerberized cluster whose DataNodes run on unprivileged ports
+	// requires SASL on every DataNode connection and resets one without it.
+	var hinted noDataProtectionError
+	if f.noDataProtection && !errors.As(err, &hinted) &&
+		(errors.Is(err, syscall.ECONNRESET) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF)) {
+		err = noDataProtectionError{err}
+	}
 	return err
 }
+
+// noDataProtectionError is a dropped DataNode connection under Kerberos
+// without PropDataTransferProtection: its message says what to set.
+type noDataProtectionError struct{ err error }
+
+func (e noDataProtectionError) Error() string {
+	return fmt.Sprintf("%v (a DataNode dropped the connection: with Kerberos, DataNodes on unprivileged ports require SASL; "+
+		"set %s to the cluster's dfs.data.transfer.protection)", e.err, PropDataTransferProtection)
+}
+
+func (e noDataProtectionError) Unwrap() error { return e.err }
 
 // Open opens a file for reading (Read, Seek, concurrent ReadAt) or a
 // directory for ReadDir.
@@ -218,6 +259,14 @@ func (f *FS) ReadFile(name string) ([]byte, error) {
 // not atomic (delete, then create): iceberg-go only creates new, unique
 // names. The data is durable on the DataNodes once Close returns nil.
 func (f *FS) Create(name string) (iceio.FileWriter, error) {
+	w, err := f.create(name)
+	if err != nil {
+		return nil, err // not a nil *writer in a non-nil interface
+	}
+	return w, nil
+}
+
+func (f *FS) create(name string) (*writer, error) {
 	p, err := f.hdfsPath(name)
 	if err != nil {
 		return nil, &fs.PathError{Op: "create", Path: name, Err: err}
@@ -246,12 +295,12 @@ func (f *FS) WriteFile(name string, data []byte) error {
 		return &fs.PathError{Op: "write", Path: name, Err: err}
 	}
 	tmp := path.Join(path.Dir(p), "."+path.Base(p)+"."+uuid.NewString()+".tmp")
-	w, err := f.Create(tmp)
+	w, err := f.create(tmp)
 	if err != nil {
 		return f.pathError("write", name, err)
 	}
 	if _, err := w.Write(data); err != nil {
-		_ = w.Close()
+		w.abort()
 		_ = f.client.Remove(tmp)
 		return f.pathError("write", name, err)
 	}
@@ -457,17 +506,25 @@ func (w walkFS) ReadDir(name string) ([]fs.DirEntry, error) {
 	return entries, nil
 }
 
+// closeWriteTimeout bounds how long closeWriter waits for the NameNode to see
+// the last block replicated. Java's DFSOutputStream gives up after about 12s
+// (five retries from 400ms); a DataNode on a busy machine, whose block report
+// waits for CPU, has been seen to need more.
+const closeWriteTimeout = 30 * time.Second
+
 // closeWriter closes w, retrying while the NameNode has not yet seen the last
 // block reach its minimum replication (hdfs.ErrReplicating), as Java's
-// DFSOutputStream does.
+// DFSOutputStream does: backoff from 50ms doubling to 2s, for at most
+// closeWriteTimeout.
 func closeWriter(w *hdfs.FileWriter) error {
 	backoff := 50 * time.Millisecond
-	for i := 0; ; i++ {
+	deadline := time.Now().Add(closeWriteTimeout)
+	for {
 		err := w.Close()
-		if err == nil || !hdfs.IsErrReplicating(err) || i == 8 {
+		if err == nil || !hdfs.IsErrReplicating(err) || time.Now().Add(backoff).After(deadline) {
 			return err
 		}
 		time.Sleep(backoff)
-		backoff *= 2
+		backoff = min(2*backoff, 2*time.Second)
 	}
 }
