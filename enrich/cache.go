@@ -1,24 +1,24 @@
 package enrich
 
 import (
-	"hash/maphash"
 	"sync"
 	"time"
-
-	"github.com/hashicorp/golang-lru/v2/simplelru"
 )
 
-// cache is a size-bounded LRU of lookup outcomes with a TTL per entry
+// cache is a size-bounded cache of lookup outcomes with a TTL per entry
 // (results and misses expire differently), sharded to keep lanes from
 // contending on one lock.
 //
-// It is built on golang-lru's simplelru rather than its expirable package:
-// expirable.LRU (v2.0.7) starts a cleanup goroutine that can never be
-// stopped, which would leak a goroutine and pin the whole cache for every
-// stage ever created. Here expired entries are dropped when they are read or
-// when the size bound evicts them.
+// Each shard keeps two generations of entries, stored by value in plain
+// maps: new and recently read entries live in cur; when the shard is full,
+// cur becomes old and the previous old is dropped, and an entry read from
+// old moves back to cur. That evicts roughly the least recently used half,
+// like an LRU, but a hit costs one map read and nothing else: no list nodes
+// to move, no pointer to follow to the entry (a hit is taken for every
+// enriched record, and with tens of thousands of keys each memory access of
+// it misses the CPU cache). Expired entries are dropped when read or when
+// their generation is.
 type cache struct {
-	seed   maphash.Seed
 	shards [cacheShards]cacheShard
 	// refreshAfter is the share of the TTL after which a hit also asks for a
 	// background refresh; retryRefresh is how long a refresh is given before
@@ -30,23 +30,18 @@ type cache struct {
 const cacheShards = 16
 
 type cacheShard struct {
-	mu  sync.Mutex
-	lru *simplelru.LRU[string, cached]
+	mu       sync.Mutex
+	cur, old map[string]cached
+	gen      int // entries per generation: half the shard's share of the size
 }
 
 // cached is one lookup outcome. Times are monoNow values.
 type cached struct {
-	vals     Values // nil for a miss
-	miss     bool
-	expires  int64
-	refresh  int64
-	promoted int64 // last moved to the front of the LRU
+	vals    Values // nil for a miss
+	miss    bool
+	expires int64
+	refresh int64
 }
-
-// promoteEvery limits how often a hot entry is moved to the front of the
-// LRU: moving touches three list nodes at random places in memory, which
-// cost more than the rest of a hit. Recency is kept to within this period.
-const promoteEvery = int64(time.Second)
 
 // freshness of a cache read.
 type freshness uint8
@@ -62,43 +57,55 @@ func newCache(size int, retryRefresh time.Duration) *cache {
 	if size < 1 {
 		return nil
 	}
-	c := &cache{seed: maphash.MakeSeed(), refreshAfter: 0.8, retryRefresh: retryRefresh}
+	c := &cache{refreshAfter: 0.8, retryRefresh: retryRefresh}
 	per := (size + cacheShards - 1) / cacheShards
 	for i := range c.shards {
-		c.shards[i].lru, _ = simplelru.NewLRU[string, cached](per, nil) // per >= 1: no error
+		c.shards[i] = cacheShard{cur: map[string]cached{}, old: map[string]cached{}, gen: max(per/2, 1)}
 	}
 	return c
 }
 
-func (c *cache) shard(key string) *cacheShard {
-	return &c.shards[maphash.String(c.seed, key)%cacheShards]
+// shard picks key's shard by FNV-1a: far cheaper than maphash for short
+// keys, and the shard's map hashes the key again with its own seed, so a
+// skewed choice of shards only costs lock contention.
+func (c *cache) shard(key []byte) *cacheShard {
+	h := uint32(2166136261)
+	for i := 0; i < len(key); i++ {
+		h = (h ^ uint32(key[i])) * 16777619
+	}
+	return &c.shards[h%cacheShards]
 }
 
 // get returns the outcome cached for key. A stale answer is returned once
 // per retryRefresh period; other readers meanwhile see it as fresh, so one
-// refresh is asked for at a time.
-func (c *cache) get(key string, n int64) (cached, freshness) {
+// refresh is asked for at a time. key is a []byte so that a hit, the common
+// case, needs no string of it: only the rare paths that store the key copy
+// it.
+func (c *cache) get(key []byte, n int64) (cached, freshness) {
 	if c == nil {
 		return cached{}, absent
 	}
 	sh := c.shard(key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	v, ok := sh.lru.Peek(key)
+	v, ok := sh.cur[string(key)] // no allocation for the lookup
+	if !ok {
+		if v, ok = sh.old[string(key)]; !ok {
+			return cached{}, absent
+		}
+		delete(sh.old, string(key))
+		if n < v.expires {
+			sh.addLocked(string(key), v) // recently used: keep it through the next rotation
+		}
+	}
 	switch {
-	case !ok:
-		return cached{}, absent
 	case n >= v.expires:
-		sh.lru.Remove(key)
+		delete(sh.cur, string(key))
 		return cached{}, absent
 	case n >= v.refresh:
 		v.refresh = n + int64(c.retryRefresh)
-		v.promoted = n
-		sh.lru.Add(key, v) // updates in place and moves to the front
+		sh.cur[string(key)] = v
 		return v, stale
-	case n-v.promoted >= promoteEvery:
-		v.promoted = n
-		sh.lru.Add(key, v)
 	}
 	return v, fresh
 }
@@ -108,11 +115,22 @@ func (c *cache) put(key string, vals Values, miss bool, ttl time.Duration, n int
 	if c == nil || ttl <= 0 {
 		return
 	}
-	v := cached{vals: vals, miss: miss, expires: n + int64(ttl), refresh: n + int64(float64(ttl)*c.refreshAfter), promoted: n}
-	sh := c.shard(key)
+	v := cached{vals: vals, miss: miss, expires: n + int64(ttl), refresh: n + int64(float64(ttl)*c.refreshAfter)}
+	sh := c.shard([]byte(key)) // does not escape: no copy
 	sh.mu.Lock()
-	sh.lru.Add(key, v)
+	delete(sh.old, key)
+	sh.addLocked(key, v)
 	sh.mu.Unlock()
+}
+
+// addLocked stores v in cur (key is not in old), rotating the generations
+// first when cur is full: cur becomes old, and the previous old, whose
+// entries nobody read during a whole generation, goes.
+func (sh *cacheShard) addLocked(key string, v cached) {
+	if _, ok := sh.cur[key]; !ok && len(sh.cur) >= sh.gen {
+		sh.old, sh.cur = sh.cur, make(map[string]cached, sh.gen)
+	}
+	sh.cur[key] = v
 }
 
 // len is the number of entries, expired ones included.
@@ -124,7 +142,7 @@ func (c *cache) len() int {
 	for i := range c.shards {
 		sh := &c.shards[i]
 		sh.mu.Lock()
-		n += sh.lru.Len()
+		n += len(sh.cur) + len(sh.old)
 		sh.mu.Unlock()
 	}
 	return n

@@ -125,6 +125,17 @@ type Config struct {
 	// Retries after the first attempt, for retryable failures only. Default
 	// 3; -1 means none.
 	Retries int `yaml:"retries"`
+	// HedgeAfter is how long an attempt waits before the same request is
+	// sent once more, the first answer winning ("hedged requests", The Tail
+	// at Scale): under ordered completion a lane waits for the slowest
+	// lookup among its records, so the service's tail latency, not its
+	// median, sets how long lanes stall on a cold cache. 0 (default) adapts
+	// it to twice the median latency of the last 64 requests, so about one
+	// request in seven is hedged at the reference latencies, and none until
+	// 8 have been answered; a negative value never hedges. A hedge is one
+	// more request in flight beyond max_in_flight_requests, at most one per
+	// request.
+	HedgeAfter time.Duration `yaml:"hedge_after"`
 	// BackoffMin and BackoffMax bound the exponential backoff between
 	// attempts; each wait is drawn uniformly below the bound (full jitter).
 	// Defaults 100ms and 2s.

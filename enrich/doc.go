@@ -106,5 +106,14 @@
 // floe_enrich_coalesced_total, floe_enrich_refreshes_total,
 // floe_enrich_breaker_state (0 closed, 1 half-open, 2 open),
 // floe_enrich_breaker_transitions_total{to}, floe_enrich_retries_total,
-// floe_enrich_results_total{status}, floe_enrich_attribute_errors_total{field}.
+// floe_enrich_hedged_requests_total, floe_enrich_results_total{status},
+// floe_enrich_attribute_errors_total{field}.
+//
+// # Hedged requests
+//
+// Under ordered completion a lane waits for the slowest lookup among its
+// records, so on a cold cache the service's tail latency sets how long
+// lanes stall. An attempt not answered within Config.HedgeAfter (by default
+// twice the median of recent latencies) is sent once more while the breaker
+// is closed; the first success wins and the other request is cancelled.
 package enrich

@@ -21,6 +21,7 @@ type metrics struct {
 	breakerState     prometheus.Gauge
 	transitions      *prometheus.CounterVec
 	retries          prometheus.Counter
+	hedges           prometheus.Counter
 	results          [5]prometheus.Counter // by statusIndex
 	attributeErrors  *prometheus.CounterVec
 }
@@ -89,6 +90,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "floe_enrich_retries_total",
 			Help: "HTTP attempts repeated after a retryable failure.",
 		})).(prometheus.Counter),
+		hedges: register(prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "floe_enrich_hedged_requests_total",
+			Help: "Requests sent a second time because the first was slower than enrich.hedge_after.",
+		})).(prometheus.Counter),
 		attributeErrors: register(prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "floe_enrich_attribute_errors_total",
 			Help: "Attribute values the service returned that could not be converted to the field's type (stored as null).",
@@ -107,10 +112,8 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	return m, errors.Join(errs...)
 }
 
-// result counts one record leaving a lane. A switch rather than a map: it
-// runs once per record.
-func (m *metrics) result(st Status) { m.results[statusIndex(st)].Inc() }
-
+// statusIndex is the index of st's counter in metrics.results. A switch
+// rather than a map: it runs once per record.
 func statusIndex(st Status) int {
 	switch st {
 	case StatusOK:

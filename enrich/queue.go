@@ -5,12 +5,15 @@ import (
 	"sync"
 )
 
-// outBuffer is the capacity of a lane's Out channel. A lane holds at most
-// MaxInFlightRecords records between Submit and Out, plus this many in Out.
-const outBuffer = 256
+// takeBatch is how many records Take moves when its buf has no capacity,
+// and Out's channel capacity.
+const takeBatch = 256
 
-// emitBatch bounds the records the emitter moves out of the lane per lock.
-const emitBatch = 256
+// reportEvery bounds how far a lane's share of the stage's gauges and
+// counters may lag: they are updated once per batch taken, or after this
+// many records, not per record (atomics shared by every lane's goroutines
+// cost more than the rest of a cached record's trip through the lane).
+const reportEvery = 256
 
 // DefaultMaxInFlightBytes is a lane's byte bound when
 // Config.MaxInFlightBytes is 0.
@@ -31,33 +34,46 @@ type Completed struct {
 	Result Result
 }
 
-// Queue is one partition's ordered lane through the stage. Records leave Out
-// in Submit order although their lookups complete out of order (like Flink's
-// orderedWait): a record whose key is cached still waits behind an earlier
-// record whose lookup is in flight. One goroutine per Queue moves completed
-// records to Out.
+// Queue is one partition's ordered lane through the stage. Records leave it
+// (Take) in Submit order although their lookups complete out of order (like
+// Flink's orderedWait): a record whose key is cached still waits behind an
+// earlier record whose lookup is in flight.
 //
-// Submit is meant to be called from one goroutine (the partition's fetcher);
-// concurrent Submits are safe, and ordered as they take the lane's lock.
+// Submit is meant to be called from one goroutine (the partition's fetcher)
+// and Take from another (its consumer); concurrent Submits are safe, and
+// ordered as they take the lane's lock. A lane has no goroutine of its own
+// unless Out is used.
 type Queue struct {
 	s      *Stage
-	out    chan Completed
 	notify chan struct{} // the head may be complete, or the lane closed
 	abort  chan struct{} // closed by Abort
 
 	mu       sync.Mutex
 	pending  []*entry // FIFO from start
 	start    int
-	inflight int           // records from Submit until sent to out
+	inflight int           // records from Submit until taken
 	waiting  int           // records in pending whose lookup has not completed
 	bytes    int64         // sizes (SubmitSized) of the inflight records
 	maxBytes int64         // MaxInFlightBytes; < 0: no byte bound
 	space    chan struct{} // closed when inflight drops; nil if nobody waits
-	emitting bool          // the emitter holds records it has not sent yet
 	closed   bool          // Close or Abort called
 	aborted  bool
-	outDone  bool // out is closed
+	shut     bool    // the lane is done: nothing more is taken
+	slab     []entry // entries not yet used, allocated entrySlab at a time
+
+	// What the stage's metrics have not been told yet (see reportEvery).
+	reported     int // inflight as last added to the in-flight gauge
+	hits, misses int
+	unreported   int // records submitted or taken since the last report
+
+	outOnce sync.Once
+	out     chan Completed // Out's channel, once asked for
 }
+
+// entrySlab is how many entries a lane allocates at once: one allocation
+// per record would cost the garbage collector more than the few idle
+// entries a slab keeps alive.
+const entrySlab = 256
 
 // entry is one submitted record. res and done are guarded by the lane's lock.
 type entry struct {
@@ -67,61 +83,49 @@ type entry struct {
 	done bool
 }
 
-// NewQueue returns a new lane. Its goroutine ends once the lane is closed
-// and drained, aborted, or the stage's Run has returned.
+// NewQueue returns a new lane.
 func (s *Stage) NewQueue() *Queue {
 	maxBytes := s.cfg.MaxInFlightBytes
 	if maxBytes == 0 {
 		maxBytes = DefaultMaxInFlightBytes
 	}
-	q := &Queue{
+	return &Queue{
 		s:        s,
 		maxBytes: maxBytes,
-		out:      make(chan Completed, outBuffer),
 		notify:   make(chan struct{}, 1),
 		abort:    make(chan struct{}),
 	}
-	go q.emit()
-	return q
 }
 
-// Out delivers the lane's records in Submit order. It is closed after Close
-// once every submitted record has been delivered, promptly after Abort, or
-// when the stage's Run returns (records still pending are then dropped; the
-// caller redoes them from Kafka). Records already buffered in Out can still
-// be received after it is closed.
-func (q *Queue) Out() <-chan Completed { return q.out }
-
-// Submit enqueues item, to be enriched with the lookup of key. It blocks
-// while the lane holds MaxInFlightRecords records (backpressure: the caller
-// stops fetching), and returns ctx.Err() if ctx ends meanwhile, ErrClosed
-// after Close or Abort, ErrStopped once the stage's Run has returned. A
-// record without a key ("") completes at once with StatusMiss.
+// Submit is SubmitSized for an item of no size, with a string key.
 func (q *Queue) Submit(ctx context.Context, key string, item any) error {
-	return q.SubmitSized(ctx, key, item, 0)
+	return q.SubmitSized(ctx, []byte(key), item, 0)
 }
 
-// SubmitSized is Submit for an item of size bytes, counted against
-// MaxInFlightBytes while the item is in the lane. A lane always admits a
-// record when it holds none, however large.
-func (q *Queue) SubmitSized(ctx context.Context, key string, item any, size int) error {
+// SubmitSized enqueues item, of size bytes, to be enriched with the lookup of
+// key. The lane keeps key only while the call lasts: it may be a slice of
+// the record. It blocks while the lane holds MaxInFlightRecords records or
+// MaxInFlightBytes bytes (backpressure: the caller stops fetching); a lane
+// always admits a record when it holds none, however large. It returns
+// ctx.Err() if ctx ends meanwhile, ErrClosed after Close or Abort,
+// ErrStopped once the stage's Run has returned. A record without a key
+// (empty) completes at once with StatusMiss.
+func (q *Queue) SubmitSized(ctx context.Context, key []byte, item any, size int) error {
 	s := q.s
 	var res Result
-	immediate := true
-	switch {
-	case key == "":
+	immediate, hit := true, false
+	if len(key) == 0 {
 		res = Result{Status: StatusMiss}
-	default:
+	} else {
 		v, fr := s.cache.get(key, monoNow())
 		switch fr {
 		case absent:
-			s.m.cacheMisses.Inc()
 			immediate = false
 		case stale:
-			s.refresh(key)
+			s.refresh(string(key))
 			fallthrough
 		default:
-			s.m.cacheHits.Inc()
+			hit = true
 			res = cachedResult(v)
 		}
 	}
@@ -136,24 +140,13 @@ func (q *Queue) SubmitSized(ctx context.Context, key string, item any, size int)
 			q.mu.Unlock()
 			return ErrStopped
 		}
-		// Fast path: nothing ahead of this record, so it may go straight to
-		// Out if there is room. The emitter closes out under q.mu, so the
-		// send cannot race with the close.
-		if immediate && q.start == len(q.pending) && !q.emitting && !q.outDone {
-			select {
-			case q.out <- Completed{Item: item, Result: res}:
-				q.mu.Unlock()
-				s.m.result(res.Status)
-				return nil
-			default:
-			}
-		}
 		if q.roomLocked(int64(size)) {
 			break
 		}
 		if q.space == nil {
 			q.space = make(chan struct{})
 		}
+		q.reportLocked() // a full lane shows in the gauges while it waits
 		space := q.space
 		q.mu.Unlock()
 		select {
@@ -164,10 +157,14 @@ func (q *Queue) SubmitSized(ctx context.Context, key string, item any, size int)
 		}
 		q.mu.Lock()
 	}
-	e := &entry{item: item, size: int64(size)}
+	if len(q.slab) == 0 {
+		q.slab = make([]entry, entrySlab)
+	}
+	e := &q.slab[0]
+	q.slab = q.slab[1:]
+	e.item, e.size = item, int64(size)
 	q.inflight++
 	q.bytes += int64(size)
-	s.m.inFlightRecords.Inc()
 	q.pending = append(q.pending, e)
 	if immediate {
 		e.res, e.done = res, true
@@ -177,9 +174,18 @@ func (q *Queue) SubmitSized(ctx context.Context, key string, item any, size int)
 	} else {
 		q.waiting++
 	}
+	switch {
+	case hit:
+		q.hits++
+	case !immediate:
+		q.misses++
+	}
+	if q.unreported++; q.unreported >= reportEvery {
+		q.reportLocked()
+	}
 	q.mu.Unlock()
 	if !immediate {
-		s.lookup(key, q, e)
+		s.lookup(string(key), q, e)
 	}
 	return nil
 }
@@ -201,8 +207,117 @@ func (q *Queue) roomLocked(size int64) bool {
 	return q.waiting > 0 || q.inflight < readyMax
 }
 
-// Close ends Submits. Out closes once the records already submitted have
-// been delivered (or when the stage stops).
+// Take waits until the record at the head of the lane has its result, then
+// moves the completed records from the head, in Submit order, into buf[:0]
+// (up to cap(buf), or takeBatch if buf has no capacity) and returns them;
+// they no longer count against the lane's bounds. It returns ErrClosed once
+// the lane is closed and every record taken, or promptly after Abort;
+// ErrStopped when the stage's Run has returned and no record is ready (the
+// records still pending are dropped: the caller redoes them from Kafka);
+// ctx.Err() if ctx ends first. Take is meant for one goroutine at a time.
+func (q *Queue) Take(ctx context.Context, buf []Completed) ([]Completed, error) {
+	if cap(buf) == 0 {
+		buf = make([]Completed, 0, takeBatch)
+	}
+	s := q.s
+	for {
+		q.mu.Lock()
+		if q.aborted {
+			q.mu.Unlock()
+			return nil, ErrClosed
+		}
+		out := buf[:0]
+		var size int64
+		for q.start < len(q.pending) && len(out) < cap(out) {
+			e := q.pending[q.start]
+			if !e.done {
+				break
+			}
+			out = append(out, Completed{Item: e.item, Result: e.res})
+			size += e.size
+			e.item, e.res = nil, Result{} // its slab may outlive it
+			q.pending[q.start] = nil
+			q.start++
+		}
+		q.compactLocked()
+		if len(out) > 0 {
+			q.inflight -= len(out)
+			q.bytes -= size
+			q.unreported += len(out)
+			q.reportLocked()
+			q.releaseLocked()
+			q.mu.Unlock()
+			var counts [len(s.m.results)]int
+			for i := range out {
+				counts[statusIndex(out[i].Result.Status)]++
+			}
+			for i, n := range counts {
+				if n > 0 {
+					s.m.results[i].Add(float64(n))
+				}
+			}
+			return out, nil
+		}
+		if q.closed && q.start == len(q.pending) {
+			q.shutLocked()
+			q.mu.Unlock()
+			return nil, ErrClosed
+		}
+		q.mu.Unlock()
+		select {
+		case <-q.notify:
+		case <-q.abort:
+		case <-s.done:
+			q.mu.Lock()
+			ready := q.start < len(q.pending) && q.pending[q.start].done
+			if !ready {
+				q.shutLocked()
+				q.mu.Unlock()
+				return nil, ErrStopped
+			}
+			q.mu.Unlock()
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+}
+
+// Out is Take for callers that want a channel: a goroutine, started by the
+// first call, takes the lane's records and sends them to the returned
+// channel in Submit order. It takes only what the channel has room for (one
+// record when it is full, held until it can be sent), so the lane and Out
+// together hold at most MaxInFlightRecords + cap(Out()) + 1 records. The
+// channel is closed once Take reports the lane closed, aborted or the stage
+// stopped; records it already holds can still be received after that.
+func (q *Queue) Out() <-chan Completed {
+	q.outOnce.Do(func() {
+		q.out = make(chan Completed, takeBatch)
+		go func() {
+			defer close(q.out)
+			buf := make([]Completed, 0, takeBatch)
+			for {
+				room := max(cap(q.out)-len(q.out), 1)
+				batch, err := q.Take(context.Background(), buf[:0:room])
+				if err != nil {
+					return
+				}
+				for _, c := range batch {
+					select {
+					case q.out <- c:
+					case <-q.abort:
+						return
+					case <-q.s.done:
+						return
+					}
+				}
+			}
+		}()
+	})
+	return q.out
+}
+
+// Close ends Submits. Take reports ErrClosed once the records already
+// submitted have been taken.
 func (q *Queue) Close() {
 	q.mu.Lock()
 	q.closed = true
@@ -210,10 +325,10 @@ func (q *Queue) Close() {
 	q.wake()
 }
 
-// Abort ends Submits and drops the records still pending: Out closes
-// promptly. Use it when the partition is revoked, so that a lane waiting on
-// a slow or paused service does not hold up the rebalance. Lookups already
-// in flight still complete and fill the cache.
+// Abort ends Submits and drops the records still pending: Take returns
+// ErrClosed at once. Use it when the partition is revoked, so that a lane
+// waiting on a slow or paused service does not hold up the rebalance.
+// Lookups already in flight still complete and fill the cache.
 func (q *Queue) Abort() {
 	q.mu.Lock()
 	if q.aborted {
@@ -222,6 +337,7 @@ func (q *Queue) Abort() {
 	}
 	q.closed, q.aborted = true, true
 	close(q.abort)
+	q.shutLocked()
 	q.mu.Unlock()
 	// Let go of the records: during a long outage under policy pause, each
 	// rebalance would otherwise leave a lane's worth of them in the flights.
@@ -235,10 +351,10 @@ func (q *Queue) wake() {
 	}
 }
 
-// finish records e's result and wakes the emitter if e heads the lane.
+// finish records e's result and wakes the consumer if e heads the lane.
 func (q *Queue) finish(e *entry, r Result) {
 	q.mu.Lock()
-	if q.aborted || q.outDone {
+	if q.shut {
 		q.mu.Unlock()
 		return
 	}
@@ -253,100 +369,35 @@ func (q *Queue) finish(e *entry, r Result) {
 	}
 }
 
-// emit is the lane's goroutine: it moves completed records from the head of
-// the lane to Out, in order.
-func (q *Queue) emit() {
-	s := q.s
-	batch := make([]Completed, 0, emitBatch)
-	sizes := make([]int64, 0, emitBatch)
-	for {
-		q.mu.Lock()
-		batch, sizes = batch[:0], sizes[:0]
-		for q.start < len(q.pending) && len(batch) < emitBatch {
-			e := q.pending[q.start]
-			if !e.done {
-				break
-			}
-			batch = append(batch, Completed{Item: e.item, Result: e.res})
-			sizes = append(sizes, e.size)
-			q.pending[q.start] = nil
-			q.start++
-		}
-		q.compactLocked()
-		if len(batch) == 0 {
-			q.emitting = false
-			if q.closed && q.start == len(q.pending) {
-				q.shutLocked()
-				q.mu.Unlock()
-				return
-			}
-			q.mu.Unlock()
-			select {
-			case <-q.notify:
-				continue
-			case <-q.abort:
-			case <-s.done:
-			}
-			q.shut()
-			return
-		}
-		q.emitting = true
-		q.mu.Unlock()
-		sent, sentBytes := 0, int64(0)
-		for i, c := range batch {
-			select {
-			case q.out <- c:
-			default:
-				// Out is full: release the records already sent before
-				// blocking, so the lane's bound stays exact.
-				q.settle(sent, sentBytes)
-				sent, sentBytes = 0, 0
-				select {
-				case q.out <- c:
-				case <-q.abort:
-					q.shut()
-					return
-				case <-s.done:
-					q.shut()
-					return
-				}
-			}
-			sent++
-			sentBytes += sizes[i]
-			s.m.result(c.Result.Status)
-		}
-		q.settle(sent, sentBytes)
+// reportLocked brings the stage's metrics up to date with the lane.
+func (q *Queue) reportLocked() {
+	m := q.s.m
+	if d := q.inflight - q.reported; d != 0 {
+		m.inFlightRecords.Add(float64(d))
+		q.reported = q.inflight
 	}
+	if q.hits > 0 {
+		m.cacheHits.Add(float64(q.hits))
+		q.hits = 0
+	}
+	if q.misses > 0 {
+		m.cacheMisses.Add(float64(q.misses))
+		q.misses = 0
+	}
+	q.unreported = 0
 }
 
-// shut closes the lane for good (see shutLocked).
-func (q *Queue) shut() {
-	q.mu.Lock()
-	q.shutLocked()
-	q.mu.Unlock()
-}
-
-// settle accounts for n records of size bytes sent to Out.
-func (q *Queue) settle(n int, size int64) {
-	if n == 0 {
+// shutLocked drops what is pending and releases blocked Submits: the lane
+// is done.
+func (q *Queue) shutLocked() {
+	if q.shut {
 		return
 	}
-	q.mu.Lock()
-	q.inflight -= n
-	q.bytes -= size
-	q.s.m.inFlightRecords.Sub(float64(n))
-	q.releaseLocked()
-	q.mu.Unlock()
-}
-
-// shutLocked drops what is pending, closes out and releases blocked Submits.
-func (q *Queue) shutLocked() {
-	q.s.m.inFlightRecords.Sub(float64(q.inflight))
 	q.inflight, q.waiting, q.bytes = 0, 0, 0
+	q.reportLocked()
 	clear(q.pending)
 	q.pending, q.start = nil, 0
-	q.outDone = true
-	close(q.out)
+	q.shut = true
 	q.releaseLocked()
 }
 

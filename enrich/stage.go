@@ -102,6 +102,8 @@ type Stage struct {
 	// again each minute it lasts), not per request or per probe.
 	loggedAt atomic.Int64
 	lastErr  atomic.Pointer[error]
+
+	hedge hedger
 }
 
 // flight is one key being looked up, with the lane entries waiting for it.
@@ -266,7 +268,7 @@ func (s *Stage) lookup(key string, q *Queue, e *entry) {
 	}
 	// The key's flight may have completed since Submit read the cache: it
 	// caches before it leaves the flight map.
-	if v, fr := s.cache.get(key, monoNow()); fr != absent {
+	if v, fr := s.cache.get([]byte(key), monoNow()); fr != absent {
 		s.mu.Unlock()
 		q.finish(e, cachedResult(v))
 		return
@@ -387,7 +389,7 @@ func (s *Stage) attempts(ctx context.Context, keys []string) (map[string]Values,
 	for attempt := 0; ; attempt++ {
 		actx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
 		start := time.Now()
-		res, err := s.client.lookup(actx, keys)
+		res, err := s.hedged(actx, keys)
 		cancel()
 		s.m.requestDuration.Observe(time.Since(start).Seconds())
 		if err == nil || ctx.Err() != nil {

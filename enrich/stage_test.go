@@ -488,8 +488,9 @@ func TestMemoryBoundedWithSlowService(t *testing.T) {
 	h := startStage(t, cfg)
 	q := h.st.NewQueue()
 
-	// Nobody reads Out: the lane may hold MaxInFlightRecords records, and
-	// Out its buffer; then Submit must block, however long it is called.
+	// Nobody reads Out: the lane may hold MaxInFlightRecords records, Out
+	// its buffer and the one record its goroutine waits to send; then
+	// Submit must block, however long it is called.
 	var submitted atomic.Int64
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -502,7 +503,7 @@ func TestMemoryBoundedWithSlowService(t *testing.T) {
 			submitted.Add(1)
 		}
 	}()
-	bound := int64(cfg.MaxInFlightRecords + cap(q.Out()))
+	bound := int64(cfg.MaxInFlightRecords + cap(q.Out()) + 1)
 	waitFor(t, 5*time.Second, "the lane to fill", func() bool { return submitted.Load() == bound })
 	time.Sleep(600 * time.Millisecond) // three service latencies
 	if n := submitted.Load(); n != bound {

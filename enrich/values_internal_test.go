@@ -109,24 +109,24 @@ func TestCacheTTLAndRefresh(t *testing.T) {
 	now := int64(1000 * time.Second)
 	c.put("k", Values{"v"}, false, 10*time.Second, now)
 	c.put("m", nil, true, 2*time.Second, now)
-	if v, fr := c.get("k", now+int64(time.Second)); fr != fresh || v.vals[0] != "v" {
+	if v, fr := c.get([]byte("k"), now+int64(time.Second)); fr != fresh || v.vals[0] != "v" {
 		t.Fatalf("fresh read: %v %v", v, fr)
 	}
 	// After 80% of the TTL: one stale read asks for a refresh, the next
 	// ones (within the retry period) do not.
-	if _, fr := c.get("k", now+int64(8500*time.Millisecond)); fr != stale {
+	if _, fr := c.get([]byte("k"), now+int64(8500*time.Millisecond)); fr != stale {
 		t.Fatalf("read at 85%% of the TTL: %v, want stale", fr)
 	}
-	if _, fr := c.get("k", now+int64(8600*time.Millisecond)); fr != fresh {
+	if _, fr := c.get([]byte("k"), now+int64(8600*time.Millisecond)); fr != fresh {
 		t.Fatalf("second read at 86%%: %v, want fresh", fr)
 	}
-	if _, fr := c.get("k", now+int64(10*time.Second)); fr != absent {
+	if _, fr := c.get([]byte("k"), now+int64(10*time.Second)); fr != absent {
 		t.Fatalf("read at the TTL: %v, want absent", fr)
 	}
-	if v, fr := c.get("m", now+int64(time.Second)); fr != fresh || !v.miss {
+	if v, fr := c.get([]byte("m"), now+int64(time.Second)); fr != fresh || !v.miss {
 		t.Fatalf("negative entry: %v %v", v, fr)
 	}
-	if _, fr := c.get("m", now+int64(3*time.Second)); fr != absent {
+	if _, fr := c.get([]byte("m"), now+int64(3*time.Second)); fr != absent {
 		t.Fatal("negative entry outlived its TTL")
 	}
 	// Size bound: 16 shards of ceil(100/16) entries.
@@ -137,7 +137,7 @@ func TestCacheTTLAndRefresh(t *testing.T) {
 		t.Fatalf("%d entries in a cache of 100", n)
 	}
 	var disabled *cache
-	if _, fr := disabled.get("k", now); fr != absent {
+	if _, fr := disabled.get([]byte("k"), now); fr != absent {
 		t.Fatal("a disabled cache answered")
 	}
 }

@@ -66,6 +66,15 @@ type Result struct {
 	Rows int64
 	// Skipped is how many rows the MERGE found already in the table.
 	Skipped int64
+	// BusinessDuplicates is how many rows the business-key MERGE skipped
+	// (Table.SetDedupe): their key was earlier in the flush or already in
+	// the table. Their offsets are covered all the same.
+	BusinessDuplicates int64
+	// KeyFilesScanned and KeyFilesPruned are the data files the
+	// business-key search read, and those of the snapshot it did not read
+	// (pruned by partition summaries and column statistics).
+	KeyFilesScanned int
+	KeyFilesPruned  int
 	// Files is how many data files the snapshot added.
 	Files int
 	// FilesScanned is how many existing data files the MERGE had to read;
@@ -75,6 +84,9 @@ type Result struct {
 	Attempts int
 	// Offsets is the group's offset map as committed.
 	Offsets Offsets
+
+	// businessAt holds the coordinates of the business-key duplicates.
+	businessAt []coord
 }
 
 // Commit runs the commit protocol for one flush (DESIGN.md steps 3-5):
@@ -106,18 +118,24 @@ func (t *Table) Commit(ctx context.Context, parts []Part) (res Result, err error
 		return res, err
 	}
 
-	var files []iceberg.DataFile
+	// partFiles[i] holds the data files of parts[i].
+	var partFiles [][]iceberg.DataFile
 	ambiguous := false
 	defer func() {
-		if err != nil && !ambiguous && len(files) > 0 {
-			t.deleteFiles(tbl, files)
+		if err != nil && !ambiguous {
+			if files := slices.Concat(partFiles...); len(files) > 0 {
+				t.deleteFiles(tbl, files)
+			}
 		}
 	}()
-	files, err = t.prepare(ctx, tbl, parts, &res)
+	spec := t.dedupe.Load()
+	// merged is the snapshot the MERGE read (nil: none): a conflict
+	// re-checks business keys against what was appended after it.
+	merged := snapshotID(tbl)
+	partFiles, err = t.prepare(ctx, tbl, parts, spec, &res)
 	if err != nil {
 		return res, err
 	}
-	res.Files = len(files)
 
 	ranges := make([]Range, len(parts))
 	for i, p := range parts {
@@ -137,6 +155,14 @@ func (t *Table) Commit(ctx context.Context, parts []Part) (res Result, err error
 		if err = t.fence(tbl, parts); err != nil {
 			return res, err
 		}
+		if spec != nil && !sameID(snapshotID(tbl), merged) {
+			if err = t.recheckKeys(ctx, tbl, spec, parts, partFiles, merged, ambiguous, &res); err != nil {
+				return res, err
+			}
+			merged = snapshotID(tbl)
+		}
+		files := slices.Concat(partFiles...)
+		res.Files = len(files)
 		offsets, err := WatermarksOf(tbl, t.group)
 		if err != nil {
 			return res, err
@@ -154,8 +180,18 @@ func (t *Table) Commit(ctx context.Context, parts []Part) (res Result, err error
 			RowsKey:                    strconv.FormatInt(res.Rows, 10),
 			DuplicatesKey:              strconv.FormatInt(res.Skipped, 10),
 		}
+		if spec != nil {
+			props[BusinessDuplicatesKey] = strconv.FormatInt(res.BusinessDuplicates, 10)
+		}
+		if len(res.businessAt) > 0 {
+			props[BusinessOffsetsKey] = encodeCoords(res.businessAt)
+		}
 		t.partitionCounts.Range(func(topic, n any) bool {
 			props[PartitionsKeyPrefix+topic.(string)] = strconv.Itoa(n.(int))
+			return true
+		})
+		t.routing.Range(func(topic, fp any) bool {
+			props[RoutingKeyPrefix+topic.(string)] = fp.(string)
 			return true
 		})
 		committed, cerr := t.commitOnce(ctx, tbl, files, props)
@@ -209,14 +245,13 @@ func (t *Table) Commit(ctx context.Context, parts []Part) (res Result, err error
 	return res, err
 }
 
-// prepare runs the dedupe MERGE and writes the data files of every part,
-// parts in parallel (one per core): it is the CPU-heavy half of a flush.
-// It returns the files written, also on error, so the caller can delete them.
-func (t *Table) prepare(ctx context.Context, tbl *table.Table, parts []Part, res *Result) ([]iceberg.DataFile, error) {
-	var (
-		mu    sync.Mutex
-		files []iceberg.DataFile
-	)
+// prepare runs the dedupe MERGE — the offset anti-join of every part, then
+// the business-key MERGE across them when spec is set — and writes each
+// part's data files, parts in parallel (one per core): it is the CPU-heavy
+// half of a flush. It returns the files of each part, also on error, so the
+// caller can delete them.
+func (t *Table) prepare(ctx context.Context, tbl *table.Table, parts []Part, spec *dedupeSpec, res *Result) ([][]iceberg.DataFile, error) {
+	var mu sync.Mutex
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(runtime.GOMAXPROCS(0))
 	for i := range parts {
@@ -229,28 +264,109 @@ func (t *Table) prepare(ctx context.Context, tbl *table.Table, parts []Part, res
 			if err != nil {
 				return fmt.Errorf("dedupe MERGE of %s: %w", p.Range, err)
 			}
-			skipped := p.Rows.NumRows() - rows.NumRows()
-			p.Rows.Release()
-			p.Rows = rows
-			var written []iceberg.DataFile
-			if rows.NumRows() > 0 {
-				written, err = t.writeFiles(gctx, tbl, rows)
-			}
 			mu.Lock()
 			defer mu.Unlock()
-			files = append(files, written...)
+			res.Skipped += p.Rows.NumRows() - rows.NumRows()
 			res.FilesScanned += scanned
-			res.Skipped += skipped
+			p.Rows.Release()
+			p.Rows = rows
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return nil, err
+	}
+	if spec != nil {
+		st, _, err := t.dedupeKeys(ctx, tbl, spec, parts, keySearch{inFlush: true})
+		if err != nil {
+			return nil, err
+		}
+		res.BusinessDuplicates += st.skipped
+		res.businessAt = append(res.businessAt, st.at...)
+		res.KeyFilesScanned += st.scanned
+		res.KeyFilesPruned += st.pruned
+	}
+
+	files := make([][]iceberg.DataFile, len(parts))
+	g, gctx = errgroup.WithContext(ctx)
+	g.SetLimit(runtime.GOMAXPROCS(0))
+	for i := range parts {
+		p := &parts[i]
+		if p.Rows == nil || p.Rows.NumRows() == 0 {
+			continue
+		}
+		g.Go(func() error {
+			written, err := t.writeFiles(gctx, tbl, p.Rows)
+			mu.Lock()
+			defer mu.Unlock()
+			files[i] = written
 			if err != nil {
 				return fmt.Errorf("writing data files of %s: %w", p.Range, err)
 			}
-			res.Rows += rows.NumRows()
+			res.Rows += p.Rows.NumRows()
 			return nil
 		})
 	}
 	err := g.Wait()
 	return files, err
 }
+
+// recheckKeys runs after a conflict, on the reloaded tbl, when commits
+// landed since the MERGE read snapshot merged: another member may have
+// committed the same business keys from another partition meanwhile. It
+// compares the parts' keys with the files appended since (only those), and
+// rewrites the data files of every part that lost rows, deleting the stale
+// ones unless an earlier attempt's outcome was unknown (ambiguous): those
+// may yet be referenced.
+func (t *Table) recheckKeys(ctx context.Context, tbl *table.Table, spec *dedupeSpec, parts []Part, partFiles [][]iceberg.DataFile, merged *int64, ambiguous bool, res *Result) error {
+	st, changed, err := t.dedupeKeys(ctx, tbl, spec, parts, keySearch{incremental: true, since: merged})
+	if err != nil {
+		// The snapshot read may be gone (expired, rolled back): search the
+		// table afresh.
+		t.log.Info("incremental business-key re-check failed; searching the table", "err", err)
+		st, changed, err = t.dedupeKeys(ctx, tbl, spec, parts, keySearch{})
+		if err != nil {
+			return fmt.Errorf("re-checking business keys after a conflict: %w", err)
+		}
+	}
+	res.BusinessDuplicates += st.skipped
+	res.businessAt = append(res.businessAt, st.at...)
+	res.Rows -= st.skipped
+	res.KeyFilesScanned += st.scanned
+	if st.skipped > 0 {
+		t.log.Info("business keys committed concurrently, rewriting files", "commit_id", res.CommitID, "skipped", st.skipped)
+	}
+	for i, ch := range changed {
+		if !ch {
+			continue
+		}
+		stale := partFiles[i]
+		partFiles[i] = nil
+		if parts[i].Rows.NumRows() > 0 {
+			written, err := t.writeFiles(ctx, tbl, parts[i].Rows)
+			partFiles[i] = written
+			if err != nil {
+				partFiles[i] = append(written, stale...) // the caller deletes both
+				return fmt.Errorf("rewriting data files of %s: %w", parts[i].Range, err)
+			}
+		}
+		if !ambiguous {
+			t.deleteFiles(tbl, stale)
+		}
+	}
+	return nil
+}
+
+// snapshotID is tbl's current snapshot ID, nil for an empty table.
+func snapshotID(tbl *table.Table) *int64 {
+	if s := tbl.CurrentSnapshot(); s != nil {
+		id := s.SnapshotID
+		return &id
+	}
+	return nil
+}
+
+func sameID(a, b *int64) bool { return a == nil && b == nil || a != nil && b != nil && *a == *b }
 
 func (t *Table) commitOnce(ctx context.Context, tbl *table.Table, files []iceberg.DataFile, props iceberg.Properties) (*table.Table, error) {
 	tx := tbl.NewTransaction()
@@ -339,6 +455,12 @@ func (t *Table) findCommitAfter(ctx context.Context, commitID string) (*table.Sn
 // writeFiles sorts rows by the schema's key (stable, so a session's rows stay
 // in offset order) and writes them as Parquet data files.
 func (t *Table) writeFiles(ctx context.Context, tbl *table.Table, rows arrow.RecordBatch) ([]iceberg.DataFile, error) {
+	// Columns by name, with the (possibly evolved) table's field ids.
+	rows, err := alignToTable(rows, tbl.Schema())
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Release()
 	sorted := rows
 	if idx := rows.Schema().FieldIndices(t.schema.KeyField); len(idx) == 1 {
 		s, err := compute.SortRecordBatch(ctx, rows, []compute.SortKey{{

@@ -493,13 +493,27 @@ func (m *maintenance) removeOrphans(ctx context.Context) error {
 
 // carriedPrefixes are the summary keys floe reads from the newest snapshot
 // in the ancestry that has them: maintenance snapshots copy them from their
-// base, and expiry keeps the snapshots that hold them.
-var carriedPrefixes = []string{OffsetsKeyPrefix, PartitionsKeyPrefix}
+// base, and expiry keeps the snapshots that hold them. BusinessCarriedKey is
+// carried too, but as a union (businessRuns), not as the newest value.
+var carriedPrefixes = []string{OffsetsKeyPrefix, PartitionsKeyPrefix, RoutingKeyPrefix}
 
 // offsetMaps returns the newest value of every carried key (every group's
 // floe.offsets.<group> map, every topic's floe.partitions.<topic> count) in
-// the current branch's ancestry, keyed by summary key.
+// the current branch's ancestry, keyed by summary key, and under
+// BusinessCarriedKey the union of the business-key MERGE's skipped offsets
+// (unless there are none, more than maxCarriedRuns runs, or a record is
+// unreadable: expiry then keeps the recording snapshots, offsetMapDepth).
 func offsetMaps(tbl *table.Table) map[string]string {
+	out := newestCarried(tbl)
+	if runs, _, err := businessRuns(tbl); err == nil && len(runs) > 0 && runs.count() <= maxCarriedRuns {
+		out[BusinessCarriedKey] = runs.encode()
+	}
+	return out
+}
+
+// newestCarried returns the newest value of every key with a
+// carriedPrefixes prefix in tbl's current ancestry.
+func newestCarried(tbl *table.Table) map[string]string {
 	out := map[string]string{}
 	meta := tbl.Metadata()
 	for snap := meta.CurrentSnapshot(); snap != nil; {
@@ -519,10 +533,31 @@ func offsetMaps(tbl *table.Table) map[string]string {
 }
 
 // offsetMapDepth returns how many parent steps below the head the deepest
-// of the groups' newest offset maps is (0: the head carries them all).
+// of the groups' newest offset maps is (0: the head carries them all), or
+// the deepest snapshot whose skipped business duplicates no newer union
+// carries (businessRuns), whichever is deeper.
 func offsetMapDepth(tbl *table.Table) int {
-	need := offsetMaps(tbl)
+	need := newestCarried(tbl)
 	meta := tbl.Metadata()
+	// The snapshots recording skipped business duplicates down to the
+	// newest union of them must stay too; all of them when one is
+	// unreadable.
+	keep, err := businessDepth(tbl)
+	if err != nil {
+		return len(meta.Snapshots())
+	}
+	return max(keep, carriedDepth(meta, need))
+}
+
+// businessDepth is businessRuns' keep, at least 0.
+func businessDepth(tbl *table.Table) (int, error) {
+	_, keep, err := businessRuns(tbl)
+	return max(keep, 0), err
+}
+
+// carriedDepth returns how many parent steps below the head the newest
+// snapshot holding each key of need is, at the deepest.
+func carriedDepth(meta table.Metadata, need map[string]string) int {
 	depth := 0
 	for snap := meta.CurrentSnapshot(); snap != nil && len(need) > 0; depth++ {
 		if snap.Summary != nil {

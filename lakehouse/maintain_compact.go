@@ -6,6 +6,8 @@ import (
 	"slices"
 	"sort"
 
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/iceberg-go"
 	"github.com/apache/iceberg-go/table"
 )
@@ -17,9 +19,9 @@ import (
 // partitions has offset statistics so wide that every later MERGE would have
 // to read it. A group holds files of one table partition and one Kafka
 // partition, packed in offset order, so compacted files keep tight, mostly
-// disjoint offset ranges. iceberg-go's ExecuteCompactionGroup reads and
-// writes each group; the rewrite is committed here so that a conflict with
-// an ingestion commit only re-stages the files already written.
+// disjoint offset ranges. compactGroup reads and writes each group; the
+// rewrite is committed here so that a conflict with an ingestion commit only
+// re-stages the files already written.
 func (m *maintenance) compact(ctx context.Context) (err error) {
 	tbl, err := m.t.Load(ctx)
 	if err != nil {
@@ -54,10 +56,7 @@ func (m *maintenance) compact(ctx context.Context) (err error) {
 		}
 	}()
 	for _, g := range groups {
-		gr, err := table.ExecuteCompactionGroup(ctx, tbl, g,
-			table.WithCompactionTargetFileSize(m.opts.TargetFileBytes),
-			// A background task: one file read at a time, in order.
-			table.WithCompactionScanConcurrency(1))
+		gr, err := compactGroup(ctx, tbl, g, m.opts.TargetFileBytes)
 		results = append(results, gr)
 		if err != nil {
 			return err
@@ -131,6 +130,142 @@ func (m *maintenance) compact(ctx context.Context) (err error) {
 		}
 	}
 	return ErrContended
+}
+
+// compactGroup reads a group's files and writes their rows into new files of
+// about targetBytes: the work of iceberg-go's ExecuteCompactionGroup, which
+// cannot rewrite a table with a map column (payments' metadata). iceberg-go
+// v0.7.0 reads a map as map<k, v> with nullable values whatever the Iceberg
+// schema says (its projection builds the type with arrow.MapOfWithMetadata),
+// while its writer wants the schema's required values, so the Parquet writer
+// rejects every batch ("record schema does not match writer's", reported
+// first as "writer is closed"). Here each batch read is relabelled with the
+// exact Arrow types the writer expects (relabel) before it is written.
+// floe's tables are format v2; on a v3 table the rewritten rows get new row
+// ids, as iceberg-go does for a group whose files mix lineage.
+func compactGroup(ctx context.Context, tbl *table.Table, g table.CompactionTaskGroup, targetBytes int64) (table.CompactionGroupResult, error) {
+	res := table.CompactionGroupResult{PartitionKey: g.PartitionKey, BytesBefore: g.TotalSizeBytes}
+	want, err := writeArrowSchema(tbl)
+	if err != nil {
+		return res, fmt.Errorf("compaction group %s: %w", g.PartitionKey, err)
+	}
+	// A background task: one file read at a time, in order.
+	_, batches, err := tbl.Scan(table.WithMaxConcurrency(1)).ReadTasks(ctx, g.Tasks)
+	if err != nil {
+		return res, fmt.Errorf("reading compaction group %s: %w", g.PartitionKey, err)
+	}
+	records := func(yield func(arrow.RecordBatch, error) bool) {
+		for b, err := range batches {
+			if err != nil {
+				yield(nil, err)
+				return
+			}
+			out := relabel(b, want)
+			b.Release()
+			if !yield(out, nil) { // WriteRecords releases out
+				return
+			}
+		}
+	}
+	// A group holds one table partition: its rows arrive clustered.
+	for df, err := range table.WriteRecords(ctx, tbl, want, records,
+		table.WithClusteredWrite(), table.WithTargetFileSize(targetBytes)) {
+		if err != nil {
+			return res, fmt.Errorf("writing compaction group %s: %w", g.PartitionKey, err)
+		}
+		res.NewDataFiles = append(res.NewDataFiles, df)
+		res.BytesAfter += df.FileSizeBytes()
+	}
+	for _, t := range g.Tasks {
+		res.OldDataFiles = append(res.OldDataFiles, t.File)
+	}
+	res.SafePosDeletes = table.CollectSafePositionDeletes(g.Tasks)
+	res.SafeDeletionVectors = table.CollectSafeDeletionVectors(g.Tasks)
+	return res, nil
+}
+
+// writeArrowSchema is the Arrow schema iceberg-go's writer expects for tbl's
+// current schema: a batch with exactly this schema is written unconverted.
+func writeArrowSchema(tbl *table.Table) (*arrow.Schema, error) {
+	sch, err := iceberg.SanitizeColumnNames(tbl.Schema())
+	if err != nil {
+		return nil, err
+	}
+	return table.SchemaToArrowSchemaWithOptions(sch, table.ArrowSchemaOptions{
+		IncludeFieldIDs: true, TableProperties: tbl.Metadata().Properties()})
+}
+
+// relabel returns b with the schema want when b's columns have the same
+// names and physical layout and differ at most in nested fields'
+// nullability and metadata; the buffers are shared, not copied. Otherwise it
+// returns b itself (retained): the writer then converts it, as it does any
+// batch whose types differ in more than labels.
+func relabel(b arrow.RecordBatch, want *arrow.Schema) arrow.RecordBatch {
+	if int(b.NumCols()) != want.NumFields() {
+		b.Retain()
+		return b
+	}
+	data := make([]arrow.ArrayData, 0, b.NumCols())
+	defer func() {
+		for _, d := range data {
+			d.Release()
+		}
+	}()
+	for i, col := range b.Columns() {
+		d, ok := relabelData(col.Data(), want.Field(i).Type)
+		if !ok || b.Schema().Field(i).Name != want.Field(i).Name {
+			if ok {
+				d.Release()
+			}
+			b.Retain()
+			return b
+		}
+		data = append(data, d)
+	}
+	cols := make([]arrow.Array, len(data))
+	for i, d := range data {
+		cols[i] = array.MakeFromData(d)
+		defer cols[i].Release()
+	}
+	return array.NewRecordBatch(want, cols, b.NumRows())
+}
+
+// relabelData returns d typed as want when the two types have the same
+// layout all the way down (same type ids, equal leaf types), and false
+// otherwise.
+func relabelData(d arrow.ArrayData, want arrow.DataType) (arrow.ArrayData, bool) {
+	have := d.DataType()
+	if have.ID() != want.ID() {
+		return nil, false
+	}
+	var fields []arrow.Field
+	switch w := want.(type) {
+	case *arrow.StructType, *arrow.ListType, *arrow.MapType:
+		fields = w.(arrow.NestedType).Fields()
+	default:
+		if !arrow.TypeEqual(have, want) {
+			return nil, false
+		}
+		d.Retain()
+		return d, true
+	}
+	if len(d.Children()) != len(fields) {
+		return nil, false
+	}
+	children := make([]arrow.ArrayData, 0, len(fields))
+	defer func() {
+		for _, c := range children {
+			c.Release()
+		}
+	}()
+	for i, c := range d.Children() {
+		rc, ok := relabelData(c, fields[i].Type)
+		if !ok {
+			return nil, false
+		}
+		children = append(children, rc)
+	}
+	return array.NewData(want, d.Len(), d.Buffers(), children, d.NullN(), d.Offset()), true
 }
 
 // sameRows checks that a group's new files hold as many rows as the files

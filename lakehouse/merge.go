@@ -3,6 +3,7 @@ package lakehouse
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
@@ -67,7 +68,7 @@ func existingOffsets(ctx context.Context, tbl *table.Table, r Range) (map[int64]
 	if tbl.CurrentSnapshot() == nil {
 		return nil, 0, nil
 	}
-	scan := tbl.Scan(table.WithRowFilter(rangeFilter(r)), table.WithSelectedFields(OffsetColumn))
+	scan := tbl.Scan(table.WithRowFilter(rangeFilter(r)), table.WithSelectedFields(withNested(tbl.Schema(), []string{OffsetColumn}, TopicColumn, PartitionColumn)...))
 	tasks, err := scan.PlanFiles(ctx)
 	if err != nil {
 		return nil, 0, fmt.Errorf("planning scan of %s: %w", r, err)
@@ -84,13 +85,51 @@ func existingOffsets(ctx context.Context, tbl *table.Table, r Range) (map[int64]
 		if err != nil {
 			return nil, len(tasks), fmt.Errorf("reading %s: %w", r, err)
 		}
-		col := b.Column(0).(*array.Int64)
+		col, ok := b.Column(b.Schema().FieldIndices(OffsetColumn)[0]).(*array.Int64)
+		if !ok {
+			b.Release()
+			return nil, len(tasks), fmt.Errorf("reading %s: %s is not int64", r, OffsetColumn)
+		}
 		for i := 0; i < col.Len(); i++ {
 			present[col.Value(i)] = struct{}{}
 		}
 		b.Release()
 	}
 	return present, len(tasks), nil
+}
+
+// withNested returns the columns a scan selects, plus every top-level
+// column of sch with a nested type (struct, list, map) when a selected or
+// filtered column comes after such a column.
+// iceberg-go v0.7.0 misreads a filtered scan that selects or filters on a
+// column placed after a nested one unless the nested ones are selected too
+// (the record filter is bound to the wrong columns: "referenced field was
+// int64, but should have been utf8").
+func withNested(sch *iceberg.Schema, selected []string, filtered ...string) []string {
+	fields := sch.Fields()
+	firstNested := len(fields)
+	for i, f := range fields {
+		if _, nested := f.Type.(iceberg.NestedType); nested {
+			firstNested = i
+			break
+		}
+	}
+	after := false
+	for i, f := range fields {
+		if i > firstNested && (slices.Contains(selected, f.Name) || slices.Contains(filtered, f.Name)) {
+			after = true
+		}
+	}
+	if !after {
+		return selected
+	}
+	out := slices.Clone(selected)
+	for _, f := range fields {
+		if _, nested := f.Type.(iceberg.NestedType); nested && !slices.Contains(out, f.Name) {
+			out = append(out, f.Name)
+		}
+	}
+	return out
 }
 
 // filterRows returns the rows of rows whose mask entry is true.

@@ -6,6 +6,7 @@ import (
 	"maps"
 	"sort"
 	"strconv"
+	"strings"
 
 	"github.com/apache/iceberg-go/table"
 )
@@ -26,10 +27,30 @@ const (
 	RowsKey = "floe.rows"
 	// DuplicatesKey holds how many rows the dedupe MERGE skipped.
 	DuplicatesKey = "floe.duplicates-skipped"
+	// BusinessDuplicatesKey holds how many rows the business-key MERGE
+	// skipped (a dedupe key is set): same key, other offset.
+	BusinessDuplicatesKey = "floe.duplicates-business"
+	// BusinessOffsetsKey holds the offsets of the rows the business-key
+	// MERGE skipped in this snapshot's flush, as JSON {"topic":
+	// {"partition": [[from, to], ...]}} with sorted, merged runs [from, to):
+	// verify counts them as covered, like dead letters.
+	BusinessOffsetsKey = "floe.duplicates-business.offsets"
+	// BusinessCarriedKey holds, in the same form, the union of every
+	// BusinessOffsetsKey and BusinessCarriedKey at and below the snapshot
+	// in its ancestry. Maintenance (and re-enrich) snapshots write it, so
+	// that expiring the snapshots below them loses no skipped offset; while
+	// the union would exceed a cap (maxCarriedRuns) it is not written and
+	// expiry keeps every snapshot that records skipped offsets instead.
+	BusinessCarriedKey = "floe.duplicates-business.carried"
 	// PartitionsKeyPrefix + topic holds the topic's partition count when the
 	// snapshot was committed: a later, larger count means keys hashed to
 	// other partitions since (see PartitionCountOf).
 	PartitionsKeyPrefix = "floe.partitions."
+	// RoutingKeyPrefix + topic holds the fingerprint of the topic's routing
+	// the commit was made under (which tables split the topic, by which
+	// field and values): `floe run` refuses a routing change that would not
+	// apply from a common offset (see RoutingOf).
+	RoutingKeyPrefix = "floe.routing."
 )
 
 // Offsets maps topic → partition → next offset to read: every offset below it
@@ -146,6 +167,31 @@ func PartitionCountOf(tbl *table.Table, topic string) (int, bool) {
 	}
 	n, err := strconv.Atoi(raw)
 	return n, err == nil
+}
+
+// RoutingOf returns the routing fingerprint of topic recorded by the newest
+// floe commit in the current ancestry, and false when none recorded one.
+func RoutingOf(tbl *table.Table, topic string) (string, bool) {
+	raw, _, ok := newestProperty(tbl, RoutingKeyPrefix+topic)
+	return raw, ok
+}
+
+// OffsetMapsOf returns the newest offset map of every group that committed
+// to the table (floe.offsets.<group>), keyed by group.
+func OffsetMapsOf(tbl *table.Table) (map[string]Offsets, error) {
+	out := map[string]Offsets{}
+	for k, raw := range offsetMaps(tbl) {
+		group, ok := strings.CutPrefix(k, OffsetsKeyPrefix)
+		if !ok {
+			continue
+		}
+		var o Offsets
+		if err := json.Unmarshal([]byte(raw), &o); err != nil {
+			return nil, fmt.Errorf("decoding %s: %w", k, err)
+		}
+		out[group] = o
+	}
+	return out, nil
 }
 
 // newestProperty returns the value of a snapshot summary key in the newest

@@ -105,6 +105,12 @@ func better(old, now string) bool {
 // replaceRows commits, in one snapshot of tbl's successor, the deletion of
 // rows ids of p.Range and the insertion of p.Rows' rows selected by mask. It
 // returns false on a clean conflict (nothing applied).
+//
+// The deletion is a copy-on-write done here (rewriteWithout) rather than by
+// iceberg-go's Transaction.Delete, which v0.7.0 cannot do on a table with a
+// map column (see compactGroup): the files holding ids are replaced by
+// copies without those rows, and the snapshot (an overwrite) swaps them and
+// adds the re-enriched rows.
 func (t *Table) replaceRows(ctx context.Context, tbl *table.Table, p Part, ids []int64, mask []bool, n int64) (bool, error) {
 	sel, err := filterRows(ctx, p.Rows, mask)
 	if err != nil {
@@ -116,21 +122,20 @@ func (t *Table) replaceRows(ctx context.Context, tbl *table.Table, p Part, ids [
 		t.deleteFiles(tbl, files)
 		return false, fmt.Errorf("writing re-enriched rows of %s: %w", p.Range, err)
 	}
+	old, kept, err := t.rewriteWithout(ctx, tbl, p.Range, ids)
+	files = append(files, kept...)
+	if err != nil {
+		t.deleteFiles(tbl, files)
+		return false, fmt.Errorf("rewriting the files holding the rows of %s to replace: %w", p.Range, err)
+	}
 	props := iceberg.Properties{CommitIDKey: uuid.NewString(), ReplacedKey: strconv.FormatInt(n, 10)}
 	for k, v := range offsetMaps(tbl) {
 		props[k] = v
 	}
 	tx := tbl.NewTransaction()
-	filter := iceberg.NewAnd(iceberg.NewAnd(
-		iceberg.EqualTo(iceberg.Reference(TopicColumn), p.Range.Topic),
-		iceberg.EqualTo(iceberg.Reference(PartitionColumn), p.Range.Partition)),
-		iceberg.IsIn(iceberg.Reference(OffsetColumn), ids...))
 	staged := tx.AssertRefSnapshotID(table.MainBranch)
 	if staged == nil {
-		staged = tx.Delete(ctx, filter, props)
-	}
-	if staged == nil {
-		staged = tx.AddDataFiles(ctx, files, props, table.WithoutDuplicateCheck())
+		staged = tx.ReplaceDataFilesWithDataFiles(ctx, old, files, props)
 	}
 	if staged != nil {
 		t.deleteFiles(tbl, files)
@@ -148,6 +153,112 @@ func (t *Table) replaceRows(ctx context.Context, tbl *table.Table, p Part, ids [
 	return true, nil
 }
 
+// rewriteWithout finds the data files of tbl holding rows ids of r and
+// writes copies of them without those rows. It returns the files holding
+// them (old) and the copies written (kept: none for a file that held only
+// such rows). A file whose statistics overlap ids but that holds none of
+// them is left alone (its copy, written while reading it, is deleted).
+func (t *Table) rewriteWithout(ctx context.Context, tbl *table.Table, r Range, ids []int64) (old, kept []iceberg.DataFile, err error) {
+	filter := iceberg.NewAnd(iceberg.NewAnd(
+		iceberg.EqualTo(iceberg.Reference(TopicColumn), r.Topic),
+		iceberg.EqualTo(iceberg.Reference(PartitionColumn), r.Partition)),
+		iceberg.IsIn(iceberg.Reference(OffsetColumn), ids...))
+	tasks, err := tbl.Scan(table.WithRowFilter(filter)).PlanFiles(ctx)
+	if err != nil {
+		return nil, nil, fmt.Errorf("planning the scan of %s: %w", r, err)
+	}
+	want, err := writeArrowSchema(tbl)
+	if err != nil {
+		return nil, nil, err
+	}
+	found := 0
+	drop := make(map[int64]bool, len(ids))
+	for _, id := range ids {
+		drop[id] = true
+	}
+	for _, task := range tasks {
+		// Every row of the file, its delete files applied.
+		_, batches, err := tbl.Scan().ReadTasks(ctx, []table.FileScanTask{task})
+		if err != nil {
+			return old, kept, fmt.Errorf("reading %s: %w", task.File.FilePath(), err)
+		}
+		removed := 0
+		var readErr error
+		records := func(yield func(arrow.RecordBatch, error) bool) {
+			for b, err := range batches {
+				if err != nil {
+					readErr = err
+					yield(nil, err)
+					return
+				}
+				out, n, err := withoutRows(ctx, b, r, drop, want)
+				b.Release()
+				if err != nil {
+					readErr = err
+					yield(nil, err)
+					return
+				}
+				removed += n
+				if !yield(out, nil) { // WriteRecords releases out
+					return
+				}
+			}
+		}
+		var copies []iceberg.DataFile
+		for df, err := range table.WriteRecords(ctx, tbl, want, records) {
+			if err != nil {
+				if readErr != nil {
+					err = readErr
+				}
+				return old, append(kept, copies...), fmt.Errorf("copying %s: %w", task.File.FilePath(), err)
+			}
+			copies = append(copies, df)
+		}
+		if removed == 0 {
+			t.deleteFiles(tbl, copies)
+			continue
+		}
+		old = append(old, task.File)
+		kept = append(kept, copies...)
+		found += removed
+	}
+	if found < len(ids) {
+		return old, kept, fmt.Errorf("found %d of the %d rows of %s to replace", found, len(ids), r)
+	}
+	return old, kept, nil
+}
+
+// withoutRows returns b, relabelled to want, without its rows of r
+// whose offset is in drop, and how many rows it dropped.
+func withoutRows(ctx context.Context, b arrow.RecordBatch, r Range, drop map[int64]bool, want *arrow.Schema) (arrow.RecordBatch, int, error) {
+	col := func(name string) arrow.Array {
+		if idx := b.Schema().FieldIndices(name); len(idx) == 1 {
+			return b.Column(idx[0])
+		}
+		return nil
+	}
+	tp, ok1 := col(TopicColumn).(*array.String)
+	ps, ok2 := col(PartitionColumn).(*array.Int32)
+	offs, ok3 := col(OffsetColumn).(*array.Int64)
+	if !ok1 || !ok2 || !ok3 {
+		return nil, 0, fmt.Errorf("rows lack the %s, %s or %s column", TopicColumn, PartitionColumn, OffsetColumn)
+	}
+	mask := make([]bool, b.NumRows())
+	n := 0
+	for i := range mask {
+		mask[i] = !(drop[offs.Value(i)] && ps.Value(i) == r.Partition && tp.Value(i) == r.Topic)
+		if !mask[i] {
+			n++
+		}
+	}
+	f, err := filterRows(ctx, b, mask)
+	if err != nil {
+		return nil, 0, err
+	}
+	defer f.Release()
+	return relabel(f, want), n, nil
+}
+
 // storedStatuses returns offset → _enrich_status of r's rows in tbl whose
 // status is re-enrichable.
 func storedStatuses(ctx context.Context, tbl *table.Table, r Range) (map[int64]string, error) {
@@ -156,7 +267,10 @@ func storedStatuses(ctx context.Context, tbl *table.Table, r Range) (map[int64]s
 		return out, nil
 	}
 	filter := iceberg.NewAnd(rangeFilter(r), iceberg.IsIn(iceberg.Reference(EnrichStatusColumn), reenrichable...))
-	_, batches, err := tbl.Scan(table.WithRowFilter(filter), table.WithSelectedFields(OffsetColumn, EnrichStatusColumn)).ToArrowRecords(ctx)
+	// withNested: iceberg-go v0.7.0 misreads this projected, filtered scan
+	// on a table with nested columns unless they are selected too.
+	cols := withNested(tbl.Schema(), []string{OffsetColumn, EnrichStatusColumn}, TopicColumn, PartitionColumn)
+	_, batches, err := tbl.Scan(table.WithRowFilter(filter), table.WithSelectedFields(cols...)).ToArrowRecords(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("scanning %s: %w", r, err)
 	}

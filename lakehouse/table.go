@@ -11,9 +11,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/apache/iceberg-go"
 	"github.com/apache/iceberg-go/catalog"
@@ -88,11 +91,23 @@ type Table struct {
 	// partitionCounts holds topic → partition count, recorded in the
 	// summary of every commit (SetPartitionCount).
 	partitionCounts sync.Map
+	// routing holds topic → routing fingerprint, recorded in the summary
+	// of every commit (SetRouting).
+	routing sync.Map
+	// evolveMu serializes this process's schema evolutions (Evolve), so
+	// that partitions meeting the same new writer schema do not conflict.
+	evolveMu sync.Mutex
+	// dedupe is the business-key MERGE's setting (SetDedupe); nil: off.
+	dedupe atomic.Pointer[dedupeSpec]
 }
 
 // SetPartitionCount records topic's current partition count; every later
 // commit carries it in its snapshot summary, for PartitionCountOf.
 func (t *Table) SetPartitionCount(topic string, n int) { t.partitionCounts.Store(topic, n) }
+
+// SetRouting records the fingerprint of topic's routing; every later commit
+// carries it in its snapshot summary, for RoutingOf.
+func (t *Table) SetRouting(topic, fingerprint string) { t.routing.Store(topic, fingerprint) }
 
 // OpenCatalog loads the configured catalog, adding SQLite's WAL mode and busy
 // timeout: without them concurrent commits surface "database is locked" as an
@@ -172,6 +187,9 @@ func OpenIn(ctx context.Context, cat catalog.Catalog, cfg Config, sc *schemas.Sc
 	if err := checkSchema(tbl.Schema(), sc); err != nil {
 		return nil, fmt.Errorf("table %s: %w", cfg.Table, err)
 	}
+	if err := t.SetDedupe(SchemaDedupe(sc)); err != nil {
+		return nil, fmt.Errorf("table %s: %w", cfg.Table, err)
+	}
 	return t, nil
 }
 
@@ -220,19 +238,47 @@ func (t *Table) ensure(ctx context.Context) (*table.Table, error) {
 	if !errors.Is(err, catalog.ErrNoSuchTable) {
 		return nil, fmt.Errorf("loading table %s: %w", strings.Join(t.ident, "."), err)
 	}
-	// Members starting together race to create the namespace and the table.
-	// Not every catalog reports the loser as "already exists": Iceberg's REST
-	// fixture on SQLite answers 500 with the constraint violation. So a
-	// failed create is fine when the object exists afterwards.
+	// Members starting together race to create the namespace and the table,
+	// and a catalog may make the loser's create fail in odd ways: Iceberg's
+	// REST fixture on SQLite answers 500 with the constraint violation, and
+	// the Hive Metastore deletes the database directory it made for a
+	// create_database that lost the race — with the winner's new table
+	// metadata in it ("file does not exist"). So a failed create is fine
+	// when the object exists afterwards, and is tried again a few times.
+	backoff := 200 * time.Millisecond
+	for attempt := 1; ; attempt++ {
+		tbl, err = t.create(ctx)
+		if err == nil || attempt == createAttempts {
+			return tbl, err
+		}
+		t.log.Warn("creating the table failed; trying again", "table", strings.Join(t.ident, "."), "in", backoff, "err", err)
+		select {
+		case <-ctx.Done():
+			return nil, err
+		case <-time.After(backoff + time.Duration(rand.Int64N(int64(backoff)))):
+		}
+		backoff *= 2
+	}
+}
+
+// createAttempts bounds ensure's tries to create the table.
+const createAttempts = 5
+
+// create creates the namespace when missing and the table, or loads the
+// table another member created meanwhile.
+func (t *Table) create(ctx context.Context) (*table.Table, error) {
 	ns := catalog.NamespaceFromIdent(t.ident)
-	if err := t.cat.CreateNamespace(ctx, ns, nil); err != nil && !errors.Is(err, catalog.ErrNamespaceAlreadyExists) {
-		if ok, cerr := t.cat.CheckNamespaceExists(ctx, ns); cerr != nil || !ok {
-			return nil, fmt.Errorf("creating namespace %s: %w", strings.Join(ns, "."), err)
+	if ok, err := t.cat.CheckNamespaceExists(ctx, ns); err != nil || !ok {
+		if err := t.cat.CreateNamespace(ctx, ns, nil); err != nil && !errors.Is(err, catalog.ErrNamespaceAlreadyExists) {
+			if ok, cerr := t.cat.CheckNamespaceExists(ctx, ns); cerr != nil || !ok {
+				return nil, fmt.Errorf("creating namespace %s: %w", strings.Join(ns, "."), err)
+			}
 		}
 	}
 	spec := t.schema.Spec
-	tbl, err = t.cat.CreateTable(ctx, t.ident, t.schema.Iceberg,
-		catalog.WithPartitionSpec(&spec), catalog.WithProperties(tableProperties(t.schema)))
+	tbl, err := t.cat.CreateTable(ctx, t.ident, t.schema.Iceberg,
+		catalog.WithPartitionSpec(&spec), catalog.WithSortOrder(t.schema.SortOrder),
+		catalog.WithProperties(tableProperties(t.schema)))
 	if err != nil {
 		// Another member may have created it first.
 		if existing, lerr := t.cat.LoadTable(ctx, t.ident); lerr == nil {
@@ -272,20 +318,14 @@ func tableProperties(sc *schemas.Schema) iceberg.Properties {
 	return props
 }
 
-// checkSchema rejects a table whose columns cannot hold the schema's rows, so
-// a misconfigured job fails at start-up rather than at its first commit.
+// checkSchema rejects a table whose columns cannot hold the schema's rows,
+// so a misconfigured job fails at start-up rather than at its first commit.
+// A schema file that gained optional fields or wider types since the table
+// was created passes: EvolveTo (floe run) applies those changes; anything
+// else (a narrowing, a type change that is not a promotion) is refused
+// here, naming the column and both types. Columns match by name: a file's
+// field ids are positional, the table's are fixed at creation.
 func checkSchema(have *iceberg.Schema, want *schemas.Schema) error {
-	for _, f := range want.Iceberg.Fields() {
-		got, ok := have.FindFieldByName(f.Name)
-		if !ok {
-			return fmt.Errorf("column %q of schema %s is missing from the table", f.Name, want.Name)
-		}
-		if got.ID != f.ID {
-			return fmt.Errorf("column %q has field id %d in the table but %d in schema %s", f.Name, got.ID, f.ID, want.Name)
-		}
-		if !got.Type.Equals(f.Type) {
-			return fmt.Errorf("column %q is %s in the table but %s in schema %s", f.Name, got.Type, f.Type, want.Name)
-		}
-	}
-	return nil
+	_, err := schemas.PlanTable(have, want)
+	return err
 }

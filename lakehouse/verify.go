@@ -79,6 +79,10 @@ type PartitionReport struct {
 	// BothRowAndDeadLetter counts offsets that are a row and were also
 	// dead-lettered.
 	BothRowAndDeadLetter int64 `json:"both_row_and_dead_letter"`
+	// BothRowAndBusinessSkipped counts offsets that are a row although a
+	// snapshot recorded them as skipped business duplicates: the record is
+	// both kept and dropped, a contradiction.
+	BothRowAndBusinessSkipped int64 `json:"both_row_and_business_skipped"`
 }
 
 // Report is the outcome of Verify: the table's rows of one topic reconciled
@@ -119,10 +123,35 @@ type Report struct {
 	// partitions were added while ingesting: keys moved to other partitions,
 	// so sessions may be split (see SplitSessions).
 	PartitionCounts []int `json:"partition_counts"`
+	// DedupeKey is the business-key column checked ("" when no dedupe key
+	// is set). DistinctKeys counts its distinct non-empty values among the
+	// rows; DuplicateKeys the rows whose key another row already has and
+	// that lie within the dedupe window (in event time) of another copy:
+	// copies the business-key MERGE should have skipped. Rows with a null
+	// or empty key identify nothing and are not counted.
+	DedupeKey     string `json:"dedupe_key,omitempty"`
+	DistinctKeys  int64  `json:"distinct_keys"`
+	DuplicateKeys int64  `json:"duplicate_keys"`
+	// KeysBeyondWindow counts keys repeated only farther apart in event
+	// time than the dedupe window, which the bounded MERGE deliberately
+	// does not search: information, not a problem.
+	KeysBeyondWindow int64 `json:"keys_repeated_beyond_window"`
+	// DuplicateKeyExamples are "key (topic/partition@offset, ...)" for a
+	// few duplicated keys, with the coordinates of all their copies.
+	DuplicateKeyExamples []string `json:"duplicate_key_examples"`
+	// BusinessSkipped counts the offsets the business-key MERGE skipped as
+	// duplicates of a row the table holds, as recorded by the snapshots
+	// still in the table's history (BusinessOffsetsKey): they are covered,
+	// not gaps.
+	BusinessSkipped int64 `json:"business_duplicates_skipped"`
+
+	// skipped holds those offsets per partition, sorted.
+	skipped map[int32][]int64
 }
 
 // OK reports whether the table honours the commit protocol's invariant and
-// per-session order: no duplicate ids, no gaps below the watermarks, no rows
+// per-session order: no duplicate ids, no duplicate business keys (when a
+// dedupe key is set), no gaps below the watermarks, no rows
 // at or above them, no offset both a row and a dead letter, no session split
 // across partitions and no seq order violation. A dead-letter topic that was
 // not read makes every dead-lettered record a gap, so OK is then only
@@ -135,12 +164,16 @@ func (r *Report) problems() []string {
 	if r.DuplicateIDs > 0 {
 		out = append(out, plural(r.DuplicateIDs, "duplicate row")+" (same topic, partition, offset)")
 	}
-	var gaps, gapRuns, above, both int64
+	if r.DuplicateKeys > 0 {
+		out = append(out, fmt.Sprintf("%s (same %s, other offset)", plural(r.DuplicateKeys, "duplicate business key"), r.DedupeKey))
+	}
+	var gaps, gapRuns, above, both, rowSkipped int64
 	for _, p := range r.Partitions {
 		gaps += p.GapOffsets
 		gapRuns += int64(len(p.Gaps))
 		above += p.AboveWatermark
 		both += p.BothRowAndDeadLetter
+		rowSkipped += p.BothRowAndBusinessSkipped
 	}
 	if gaps > 0 {
 		what := "neither rows nor dead letters"
@@ -154,6 +187,9 @@ func (r *Report) problems() []string {
 	}
 	if both > 0 {
 		out = append(out, plural(both, "offset")+" both a row and a dead letter")
+	}
+	if rowSkipped > 0 {
+		out = append(out, plural(rowSkipped, "offset")+" both a row and recorded as a skipped business duplicate")
 	}
 	if r.SplitSessions > 0 {
 		out = append(out, plural(r.SplitSessions, "session")+" seen in more than one partition")
@@ -252,15 +288,30 @@ func (t *Table) Verify(ctx context.Context, topic string, dl DeadLetters) (*Repo
 	r := &Report{
 		Table: t.Name(), Group: t.group, Topic: topic, SnapshotID: -1, DeadLetters: -1,
 		Partitions: []PartitionReport{}, SplitSessionExamples: []string{}, DuplicateExamples: []string{},
-		PartitionCounts: partitionCounts(tbl, topic),
+		PartitionCounts: partitionCounts(tbl, topic), DuplicateKeyExamples: []string{},
 	}
 	sessions := &sessionIndex{ids: make(map[string]uint32)}
+	keys := t.newKeyIndex()
+	if keys != nil {
+		r.DedupeKey = keys.column
+	}
+	// Offsets skipped as business duplicates are covered whether or not a
+	// dedupe key is set now.
+	if r.skipped, err = businessSkipped(tbl, topic); err != nil {
+		return nil, err
+	}
+
 	var rows []verifyRow
 	if snap := tbl.CurrentSnapshot(); snap != nil {
 		r.SnapshotID = snap.SnapshotID
-		if rows, err = t.scanIDs(ctx, tbl, topic, sessions, rowsHint(snap)); err != nil {
+		if rows, err = t.scanIDsKeys(ctx, tbl, topic, sessions, keys, rowsHint(snap)); err != nil {
 			return nil, fmt.Errorf("verifying %s: %w", t.Name(), err)
 		}
+	}
+	if keys != nil {
+		keys.finish()
+		r.DistinctKeys, r.DuplicateKeys, r.KeysBeyondWindow = int64(len(keys.first)), keys.dups, keys.beyond
+		r.DuplicateKeyExamples = keys.examples()
 	}
 	slices.SortFunc(rows, func(a, b verifyRow) int {
 		return cmp.Or(cmp.Compare(a.part, b.part), cmp.Compare(a.off, b.off))
@@ -272,6 +323,9 @@ func (t *Table) Verify(ctx context.Context, topic string, dl DeadLetters) (*Repo
 		parts[p] = struct{}{}
 	}
 	for p := range dl {
+		parts[p] = struct{}{}
+	}
+	for p := range r.skipped {
 		parts[p] = struct{}{}
 	}
 	for i := range rows {
@@ -337,10 +391,22 @@ func rowsHint(snap *table.Snapshot) int {
 	return int(min(n, 1<<24))
 }
 
-// scanIDs streams the topic's rows of the current snapshot, keeping a
-// verifyRow for each and interning sessions.
-func (t *Table) scanIDs(ctx context.Context, tbl *table.Table, topic string, sessions *sessionIndex, hint int) ([]verifyRow, error) {
+// scanIDsKeys streams the topic's rows of the current snapshot, keeping a
+// verifyRow for each, interning sessions and, unless keys is nil, indexing
+// the business keys.
+func (t *Table) scanIDsKeys(ctx context.Context, tbl *table.Table, topic string, sessions *sessionIndex, keys *keyIndex, hint int) ([]verifyRow, error) {
 	cols := []string{TopicColumn, PartitionColumn, OffsetColumn}
+	if keys != nil {
+		for _, c := range []string{keys.column, keys.timeColumn} {
+			if c == "" {
+				continue
+			}
+			if _, ok := tbl.Schema().FindFieldByName(c); !ok {
+				return nil, fmt.Errorf("business-key check: column %q is not a column of the table", c)
+			}
+			cols = append(cols, c)
+		}
+	}
 	sch := tbl.Schema()
 	key := t.schema.KeyField
 	if _, ok := sch.FindFieldByName(key); key == "" || !ok {
@@ -355,7 +421,7 @@ func (t *Table) scanIDs(ctx context.Context, tbl *table.Table, topic string, ses
 	}
 	scan := tbl.Scan(
 		table.WithRowFilter(iceberg.EqualTo(iceberg.Reference(TopicColumn), topic)),
-		table.WithSelectedFields(cols...))
+		table.WithSelectedFields(withNested(sch, cols)...))
 	defer scan.Close()
 	_, batches, err := scan.ToArrowRecords(ctx)
 	if err != nil {
@@ -367,6 +433,9 @@ func (t *Table) scanIDs(ctx context.Context, tbl *table.Table, topic string, ses
 			return nil, fmt.Errorf("reading %s: %w", topic, err)
 		}
 		rows, err = appendVerifyRows(rows, b, topic, key, seq, sessions)
+		if err == nil && keys != nil {
+			err = keys.add(b, topic)
+		}
 		b.Release()
 		if err != nil {
 			return nil, err
@@ -488,6 +557,13 @@ func (r *Report) reconcile(p int32, w int64, rows []verifyRow, dl DeadLetters, o
 		dead = slices.Sorted(maps.Keys(dl[p]))
 		pr.DeadLetters = int64(len(dead))
 	}
+	// Business-key duplicates cover their offsets like dead letters do.
+	cover := dead
+	skipped := r.skipped[p]
+	if len(skipped) > 0 {
+		r.BusinessSkipped += int64(len(skipped))
+		cover = slices.Compact(slices.Sorted(slices.Values(slices.Concat(dead, skipped))))
+	}
 
 	// Rows: duplicates, order, and rows above the watermark.
 	for i := 0; i < len(rows); {
@@ -512,13 +588,18 @@ func (r *Report) reconcile(p int32, w int64, rows []verifyRow, dl DeadLetters, o
 
 	// Coverage: walk the union of row and dead-letter offsets in order.
 	next := int64(-1) // the next offset expected below the watermark
-	mergeOffsets(rows, dead, func(off int64, isRow, isDead bool) {
+	mergeOffsets(rows, cover, func(off int64, isRow, isDead bool) {
 		if pr.MinOffset < 0 {
 			pr.MinOffset, next = off, off
 		}
 		pr.MaxOffset = off
 		if isRow && isDead {
-			pr.BothRowAndDeadLetter++
+			if _, dead := dl[p][off]; dead {
+				pr.BothRowAndDeadLetter++
+			}
+			if _, skip := slices.BinarySearch(skipped, off); skip {
+				pr.BothRowAndBusinessSkipped++
+			}
 		}
 		if off >= w {
 			return
@@ -589,6 +670,14 @@ func (r *Report) WriteText(w io.Writer) error {
 	}
 	ew.printf("  rows %d, distinct ids %d, duplicates %d, dead letters %s\n", r.Rows, r.DistinctIDs, r.DuplicateIDs, dead)
 	ew.printf("  sessions %d, split across partitions %d, seq order violations %d\n", r.Sessions, r.SplitSessions, r.OrderViolations)
+	if r.DedupeKey != "" || r.BusinessSkipped > 0 {
+		ew.printf("  dedupe key %s: distinct keys %d, duplicate keys %d, offsets skipped as business duplicates %d\n",
+			cmp.Or(r.DedupeKey, "(none)"), r.DistinctKeys, r.DuplicateKeys, r.BusinessSkipped)
+	}
+	if r.KeysBeyondWindow > 0 {
+		ew.printf("  %s repeated beyond the dedupe window (farther apart in event time than the bounded MERGE searches; not a problem)\n",
+			plural(r.KeysBeyondWindow, "key"))
+	}
 	if len(r.PartitionCounts) > 1 {
 		counts := make([]string, len(r.PartitionCounts))
 		for i, n := range r.PartitionCounts {
@@ -604,7 +693,7 @@ func (r *Report) WriteText(w io.Writer) error {
 		fmt.Fprintf(tw, "\tpartition\twatermark\trows\tdead letters\tfirst seen\tlast seen\tgap offsets\tabove wm\trow+dl\t\n")
 		for _, p := range r.Partitions {
 			mark := ""
-			if p.GapOffsets > 0 || p.AboveWatermark > 0 || p.BothRowAndDeadLetter > 0 {
+			if p.GapOffsets > 0 || p.AboveWatermark > 0 || p.BothRowAndDeadLetter > 0 || p.BothRowAndBusinessSkipped > 0 {
 				mark = "!!"
 			}
 			fmt.Fprintf(tw, "%s\t%d\t%s\t%d\t%s\t%s\t%s\t%d\t%d\t%d\t\n", mark, p.Partition,
@@ -646,6 +735,9 @@ func (r *Report) WriteText(w io.Writer) error {
 	}
 	if len(r.SplitSessionExamples) > 0 {
 		ew.printf("!! split sessions: %s\n", strings.Join(r.SplitSessionExamples, ", "))
+	}
+	if len(r.DuplicateKeyExamples) > 0 {
+		ew.printf("!! duplicate %s: %s\n", r.DedupeKey, strings.Join(r.DuplicateKeyExamples, ", "))
 	}
 	return ew.err
 }

@@ -7,6 +7,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/memory"
 	"github.com/segmentio/kafka-go"
 
@@ -24,7 +26,15 @@ type partitionBuffer struct {
 
 	mu      sync.Mutex
 	builder schemas.RecordBuilder
-	letters []deadLetter
+	// schema is the builder's schema; carry holds rows of the current
+	// segment built before the last switch to an evolved schema, already
+	// conformed to schema (nil: none). evolve, when set, evolves the table
+	// for a writer schema that needs it (see evolver).
+	schema   *schemas.Schema
+	carry    arrow.RecordBatch
+	evolve   func(from *schemas.Schema, req *schemas.EvolveRequest) (*schemas.Schema, error)
+	maxBytes int
+	letters  []deadLetter
 	// resume is the watermark the next segment builds on: the table's W(p)
 	// at assignment, then the end of the previous segment.
 	resume int64
@@ -55,9 +65,22 @@ func newPartitionBuffer(sc *schemas.Schema, topic string, partition int32, resum
 		topic:     topic,
 		partition: partition,
 		builder:   sc.NewRecordBuilder(memory.DefaultAllocator, maxMessageBytes),
+		schema:    sc,
+		maxBytes:  maxMessageBytes,
 		resume:    resume,
 		gap:       gap,
 	}
+}
+
+// resumeAt is where fetching resumes after a failed worker: one past the
+// newest buffered record, or seek when nothing was buffered yet.
+func (b *partitionBuffer) resumeAt(seek int64) int64 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.started {
+		return b.next
+	}
+	return seek
 }
 
 // offResult is the enrichment result of every record when enrichment is off.
@@ -99,9 +122,18 @@ func (b *partitionBuffer) appendEnriched(msg kafka.Message, now time.Time, res e
 		return 1, len(msg.Value), true, nil
 	}
 	before := b.builder.SizeBytes()
-	err = b.builder.AppendEnriched(msg.Value, schemas.Meta{
-		Topic: b.topic, Partition: b.partition, Offset: msg.Offset, Timestamp: msg.Time,
-	}, now, string(res.Status), res.Values)
+	meta := schemas.Meta{Topic: b.topic, Partition: b.partition, Offset: msg.Offset, Timestamp: msg.Time}
+	err = b.builder.AppendEnriched(msg.Value, meta, now, string(res.Status), res.Values)
+	// A writer schema the table does not fit yet: evolve the table, switch
+	// to the evolved schema and append again. Another partition may have
+	// switched the member's schema in between, hence a few rounds.
+	var req *schemas.EvolveRequest
+	for round := 0; round < maxEvolveRounds && errors.As(err, &req) && b.evolve != nil; round++ {
+		if err = b.switchSchema(req); err == nil {
+			before = b.builder.SizeBytes()
+			err = b.builder.AppendEnriched(msg.Value, meta, now, string(res.Status), res.Values)
+		}
+	}
 	var de *schemas.DecodeError
 	switch {
 	case err == nil:
@@ -133,6 +165,10 @@ func (b *partitionBuffer) take() (seg segment, ok bool) {
 	if b.builder.Len() > 0 {
 		seg.part.Rows = b.builder.NewRecord()
 	}
+	if b.carry != nil {
+		seg.part.Rows = appendBatch(b.carry, seg.part.Rows)
+		b.carry = nil
+	}
 	seg.letters = b.letters
 	seg.firstTS, seg.lastTS = b.firstTS, b.lastTS
 	b.letters = nil
@@ -162,6 +198,126 @@ func (b *partitionBuffer) release() {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.builder.Release()
+	if b.carry != nil {
+		b.carry.Release()
+		b.carry = nil
+	}
+}
+
+// maxEvolveRounds bounds how often one record switches schemas.
+const maxEvolveRounds = 4
+
+// switchSchema evolves the table for req and moves the buffer to the
+// evolved schema: the rows buffered so far are conformed to it (new
+// columns null, widened ones cast) and carried into the segment, so a
+// flush still commits one batch per partition. A change the table refuses
+// becomes req.Refuse's error: a dead letter or a stopped partition.
+func (b *partitionBuffer) switchSchema(req *schemas.EvolveRequest) error {
+	next, err := b.evolve(b.schema, req)
+	var conflict *lakehouse.ColumnConflictError
+	if errors.As(err, &conflict) {
+		return req.Refuse(conflict.Column, conflict.Detail)
+	}
+	if err != nil {
+		return fmt.Errorf("evolving the table for schema id %d: %w", req.SchemaID, err)
+	}
+	ctx := context.Background()
+	if b.carry != nil {
+		carry, err := next.Conform(ctx, b.carry)
+		if err != nil {
+			return fmt.Errorf("converting buffered rows to the evolved schema: %w", err)
+		}
+		b.carry.Release()
+		b.carry = carry
+	}
+	if b.builder.Len() > 0 {
+		old := b.builder.NewRecord()
+		rows, err := next.Conform(ctx, old)
+		old.Release()
+		if err != nil {
+			return fmt.Errorf("converting buffered rows to the evolved schema: %w", err)
+		}
+		if b.carry != nil {
+			rows = appendBatch(b.carry, rows)
+		}
+		b.carry = rows
+	}
+	b.builder.Release()
+	b.builder = next.NewRecordBuilder(memory.DefaultAllocator, b.maxBytes)
+	b.schema = next
+	return nil
+}
+
+// appendBatch returns a followed by b (nil: none), releasing both. They
+// have the same schema by construction (both conformed to the buffer's).
+func appendBatch(a, b arrow.RecordBatch) arrow.RecordBatch {
+	if b == nil {
+		return a
+	}
+	defer a.Release()
+	defer b.Release()
+	cols := make([]arrow.Array, a.NumCols())
+	for i := range cols {
+		c, err := array.Concatenate([]arrow.Array{a.Column(i), b.Column(i)}, memory.DefaultAllocator)
+		if err != nil {
+			panic(fmt.Sprintf("pipeline: joining buffered batches of one schema: %v", err))
+		}
+		defer c.Release()
+		cols[i] = c
+	}
+	return array.NewRecordBatch(b.Schema(), cols, a.NumRows()+b.NumRows())
+}
+
+// evolver evolves the table for the partition buffers of one member, one
+// evolution at a time, and keeps the newest schema they share: a partition
+// meeting a writer schema another partition already evolved the table for
+// just switches to it.
+type evolver struct {
+	table   *lakehouse.Table
+	mu      sync.Mutex
+	current *schemas.Schema
+	// refused remembers, by schema id, the change the table refused, so
+	// that each further record of that writer schema (dead-lettered with
+	// on_incompatible: dlq) costs no catalog round trip. A restart forgets.
+	refused map[int]error
+}
+
+// schema returns the newest schema, for new partition buffers.
+func (e *evolver) schema() *schemas.Schema {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.current
+}
+
+// evolve returns the schema a buffer on schema from should switch to for
+// req: the member's newer one if there is one (the buffer tries again),
+// else the schema of the table evolved for req.
+func (e *evolver) evolve(ctx context.Context, from *schemas.Schema, req *schemas.EvolveRequest) (*schemas.Schema, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.current != from {
+		return e.current, nil
+	}
+	if err, ok := e.refused[req.SchemaID]; ok {
+		return nil, err
+	}
+	ts, err := e.table.Evolve(ctx, req.Changes)
+	var conflict *lakehouse.ColumnConflictError
+	if errors.As(err, &conflict) {
+		if e.refused == nil {
+			e.refused = map[int]error{}
+		}
+		e.refused[req.SchemaID] = err
+	}
+	if err != nil {
+		return nil, err
+	}
+	next, err := e.current.WithTable(ts)
+	if err != nil {
+		return nil, err
+	}
+	e.current = next
+	return next, nil
 }
 
 // window bounds what a member holds in memory: records decoded but not yet

@@ -11,9 +11,11 @@ import (
 	"strings"
 	"time"
 
+	"github.com/apache/iceberg-go"
 	"gopkg.in/yaml.v3"
 
 	"github.com/floe-dev/floe/enrich"
+	"github.com/floe-dev/floe/lakehouse"
 	"github.com/floe-dev/floe/schemas"
 )
 
@@ -32,6 +34,10 @@ type Config struct {
 	// values in the Confluent wire format name their schemas in; absent
 	// means plain values (Avro written with the schema file's schema).
 	Registry *schemas.RegistryConfig `yaml:"registry"`
+	// Proto names the message type of plain Protobuf values (format
+	// protobuf without registry): proto: {file: orders.proto, message:
+	// shop.Order}.
+	Proto *schemas.ProtoConfig `yaml:"proto"`
 	// Enrich configures the asynchronous enrichment stage; absent means no
 	// enrichment (_enrich_status is "off").
 	Enrich *enrich.Config `yaml:"enrich"`
@@ -43,6 +49,78 @@ type Config struct {
 	// Maintain schedules table maintenance inside `floe run` and holds the
 	// defaults of `floe maintain`.
 	Maintain MaintainConfig `yaml:"maintain"`
+	// Dedupe overrides the schema's business-key dedupe (floe.dedupe-key);
+	// absent keeps the schema's.
+	Dedupe *DedupeConfig `yaml:"dedupe"`
+	// Routes makes one job read several topics into several tables (see
+	// RouteConfig); it replaces kafka.topic and table.name. Jobs expands it.
+	Routes []RouteConfig `yaml:"routes"`
+
+	// where is the record filter of a route with where (set by Jobs).
+	where *routeFilter
+	// routing is the fingerprint of the routing of a route's topic (set by
+	// Jobs; see RoutingFingerprint), and route the route's index + 1 (0: the
+	// single-table form).
+	routing string
+	route   int
+}
+
+// DedupeConfig is the business-key MERGE: a record whose key is already in
+// the table (or earlier in the flush) is skipped, like one whose offset is.
+type DedupeConfig struct {
+	// Key is the business-key column (payment_id, event_id); default: the
+	// schema's floe.dedupe-key.
+	Key string `yaml:"key"`
+	// Window is how far apart in event time two copies of one key may be:
+	// the search of the table is bounded by it. Default 168h (7 days) when
+	// the schema has an event-time column; it requires one.
+	Window Duration `yaml:"window"`
+}
+
+// DedupeFor returns the business-key setting for schema sc: the schema's
+// floe.dedupe-key with lakehouse.DefaultDedupeWindow, overridden by the
+// dedupe section. Its errors name the key and the problem.
+func (c Config) DedupeFor(sc *schemas.Schema) (lakehouse.Dedupe, error) {
+	d, err := c.dedupeFor(sc)
+	if err == nil && d.Key != "" {
+		if err = sc.CheckKeyPresence(d.Key); err != nil {
+			err = fmt.Errorf("dedupe.key: %w", err)
+		}
+	}
+	return d, err
+}
+
+func (c Config) dedupeFor(sc *schemas.Schema) (lakehouse.Dedupe, error) {
+	d := lakehouse.SchemaDedupe(sc)
+	if c.Dedupe == nil {
+		return d, nil
+	}
+	if c.Dedupe.Key != "" {
+		d.Key = c.Dedupe.Key
+	}
+	if d.Key == "" {
+		return d, fmt.Errorf("dedupe.key: required: schema %s declares no floe.dedupe-key", sc.Name)
+	}
+	f, ok := sc.Iceberg.FindFieldByName(d.Key)
+	if !ok || strings.Contains(d.Key, ".") {
+		return d, fmt.Errorf("dedupe.key: %q is not a top-level column of schema %s", d.Key, sc.Name)
+	}
+	if _, nested := f.Type.(iceberg.NestedType); nested {
+		return d, fmt.Errorf("dedupe.key: column %q is a %s; want a primitive column", d.Key, f.Type)
+	}
+	switch {
+	case c.Dedupe.Window != 0:
+		if sc.EventTime == "" {
+			return d, fmt.Errorf("dedupe.window: %s bounds the search for key %q in event time, but schema %s declares no event-time column (floe.event-time); remove the window to search by key alone",
+				c.Dedupe.Window.D(), d.Key, sc.Name)
+		}
+		d.Window = c.Dedupe.Window.D()
+	case sc.EventTime != "":
+		d.Window = lakehouse.DefaultDedupeWindow
+	default:
+		d.Window = 0
+	}
+	return d, nil
 }
 
 // MaintainConfig tunes table maintenance (lakehouse.Table.Maintain):
@@ -219,13 +297,18 @@ func LoadConfig(path string) (Config, error) {
 
 // SchemaFormat is the message format the schema's builders decode.
 func (c Config) SchemaFormat() schemas.Format {
-	return schemas.Format{Kind: c.Format, Registry: c.Registry}
+	return schemas.Format{Kind: c.Format, Registry: c.Registry, Proto: c.Proto}
 }
 
 // Finish applies defaults and validates; errors name the offending key.
 func (c *Config) Finish() error {
 	c.defaults()
-	err := c.validate()
+	var err error
+	if c.Routed() {
+		err = c.validateRoutes()
+	} else {
+		err = c.validate()
+	}
 	if c.Enrich != nil {
 		err = errors.Join(err, c.Enrich.Finish())
 	}
@@ -302,11 +385,17 @@ func (c *Config) validate() error {
 		}
 	case schemas.FormatAvro:
 	case schemas.FormatProtobuf:
-		if c.Registry == nil {
-			bad("format", "protobuf values must be in the Confluent wire format: set registry")
+		switch {
+		case c.Registry == nil && c.Proto == nil:
+			bad("format", "protobuf values need their message type: set proto.file and proto.message (plain values) or registry (Confluent wire format)")
+		case c.Registry != nil && c.Proto != nil:
+			bad("proto", "the registry names each message's type; remove proto or registry")
 		}
 	default:
 		bad("format", "%q: want json, avro or protobuf", c.Format)
+	}
+	if c.Proto != nil && c.Format != schemas.FormatProtobuf {
+		bad("proto", "goes with format protobuf")
 	}
 	if c.Registry != nil && c.Registry.URL == "" {
 		bad("registry.url", "required")
@@ -371,6 +460,9 @@ func (c *Config) validate() error {
 	}
 	if mt.RetainLast < 1 {
 		bad("maintain.retain_last", "%d: at least 1 snapshot is always kept", mt.RetainLast)
+	}
+	if c.Dedupe != nil && c.Dedupe.Window.D() < 0 {
+		bad("dedupe.window", "must be positive")
 	}
 	if mt.OrphanOlderThan.D() < time.Hour {
 		bad("maintain.orphan_older_than", "%s is below 1h: younger unreferenced files may belong to a commit in flight", mt.OrphanOlderThan.D())

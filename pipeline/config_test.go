@@ -15,7 +15,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/floe-dev/floe/lakehouse"
 	"github.com/floe-dev/floe/pipeline"
+	"github.com/floe-dev/floe/schemas"
 )
 
 const validConfig = `
@@ -131,7 +133,7 @@ func TestConfigErrorsNameTheKey(t *testing.T) {
 		{"maintain expiry", "table:", "maintain:\n  expire_older_than: -1h\ntable:", "maintain.expire_older_than"},
 		{"maintain unknown key", "table:", "maintain:\n  every: 1h\ntable:", "every"},
 		{"format", "table:", "format: xml\ntable:", `format: "xml": want json, avro or protobuf`},
-		{"protobuf without registry", "table:", "format: protobuf\ntable:", "format: protobuf values must be in the Confluent wire format"},
+		{"protobuf without registry", "table:", "format: protobuf\ntable:", "format: protobuf values need their message type"},
 		{"json with registry", "table:", "registry: {url: http://127.0.0.1:8081}\ntable:", "registry: JSON values do not use a schema registry"},
 		{"registry without url", "table:", "format: avro\nregistry: {basic_auth: a:b}\ntable:", "registry.url: required"},
 		{"registry unknown key", "table:", "format: avro\nregistry: {uri: http://x}\ntable:", "uri"},
@@ -310,5 +312,61 @@ func TestConfigKafkaSecurity(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestDedupeConfig: the dedupe section overrides the schema's business key
+// and window; mistakes name the key and the problem.
+func TestDedupeConfig(t *testing.T) {
+	payments := filepath.Join("..", "schemas", "examples", "payments.avsc")
+	noTime := filepath.Join(t.TempDir(), "ids.avsc")
+	if err := os.WriteFile(noTime, []byte(`{"type":"record","name":"Id","fields":[{"name":"id","type":"string"}]}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		schema, section string
+		want            lakehouse.Dedupe
+		err             string
+	}{
+		{schema: "clickstream", want: lakehouse.Dedupe{}},
+		{schema: "clickstream", section: "dedupe: {key: event_id}", want: lakehouse.Dedupe{Key: "event_id", Window: 168 * time.Hour}},
+		{schema: payments, want: lakehouse.Dedupe{Key: "payment_id", Window: 168 * time.Hour}},
+		{schema: payments, section: "dedupe: {window: 72h}", want: lakehouse.Dedupe{Key: "payment_id", Window: 72 * time.Hour}},
+		{schema: payments, section: "dedupe: {key: payment_id, window: 72h}", want: lakehouse.Dedupe{Key: "payment_id", Window: 72 * time.Hour}},
+		{schema: noTime, section: "dedupe: {key: id}", want: lakehouse.Dedupe{Key: "id"}},
+		{schema: "clickstream", section: "dedupe: {window: 1h}", err: "dedupe.key: required: schema clickstream declares no floe.dedupe-key"},
+		{schema: "clickstream", section: "dedupe: {key: eventid}", err: `dedupe.key: "eventid" is not a top-level column of schema clickstream`},
+		{schema: payments, section: "dedupe: {key: account.id}", err: `dedupe.key: "account.id" is not a top-level column`},
+		{schema: payments, section: "dedupe: {key: account}", err: `dedupe.key: column "account" is a struct`},
+		{schema: noTime, section: "dedupe: {key: id, window: 24h}", err: `dedupe.window: 24h0m0s bounds the search for key "id" in event time, but schema ` + noTime + ` declares no event-time column`},
+	} {
+		cfg, err := pipeline.LoadConfig(writeConfig(t, validConfig+"schema: "+c.schema+"\n"+c.section+"\n"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cfg.Finish(); err != nil {
+			t.Fatal(err)
+		}
+		sc, err := schemas.Lookup(cfg.Schema)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := cfg.DedupeFor(sc)
+		if c.err != "" {
+			if err == nil || !strings.Contains(err.Error(), c.err) {
+				t.Errorf("%s %q: error %v, want %q", c.schema, c.section, err, c.err)
+			}
+			continue
+		}
+		if err != nil || got != c.want {
+			t.Errorf("%s %q: %+v, %v; want %+v", c.schema, c.section, got, err, c.want)
+		}
+	}
+	cfg, err := pipeline.LoadConfig(writeConfig(t, validConfig+"dedupe: {key: event_id, window: -1h}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cfg.Finish(); err == nil || !strings.Contains(err.Error(), "dedupe.window: must be positive") {
+		t.Fatalf("negative window: %v", err)
 	}
 }

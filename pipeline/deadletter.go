@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"time"
 
@@ -23,6 +24,11 @@ const (
 	HeaderSourcePartition = "floe.source.partition"
 	HeaderSourceOffset    = "floe.source.offset"
 	HeaderSourceTimestamp = "floe.source.timestamp"
+	// HeaderTable names the table whose route dead-lettered the record:
+	// routes of one topic share its dead-letter topic, and each route's
+	// verify counts only its own dead letters (and those of the field
+	// routes it splits the topic with).
+	HeaderTable = "floe.table"
 )
 
 // ReasonEnrichFailed is the dead-letter reason for records the enrichment
@@ -37,9 +43,10 @@ type deadLetter struct {
 	detail string
 }
 
-func (d deadLetter) message(topic string) kafka.Message {
+func (d deadLetter) message(topic, table string) kafka.Message {
 	h := []kafka.Header{
 		{Key: HeaderReason, Value: []byte(d.reason)},
+		{Key: HeaderTable, Value: []byte(table)},
 		{Key: HeaderSourceTopic, Value: []byte(d.msg.Topic)},
 		{Key: HeaderSourcePartition, Value: []byte(strconv.Itoa(d.msg.Partition))},
 		{Key: HeaderSourceOffset, Value: []byte(strconv.FormatInt(d.msg.Offset, 10))},
@@ -59,12 +66,14 @@ func (d deadLetter) message(topic string) kafka.Message {
 // dead-lettered offset only after this returns nil.
 type deadLetterWriter struct {
 	topic string
+	table string // named in every dead letter's HeaderTable
 	w     *kafka.Writer
 }
 
-func newDeadLetterWriter(cfg KafkaConfig, transport *kafka.Transport) *deadLetterWriter {
+func newDeadLetterWriter(cfg KafkaConfig, table string, transport *kafka.Transport) *deadLetterWriter {
 	return &deadLetterWriter{
 		topic: cfg.DLQTopic,
+		table: table,
 		w: &kafka.Writer{
 			Addr:                   kafka.TCP(cfg.Brokers...),
 			Balancer:               &kafka.Hash{},
@@ -84,7 +93,7 @@ func (d *deadLetterWriter) write(ctx context.Context, letters []deadLetter) erro
 	}
 	msgs := make([]kafka.Message, len(letters))
 	for i, l := range letters {
-		msgs[i] = l.message(d.topic)
+		msgs[i] = l.message(d.topic, d.table)
 	}
 	if err := d.w.WriteMessages(ctx, msgs...); err != nil {
 		return fmt.Errorf("writing %d records to dead-letter topic %s: %w", len(msgs), d.topic, err)
@@ -97,7 +106,10 @@ func (d *deadLetterWriter) close() error { return d.w.Close() }
 // ReadDeadLetters reads the dead-letter topic from its start to its current
 // end and returns the source offsets of topic it holds, for reconciliation.
 // A source offset written twice (an aborted flush is redone) counts once.
-func ReadDeadLetters(ctx context.Context, k KafkaConfig) (lakehouse.DeadLetters, error) {
+// With tables given, only the dead letters of those tables' routes count
+// (HeaderTable), and those without the header (written before it existed);
+// without, every dead letter of the topic counts.
+func ReadDeadLetters(ctx context.Context, k KafkaConfig, tables ...string) (lakehouse.DeadLetters, error) {
 	dialer, err := k.dialer()
 	if err != nil {
 		return nil, err
@@ -116,14 +128,14 @@ func ReadDeadLetters(ctx context.Context, k KafkaConfig) (lakehouse.DeadLetters,
 	}
 	out := lakehouse.DeadLetters{}
 	for _, p := range parts {
-		if err := readDeadLetterPartition(ctx, dialer, k, p.ID, k.Topic, out); err != nil {
+		if err := readDeadLetterPartition(ctx, dialer, k, p.ID, tables, out); err != nil {
 			return nil, err
 		}
 	}
 	return out, nil
 }
 
-func readDeadLetterPartition(ctx context.Context, dialer *kafka.Dialer, k KafkaConfig, partition int, source string, out lakehouse.DeadLetters) error {
+func readDeadLetterPartition(ctx context.Context, dialer *kafka.Dialer, k KafkaConfig, partition int, tables []string, out lakehouse.DeadLetters) error {
 	leader, err := dialer.DialLeader(ctx, "tcp", k.Brokers[0], k.DLQTopic, partition)
 	if err != nil {
 		return fmt.Errorf("dead-letter topic %s/%d: %w", k.DLQTopic, partition, err)
@@ -150,8 +162,11 @@ func readDeadLetterPartition(ctx context.Context, dialer *kafka.Dialer, k KafkaC
 		}
 		var topic string
 		sp, so := int64(-1), int64(-1)
+		mine := true
 		for _, h := range msg.Headers {
 			switch h.Key {
+			case HeaderTable:
+				mine = len(tables) == 0 || slices.Contains(tables, string(h.Value))
 			case HeaderSourceTopic:
 				topic = string(h.Value)
 			case HeaderSourcePartition:
@@ -160,7 +175,7 @@ func readDeadLetterPartition(ctx context.Context, dialer *kafka.Dialer, k KafkaC
 				so, _ = strconv.ParseInt(string(h.Value), 10, 64)
 			}
 		}
-		if topic == source && sp >= 0 && so >= 0 {
+		if mine && topic == k.Topic && sp >= 0 && so >= 0 {
 			if out[int32(sp)] == nil {
 				out[int32(sp)] = map[int64]struct{}{}
 			}

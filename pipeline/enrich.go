@@ -1,9 +1,11 @@
 package pipeline
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"strconv"
+	"time"
 
 	"github.com/apache/iceberg-go"
 	"github.com/segmentio/kafka-go"
@@ -47,17 +49,88 @@ func icebergType(t enrich.FieldType) (iceberg.Type, error) {
 	return nil, fmt.Errorf("unknown type %q", t)
 }
 
-// keyExtractor pulls the lookup key out of a record value. It owns a parser,
-// so each fetch worker has its own.
+// keyExtractor pulls the lookup key out of a record value. It owns a parser
+// for the rare values the scanner leaves to it, so each fetch worker has its
+// own.
 type keyExtractor struct {
-	field string
-	p     fastjson.Parser
+	field  string
+	quoted []byte // "field", with the quotes
+	p      fastjson.Parser
+}
+
+func newKeyExtractor(field string) *keyExtractor {
+	return &keyExtractor{field: field, quoted: []byte(strconv.Quote(field))}
 }
 
 // key returns the lookup key: a JSON string, or an integer written in
-// decimal. A record without one (or not JSON at all) gets "", which the stage
-// completes at once as a miss; the decoder then judges the record itself.
-func (k *keyExtractor) key(value []byte) string {
+// decimal, of the top-level field (the last one, if repeated, as the
+// decoder reads it). A record without one (or not a JSON object) gets an
+// empty key, which the stage completes at once as a miss; the decoder then
+// judges the record itself. A string key is a slice of value, not a copy:
+// the stage copies a key only when it has to look it up, so a cached key
+// costs no allocation.
+//
+// The record is parsed again when it is decoded, so the key is found by a
+// scan that only walks the top-level object and copies nothing but the key:
+// several times cheaper than a full parse. A value the scan does not settle
+// (escapes in a name or in the key's string, a malformed object) goes to
+// fastjson, whose answer it is. The scan checks the object's structure, not
+// its scalars: a record it takes a key from may still fail to decode, and
+// is then dead-lettered; only its lookup was wasted.
+func (k *keyExtractor) key(value []byte) []byte {
+	if key, ok := findKey(value, k.quoted); ok {
+		return key
+	}
+	if key, ok := scanKey(value, k.field); ok {
+		return key
+	}
+	return []byte(k.parse(value))
+}
+
+// findKey is the fast path of key for objects without escapes or nesting
+// before the key, which clickstream records are: there every quote opens or
+// closes a string, so in a well-formed object the quoted field name followed
+// by a colon is the member, found with a few vectorized searches. ok is
+// false for any other value (an escape, a nested object or array before the
+// name, the name twice), and for
+// values that are not a well-formed object the answer is only a guess the
+// decoder then overrules.
+func findKey(v []byte, quoted []byte) (key []byte, ok bool) {
+	if len(quoted) < 3 || len(v) < 2 || v[0] != '{' {
+		return nil, false
+	}
+	at := bytes.Index(v, quoted)
+	if at < 0 {
+		return nil, false // absent, or not found this way: let the scan decide
+	}
+	// Only what comes before the name can make it something else than a
+	// top-level member name (a nested object's, or part of a string); the
+	// name again anywhere after it defers to the scan, so nothing after
+	// it needs checking.
+	if before := v[1:at]; bytes.IndexByte(before, '\\') >= 0 || bytes.IndexByte(before, '{') >= 0 ||
+		bytes.IndexByte(before, '[') >= 0 || bytes.Index(v[at+len(quoted):], quoted) >= 0 {
+		return nil, false
+	}
+	i := skipSpace(v, at+len(quoted))
+	if i >= len(v) || v[i] != ':' {
+		return nil, false
+	}
+	i = skipSpace(v, i+1)
+	if i >= len(v) {
+		return nil, false
+	}
+	val, next, ok := scanKeyValue(v, i)
+	if !ok {
+		return nil, false
+	}
+	if next = skipSpace(v, next); next >= len(v) || (v[next] != ',' && v[next] != '}') {
+		return nil, false
+	}
+	return val, true
+}
+
+// parse is key with a full parse: the reference for scanKey.
+func (k *keyExtractor) parse(value []byte) string {
 	v, err := k.p.ParseBytes(value)
 	if err != nil {
 		return ""
@@ -77,14 +150,212 @@ func (k *keyExtractor) key(value []byte) string {
 	return ""
 }
 
+// scanKey finds field's value among the members of the JSON object in v
+// without parsing the values it skips. ok is false when the scan cannot
+// decide: v is not a well-formed object as far as the scan checks, or a
+// member name or the key's string holds an escape.
+func scanKey(v []byte, field string) (key []byte, ok bool) {
+	i := skipSpace(v, 0)
+	if i >= len(v) || v[i] != '{' {
+		return nil, false
+	}
+	i = skipSpace(v, i+1)
+	if i < len(v) && v[i] == '}' {
+		return nil, skipSpace(v, i+1) == len(v)
+	}
+	var found []byte
+	haveKey := false
+	for {
+		// A member name.
+		if i >= len(v) || v[i] != '"' {
+			return nil, false
+		}
+		end, escaped := scanString(v, i)
+		if end < 0 || escaped {
+			return nil, false
+		}
+		name := v[i+1 : end-1]
+		i = skipSpace(v, end)
+		if i >= len(v) || v[i] != ':' {
+			return nil, false
+		}
+		i = skipSpace(v, i+1)
+		if i >= len(v) {
+			return nil, false
+		}
+		if string(name) == field { // no allocation
+			val, next, ok := scanKeyValue(v, i)
+			if !ok {
+				return nil, false
+			}
+			found, haveKey, i = val, true, next
+		} else {
+			if i = skipValue(v, i); i < 0 {
+				return nil, false
+			}
+		}
+		i = skipSpace(v, i)
+		if i >= len(v) {
+			return nil, false
+		}
+		switch v[i] {
+		case ',':
+			i = skipSpace(v, i+1)
+		case '}':
+			if skipSpace(v, i+1) != len(v) {
+				return nil, false
+			}
+			if !haveKey {
+				return nil, true
+			}
+			return found, true
+		default:
+			return nil, false
+		}
+	}
+}
+
+// scanKeyValue reads the key field's value at v[i:]: a string without
+// escapes is the key, an integer its decimal form, anything else no key.
+// next is the index after the value; ok is false when the scan cannot
+// decide.
+func scanKeyValue(v []byte, i int) (key []byte, next int, ok bool) {
+	switch c := v[i]; {
+	case c == '"':
+		end, escaped := scanString(v, i)
+		if end < 0 || escaped {
+			return nil, 0, false
+		}
+		return v[i+1 : end-1], end, true
+	case c == '-' || (c >= '0' && c <= '9'):
+		end := skipValue(v, i)
+		if end < 0 {
+			return nil, 0, false
+		}
+		n, err := strconv.ParseInt(string(v[i:end]), 10, 64)
+		if err != nil {
+			return nil, 0, false // a fraction, an exponent, or too large: fastjson decides
+		}
+		return strconv.AppendInt(nil, n, 10), end, true
+	}
+	end := skipValue(v, i)
+	return nil, end, end >= 0
+}
+
+// scanString returns the index after the JSON string starting at v[i] (a
+// quote), or -1 if it does not end, and whether it holds an escape.
+func scanString(v []byte, i int) (end int, escaped bool) {
+	// Most strings hold no escape: find the closing quote with IndexByte.
+	q := bytes.IndexByte(v[i+1:], '"')
+	if q < 0 {
+		return -1, false
+	}
+	if bytes.IndexByte(v[i+1:i+1+q], '\\') < 0 {
+		return i + q + 2, false
+	}
+	for j := i + 1; j < len(v); j++ {
+		switch v[j] {
+		case '"':
+			return j + 1, true
+		case '\\':
+			j++
+		}
+	}
+	return -1, true
+}
+
+// skipValue returns the index after the JSON value starting at v[i], or -1
+// if it does not end. Nested objects and arrays are skipped by counting
+// brackets outside strings; their contents are left to the decoder.
+func skipValue(v []byte, i int) int {
+	switch v[i] {
+	case '"':
+		end, _ := scanString(v, i)
+		return end
+	case '{', '[':
+		depth := 0
+		for j := i; j < len(v); j++ {
+			switch v[j] {
+			case '"':
+				end, _ := scanString(v, j)
+				if end < 0 {
+					return -1
+				}
+				j = end - 1
+			case '{', '[':
+				depth++
+			case '}', ']':
+				if depth--; depth == 0 {
+					return j + 1
+				}
+			}
+		}
+		return -1
+	}
+	// A number, true, false or null: up to the next delimiter.
+	j := i
+	for j < len(v) {
+		switch v[j] {
+		case ',', '}', ']', ' ', '\t', '\n', '\r':
+			if j == i {
+				return -1
+			}
+			return j
+		}
+		j++
+	}
+	return -1 // a top-level object cannot end inside a scalar
+}
+
+func skipSpace(v []byte, i int) int {
+	for i < len(v) {
+		switch v[i] {
+		case ' ', '\t', '\n', '\r':
+			i++
+		default:
+			return i
+		}
+	}
+	return i
+}
+
+// laneSlab is how many lane records are allocated at once. A slab lives
+// until its last record has left the lane.
+const laneSlab = 256
+
 // laneOverhead is what a record costs in a lane beyond its key and value:
-// the kafka.Message, its box and the lane's entry, rounded up.
-const laneOverhead = 256
+// its laneRecord and the lane's entry, rounded up.
+const laneOverhead = 192
+
+// takeBatch is how many records the drainer takes from its lane at once.
+const takeBatch = 256
+
+// laneRecord is what a lane holds of a fetched message: only what buffering
+// it needs. A kafka.Message is twice its size and holds twice the pointers,
+// and a lane behind a cold key holds a hundred thousand of them for the
+// garbage collector to trace.
+type laneRecord struct {
+	key, value []byte
+	time       time.Time
+	offset     int64
+	highWater  int64
+}
+
+func newLaneRecord(m *kafka.Message) laneRecord {
+	return laneRecord{key: m.Key, value: m.Value, time: m.Time, offset: m.Offset, highWater: m.HighWaterMark}
+}
+
+// message is the record as buffering takes it: the fetched message without
+// its headers, which floe does not read.
+func (r *laneRecord) message(topic string, partition int32) kafka.Message {
+	return kafka.Message{Topic: topic, Partition: int(partition), Offset: r.offset, HighWaterMark: r.highWater,
+		Key: r.key, Value: r.value, Time: r.time}
+}
 
 // fetchEnriched is fetch with the enrichment stage between fetching and
 // buffering: the fetcher submits records to the partition's lane (blocking
 // when the lane is full, which stops fetching), and the drainer buffers them
-// in offset order as their lookups complete.
+// in offset order as their lookups complete, a batch of them at a time.
 func (m *Member) fetchEnriched(ctx context.Context, b *partitionBuffer, seek int64, win *window, end int64, reached func()) error {
 	k := m.cfg.Kafka
 	r, err := openReader(k, b.partition, m.dialer, seek)
@@ -104,11 +375,18 @@ func (m *Member) fetchEnriched(ctx context.Context, b *partitionBuffer, seek int
 		cancel() // a failed drainer stops the fetcher
 		drained <- err
 	}()
-	ex := &keyExtractor{field: m.cfg.Enrich.Key}
+	ex := newKeyExtractor(m.cfg.Enrich.Key)
+	// The lane holds *laneRecord: boxing a laneRecord in an any would
+	// allocate a copy of it per record, so they are kept in slabs instead.
+	var slab []laneRecord
 	for {
 		msg, err := r.FetchMessage(ctx)
 		if err == nil {
-			err = lane.SubmitSized(ctx, ex.key(msg.Value), msg, len(msg.Key)+len(msg.Value)+laneOverhead)
+			if len(slab) == cap(slab) {
+				slab = make([]laneRecord, 0, laneSlab)
+			}
+			slab = append(slab, newLaneRecord(&msg))
+			err = lane.SubmitSized(ctx, ex.key(msg.Value), &slab[len(slab)-1], len(msg.Key)+len(msg.Value)+laneOverhead)
 		}
 		if err != nil {
 			lane.Abort()
@@ -124,22 +402,21 @@ func (m *Member) fetchEnriched(ctx context.Context, b *partitionBuffer, seek int
 // drain buffers a lane's completed records in offset order until the lane
 // closes or ctx ends.
 func (m *Member) drain(ctx context.Context, b *partitionBuffer, lane *enrich.Queue, win *window, end int64, reached func()) error {
+	topic := m.cfg.Kafka.Topic
+	buf := make([]enrich.Completed, 0, takeBatch)
 	for {
-		var c enrich.Completed
-		var ok bool
-		select {
-		case <-ctx.Done():
-			return nil
-		case c, ok = <-lane.Out():
-			if !ok {
+		batch, err := lane.Take(ctx, buf)
+		if err != nil {
+			return nil // closed, aborted or stopped: the fetcher reports why
+		}
+		for i := range batch {
+			if err := win.wait(ctx); err != nil {
 				return nil
 			}
-		}
-		if err := win.wait(ctx); err != nil {
-			return nil
-		}
-		if err := m.buffer(b, c.Item.(kafka.Message), c.Result, win, end, reached); err != nil {
-			return err
+			c := &batch[i]
+			if err := m.buffer(b, c.Item.(*laneRecord).message(topic, b.partition), c.Result, win, end, reached); err != nil {
+				return err
+			}
 		}
 	}
 }

@@ -47,6 +47,7 @@ type Member struct {
 	dialer *kafka.Dialer
 	reg    prometheus.Registerer
 	stage  *enrich.Stage // nil without enrichment
+	evo    *evolver      // the table's schema evolutions and the newest schema
 }
 
 // Option configures a Member.
@@ -73,7 +74,16 @@ func NewMember(cfg Config, tbl *lakehouse.Table, sc *schemas.Schema, opts ...Opt
 	if sc, err = sc.WithFormat(cfg.SchemaFormat()); err != nil {
 		return nil, err
 	}
+	dd, err := cfg.DedupeFor(sc)
+	if err == nil {
+		err = tbl.SetDedupe(dd)
+	}
+	if err != nil {
+		return nil, err
+	}
 	m := &Member{cfg: cfg, table: tbl, schema: sc, dialer: dialer}
+	m.evo = &evolver{table: tbl, current: sc.Evolving()}
+	tbl.SetRouting(cfg.Kafka.Topic, cfg.RoutingFingerprint()) // for CheckStart
 	for _, o := range opts {
 		o(m)
 	}
@@ -114,6 +124,9 @@ func (m *Member) Run(ctx context.Context) error {
 	_, err := EndOffsets(checkCtx, k)
 	cancel()
 	if err != nil {
+		if ctx.Err() != nil {
+			return nil // stopped while starting
+		}
 		return fmt.Errorf("kafka %v: %w", k.Brokers, err)
 	}
 	start := kafka.FirstOffset
@@ -161,7 +174,7 @@ func (m *Member) Run(ctx context.Context) error {
 		return err
 	}
 	defer tr.CloseIdleConnections()
-	dlq := newDeadLetterWriter(k, tr)
+	dlq := newDeadLetterWriter(k, m.cfg.Table.Name, tr)
 	defer dlq.close()
 
 	if m.stage != nil {
@@ -285,7 +298,7 @@ func (m *Member) generation(ctx, genCtx context.Context, gen *kafka.Generation, 
 			}
 		}
 		warned := false
-		bufs[i] = newPartitionBuffer(m.schema, k.Topic, p, resume, int(k.MaxMessageBytes), func(from, to int64) {
+		bufs[i] = newPartitionBuffer(m.evo.schema(), k.Topic, p, resume, int(k.MaxMessageBytes), func(from, to int64) {
 			m.stats.OffsetGaps.Add(to - from)
 			if !warned {
 				warned = true
@@ -295,6 +308,9 @@ func (m *Member) generation(ctx, genCtx context.Context, gen *kafka.Generation, 
 		})
 		b := bufs[i]
 		b.lag = lag[p]
+		b.evolve = func(from *schemas.Schema, req *schemas.EvolveRequest) (*schemas.Schema, error) {
+			return m.evo.evolve(stopCtx, from, req)
+		}
 		end, scheduled := m.until[p]
 		switch {
 		case !scheduled:
@@ -312,11 +328,14 @@ func (m *Member) generation(ctx, genCtx context.Context, gen *kafka.Generation, 
 		if m.stage != nil {
 			fetch = m.fetchEnriched
 		}
+		reached := func() {
+			if behind.Add(-1) == 0 {
+				win.kick()
+			}
+		}
 		workers.Go(func() error {
-			return fetch(wctx, b, seek, win, end, func() {
-				if behind.Add(-1) == 0 {
-					win.kick()
-				}
+			return m.work(wctx, b, seek, func(seek int64) error {
+				return fetch(wctx, b, seek, win, end, reached)
 			})
 		})
 	}
@@ -426,6 +445,39 @@ func (m *Member) caughtUp(wm lakehouse.Offsets) bool {
 	return true
 }
 
+// work runs one partition's fetch. When it fails — a record the buffer
+// cannot take (an incompatible writer schema under on_incompatible: stop) or
+// a fetch error — the partition is held instead of ending the generation:
+// ending it would make every member rejoin and then fail on the same record
+// again, a rebalance storm. The member stays in the group and commits what
+// precedes the record; the partition is retried from its first unbuffered
+// offset with a growing backoff (1 s up to 5 min) until the generation
+// ends. A passing fetch error heals by itself; a refused writer schema stays
+// refused until the producer, the table or on_incompatible is fixed and the
+// member restarted — /readyz and floe_partitions_stopped say so meanwhile.
+func (m *Member) work(ctx context.Context, b *partitionBuffer, seek int64, fetch func(seek int64) error) error {
+	backoff := time.Second
+	for {
+		err := fetch(seek)
+		if err == nil || ctx.Err() != nil {
+			return err
+		}
+		m.stats.StoppedPartitions.Add(1)
+		m.log.Error("partition stopped: staying in the group, retrying from its first uncommitted record",
+			"topic", b.topic, "partition", b.partition, "in", backoff, "err", err)
+		select {
+		case <-ctx.Done():
+		case <-time.After(backoff):
+		}
+		m.stats.StoppedPartitions.Add(-1)
+		if ctx.Err() != nil {
+			return nil
+		}
+		backoff = min(2*backoff, 5*time.Minute)
+		seek = b.resumeAt(seek)
+	}
+}
+
 // fetch reads one partition from seek onwards into b until ctx ends. When
 // end >= 0, reached is called once the record before end is buffered.
 func (m *Member) fetch(ctx context.Context, b *partitionBuffer, seek int64, win *window, end int64, reached func()) error {
@@ -455,6 +507,13 @@ func (m *Member) fetch(ctx context.Context, b *partitionBuffer, seek int64, win 
 // buffer appends one record to b and accounts for it: counters, the window,
 // and whether the partition reached its scheduled end.
 func (m *Member) buffer(b *partitionBuffer, msg kafka.Message, res enrich.Result, win *window, end int64, reached func()) error {
+	if m.cfg.where != nil && !m.cfg.where.takes(msg.Value) {
+		m.filtered(b, msg) // another route's record: a covered offset, no row
+		if msg.Offset+1 == end {
+			reached()
+		}
+		return nil
+	}
 	rows, bytes, dead, err := b.appendEnriched(msg, time.Now(), res)
 	if err != nil {
 		return err
@@ -604,7 +663,7 @@ func (f *flusher) flush(ctx context.Context) error {
 		m.stats.KafkaCommitErrors.Add(1)
 		m.log.Info("kafka offset commit failed (advisory; the table holds the offsets)", "err", err)
 	}
-	m.log.Debug("committed", "snapshot", res.SnapshotID, "rows", res.Rows, "skipped", res.Skipped,
+	m.log.Debug("committed", "snapshot", res.SnapshotID, "rows", res.Rows, "skipped", res.Skipped, "business_duplicates", res.BusinessDuplicates,
 		"files", res.Files, "attempts", res.Attempts, "dead_letters", len(letters),
 		"dlq_write", dlqTook.Round(time.Millisecond), "took", time.Since(started).Round(time.Millisecond))
 	f.caughtUp = m.caughtUp(res.Offsets)

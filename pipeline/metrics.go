@@ -4,9 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"net/http"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -22,8 +25,10 @@ func (s *Stats) Register(reg prometheus.Registerer) error {
 	for _, c := range []prometheus.Collector{
 		counter("records_consumed_total", "Records fetched and decoded or dead-lettered.", s.Consumed.Load),
 		counter("records_dead_lettered_total", "Records sent to the dead-letter topic.", s.DeadLettered.Load),
+		counter("records_filtered_total", "Records of the topic another route takes (routes with where): covered offsets, not rows.", s.Filtered.Load),
 		counter("rows_committed_total", "Rows committed to the table.", s.Rows.Load),
 		counter("duplicates_skipped_total", "Rows the dedupe MERGE found already in the table.", s.Skipped.Load),
+		counter("business_duplicates_skipped_total", "Rows the business-key MERGE skipped: their dedupe key was already in the table or earlier in the flush.", s.BusinessDuplicates.Load),
 		counter("commits_total", "Table commits.", s.Commits.Load),
 		counter("commit_attempts_total", "Catalog commit attempts, including retries after conflicts.", s.CommitAttempts.Load),
 		counter("zombie_fences_total", "Flushes refused because another member advanced a watermark.", s.Fenced.Load),
@@ -50,6 +55,9 @@ func (s *Stats) Register(reg prometheus.Registerer) error {
 				}
 				return 0
 			}),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "floe_partitions_stopped",
+			Help: "Partitions held after a record or fetch failed (e.g. an incompatible writer schema), retried in place with backoff."},
+			func() float64 { return float64(s.StoppedPartitions.Load()) }),
 		lagCollector{s},
 	} {
 		if err := reg.Register(c); err != nil {
@@ -103,17 +111,61 @@ func ListenMetrics(ctx context.Context, addr string, reg *prometheus.Registry, s
 	if err := s.Register(reg); err != nil {
 		return nil, err
 	}
+	return listenMetrics(ctx, addr, reg, func() string { return notReady(s) })
+}
+
+// RouteRegisterer is the registerer of one route of a job with routes: its
+// metrics carry a table label, so the members of one process do not collide.
+// Pass it to WithRegisterer; ListenRouteMetrics labels the Stats the same way.
+func RouteRegisterer(reg prometheus.Registerer, table string) prometheus.Registerer {
+	return prometheus.WrapRegistererWith(prometheus.Labels{"table": table}, reg)
+}
+
+// ListenRouteMetrics is ListenMetrics for a job with routes: stats maps each
+// route's table name to its member's Stats, registered with a table label.
+// /readyz answers 200 only while every route is ready, and otherwise names
+// the tables that are not.
+func ListenRouteMetrics(ctx context.Context, addr string, reg *prometheus.Registry, stats map[string]*Stats) (serve func() error, err error) {
+	tables := slices.Sorted(maps.Keys(stats))
+	for _, t := range tables {
+		if err := stats[t].Register(RouteRegisterer(reg, t)); err != nil {
+			return nil, fmt.Errorf("metrics of table %s: %w", t, err)
+		}
+	}
+	return listenMetrics(ctx, addr, reg, func() string {
+		var why []string
+		for _, t := range tables {
+			if r := notReady(stats[t]); r != "" {
+				why = append(why, t+": "+r)
+			}
+		}
+		return strings.Join(why, "; ")
+	})
+}
+
+// notReady says why a member is not ready, or "" when it is.
+func notReady(s *Stats) string {
+	switch {
+	case s.Assigned.Load() == 0:
+		return "no partitions assigned"
+	case s.Stalled.Load():
+		return "commits are failing (retrying in place)"
+	case s.StoppedPartitions.Load() > 0:
+		return "a partition is stopped on a record it cannot take (retrying in place; see the log)"
+	}
+	return ""
+}
+
+// listenMetrics serves reg and the Go runtime's metrics; /readyz answers 503
+// with notReady's reason while it is not "".
+func listenMetrics(ctx context.Context, addr string, reg *prometheus.Registry, notReady func() string) (serve func() error, err error) {
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	mux.HandleFunc("/livez", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
-		if s.Assigned.Load() == 0 {
-			http.Error(w, "no partitions assigned", http.StatusServiceUnavailable)
-			return
-		}
-		if s.Stalled.Load() {
-			http.Error(w, "commits are failing (retrying in place)", http.StatusServiceUnavailable)
+		if why := notReady(); why != "" {
+			http.Error(w, why, http.StatusServiceUnavailable)
 			return
 		}
 		fmt.Fprintln(w, "ok")

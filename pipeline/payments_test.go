@@ -7,13 +7,19 @@ import (
 	"math/big"
 	"os"
 	"path/filepath"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
+	"github.com/apache/arrow-go/v18/arrow/memory"
+	"github.com/apache/iceberg-go/table"
 	"github.com/bufbuild/protocompile"
 	"github.com/hamba/avro/v2"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/twmb/franz-go/pkg/sr"
 	"github.com/twmb/franz-go/pkg/sr/srfake"
 	"google.golang.org/protobuf/proto"
@@ -384,5 +390,409 @@ func runPayments(t *testing.T, values [][]byte, good []bool, format string, regi
 	}
 	if dead != n-wantGood {
 		t.Fatalf("%d dead letters, want %d", dead, n-wantGood)
+	}
+}
+
+// retriedPayment is payment i as JSON, always valid: one a minute from
+// 2024-11-01T10:00Z on.
+func retriedPayment(i int) []byte {
+	created := time.Date(2024, 11, 1, 10, 0, 0, 0, time.UTC).Add(time.Duration(i) * time.Minute)
+	return fmt.Appendf(nil, `{"payment_id":"00000000-0000-4000-8000-%012d","amount":"%d.00","currency":"EUR",`+
+		`"status":"SETTLED","created_at":%q,"account":{"id":"acct-%d"},"tags":[]}`, i, i, created.Format(time.RFC3339), i%10)
+}
+
+// landed is where a produced message went.
+type landed struct {
+	partition int32
+	offset    int64
+}
+
+// produceByKey writes msgs in one Produce call per key, in order, so that
+// it learns each message's partition and offset, and each key's partition.
+func produceByKey(t *testing.T, cl *embedded.Cluster, topic string, msgs []clickgen.Message, keyPart map[string]int32) []landed {
+	t.Helper()
+	byKey := map[string][]int{}
+	var keys []string
+	for i, m := range msgs {
+		k := string(m.Key)
+		if byKey[k] == nil {
+			keys = append(keys, k)
+		}
+		byKey[k] = append(byKey[k], i)
+	}
+	out := make([]landed, len(msgs))
+	for _, k := range keys {
+		batch := make([]clickgen.Message, len(byKey[k]))
+		for j, i := range byKey[k] {
+			batch[j] = msgs[i]
+		}
+		got, err := cl.Produce(t.Context(), topic, batch)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(got) != 1 {
+			t.Fatalf("key %s landed in %d partitions", k, len(got))
+		}
+		for p, offs := range got {
+			keyPart[k] = p
+			for j, i := range byKey[k] {
+				out[i] = landed{p, offs[j]}
+			}
+		}
+	}
+	return out
+}
+
+// runDedupeMember runs a member until the returned stop is called (stop waits
+// for it to flush, commit and leave).
+func runDedupeMember(t *testing.T, cfg pipeline.Config, tbl *lakehouse.Table, sc *schemas.Schema) (*pipeline.Member, func()) {
+	t.Helper()
+	m, err := pipeline.NewMember(cfg, tbl, sc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- m.Run(ctx) }()
+	var once sync.Once
+	stop := func() {
+		once.Do(func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	t.Cleanup(stop)
+	return m, stop
+}
+
+// waitTopicCaughtUp waits until the table's watermarks reach the topic's end
+// offsets.
+func waitTopicCaughtUp(t *testing.T, cl *embedded.Cluster, tbl *lakehouse.Table, topic string) {
+	t.Helper()
+	end, err := cl.EndOffsets(t.Context(), topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		wm, err := tbl.Watermarks(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		caught := true
+		for p, o := range end {
+			if w, _ := wm.Get(topic, p); w < o {
+				caught = false
+			}
+		}
+		if caught {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("not caught up within 60s: %v, want %v", wm, end)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// dedupeJob is a job on a fresh kfake topic of two partitions and a fresh
+// SQLite catalog, flushing every 40 records.
+func dedupeJob(t *testing.T, topic, schema string, dd *pipeline.DedupeConfig) (*embedded.Cluster, pipeline.Config, *lakehouse.Table, *schemas.Schema) {
+	t.Helper()
+	cl, err := embedded.Start(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Close)
+	if err := cl.CreateTopic(t.Context(), topic, 2); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	cfg := pipeline.Config{
+		Kafka: pipeline.KafkaConfig{Brokers: cl.Addrs(), Topic: topic, Group: "g",
+			SessionTimeout: pipeline.Duration(6 * time.Second), HeartbeatInterval: pipeline.Duration(250 * time.Millisecond),
+			RebalanceTimeout: pipeline.Duration(10 * time.Second)},
+		Schema: schema,
+		Table: pipeline.TableConfig{Name: "fin." + topic, Catalog: map[string]string{
+			"type": "sql", "uri": "file:" + filepath.Join(dir, "c.db"), "sql.dialect": "sqlite", "sql.driver": "sqlite",
+			"warehouse": "file://" + filepath.Join(dir, "wh")}},
+		Commit: pipeline.CommitConfig{Interval: pipeline.Duration(200 * time.Millisecond), MaxRecords: 40},
+		Dedupe: dd,
+	}
+	if err := cfg.Finish(); err != nil {
+		t.Fatal(err)
+	}
+	sc, err := schemas.Lookup(cfg.Schema)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tbl, err := lakehouse.Open(t.Context(), lakehouse.Config{Table: cfg.Table.Name, Catalog: cfg.Table.Catalog, Group: "g"}, sc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { tbl.Close() })
+	return cl, cfg, tbl, sc
+}
+
+// columnCounts reads column col of the table independently of floe:
+// value → rows.
+func columnCounts(t *testing.T, tbl *lakehouse.Table, col string) map[string]int {
+	t.Helper()
+	it, err := tbl.Load(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, batches, err := it.Scan(table.WithSelectedFields(col)).ToArrowRecords(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]int{}
+	for b, err := range batches {
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids := b.Column(0).(*array.String)
+		for i := range ids.Len() {
+			got[ids.Value(i)]++
+		}
+		b.Release()
+	}
+	return got
+}
+
+// TestPaymentsRetriedProducerDedupe is the payments scenario of the
+// business-key MERGE: a producer that retries sends some payments twice at
+// two offsets of one partition, and some again in the other partition under
+// another message key, across several flushes and a member restart. The
+// table holds each payment_id once, the skipped count equals the retried
+// copies, and verify finds no duplicate business key — until a copy is
+// inserted behind floe's back.
+func TestPaymentsRetriedProducerDedupe(t *testing.T) {
+	const n = 600
+	cl, cfg, tbl, sc := dedupeJob(t, "payments", filepath.Join("..", "schemas", "examples", "payments.avsc"), nil)
+	keyOf := func(i int) []byte { return fmt.Appendf(nil, "acct-%d", i%10) }
+	keyPart := map[string]int32{}
+	copies := 0
+	// Phase 1: payments 0-299, every 7th retried at once (same key, next
+	// offsets of its partition).
+	var msgs []clickgen.Message
+	retryOf0 := -1 // the index of payment 0's retried copy
+	for i := range n / 2 {
+		msgs = append(msgs, clickgen.Message{Key: keyOf(i), Value: retriedPayment(i)})
+		if i%7 == 0 {
+			if i == 0 {
+				retryOf0 = len(msgs)
+			}
+			msgs = append(msgs, clickgen.Message{Key: keyOf(i), Value: retriedPayment(i)})
+			copies++
+		}
+	}
+	at := produceByKey(t, cl, "payments", msgs, keyPart)
+	retry0 := at[retryOf0]
+	otherKey := func(i int) []byte {
+		for k := range 10 {
+			if keyPart[fmt.Sprintf("acct-%d", k)] != keyPart[string(keyOf(i))] {
+				return fmt.Appendf(nil, "acct-%d", k)
+			}
+		}
+		t.Fatalf("all account keys hash to partition %d", keyPart[string(keyOf(i))])
+		return nil
+	}
+
+	a, stopA := runDedupeMember(t, cfg, tbl, sc)
+	waitTopicCaughtUp(t, cl, tbl, "payments")
+	stopA()
+
+	// Phase 2, while no member runs: payments 300-599 with the same
+	// retries, every 11th payment of phase 1 and every 13th of phase 2
+	// again in the other partition (another message key).
+	msgs = nil
+	for i := range n / 2 {
+		if i%11 == 0 {
+			msgs = append(msgs, clickgen.Message{Key: otherKey(i), Value: retriedPayment(i)})
+			copies++
+		}
+	}
+	for i := n / 2; i < n; i++ {
+		msgs = append(msgs, clickgen.Message{Key: keyOf(i), Value: retriedPayment(i)})
+		if i%7 == 0 {
+			msgs = append(msgs, clickgen.Message{Key: keyOf(i), Value: retriedPayment(i)})
+			copies++
+		}
+		if i%13 == 0 {
+			msgs = append(msgs, clickgen.Message{Key: otherKey(i), Value: retriedPayment(i)})
+			copies++
+		}
+	}
+	produceByKey(t, cl, "payments", msgs, keyPart)
+	b, stopB := runDedupeMember(t, cfg, tbl, sc)
+	waitTopicCaughtUp(t, cl, tbl, "payments")
+	stopB()
+
+	ids := columnCounts(t, tbl, "payment_id")
+	if len(ids) != n {
+		t.Fatalf("%d distinct payment ids, want %d", len(ids), n)
+	}
+	for id, c := range ids {
+		if c != 1 {
+			t.Errorf("payment %s: %d rows, want 1", id, c)
+		}
+	}
+	skipped := a.Stats().BusinessDuplicates.Load() + b.Stats().BusinessDuplicates.Load()
+	rows := a.Stats().Rows.Load() + b.Stats().Rows.Load()
+	if int(skipped) != copies || rows != n || a.Stats().Commits.Load() < 3 || b.Stats().Commits.Load() < 3 {
+		t.Fatalf("skipped %d business duplicates, committed %d rows in %d + %d commits; want %d, %d, several",
+			skipped, rows, a.Stats().Commits.Load(), b.Stats().Commits.Load(), copies, n)
+	}
+	dl, err := pipeline.ReadDeadLetters(t.Context(), cfg.Kafka)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err := tbl.Verify(t.Context(), "payments", dl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !rep.OK() || rep.DedupeKey != "payment_id" || rep.DuplicateKeys != 0 || rep.DistinctKeys != n || rep.BusinessSkipped != int64(copies) {
+		var out strings.Builder
+		rep.WriteText(&out)
+		t.Fatalf("verify: duplicate keys %d, distinct %d, skipped %d (want 0, %d, %d):\n%s", rep.DuplicateKeys, rep.DistinctKeys, rep.BusinessSkipped, n, copies, out.String())
+	}
+
+	// Maintenance expires the flushes' snapshots, which recorded the
+	// skipped offsets: they stay covered.
+	time.Sleep(20 * time.Millisecond)
+	mrep, err := tbl.Maintain(t.Context(), lakehouse.MaintainOptions{MinInputFiles: 2, ExpireOlderThan: time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if int64(mrep.SnapshotsExpired) < a.Stats().Commits.Load() {
+		t.Fatalf("maintenance expired %d snapshots, want at least member a's %d flushes", mrep.SnapshotsExpired, a.Stats().Commits.Load())
+	}
+	if rep, err = tbl.Verify(t.Context(), "payments", dl); err != nil {
+		t.Fatal(err)
+	}
+	if !rep.OK() || rep.BusinessSkipped != int64(copies) {
+		var out strings.Builder
+		rep.WriteText(&out)
+		t.Fatalf("verify after expiring %d snapshots: skipped %d, want %d:\n%s", mrep.SnapshotsExpired, rep.BusinessSkipped, copies, out.String())
+	}
+
+	// Behind floe's back: payment 0's retried copy, which floe skipped, is
+	// written at its own coordinates by a writer that does not dedupe (a
+	// replay with the business-key MERGE off).
+	id0 := "00000000-0000-4000-8000-000000000000"
+	bld := sc.NewRecordBuilder(memory.DefaultAllocator, 0)
+	defer bld.Release()
+	if err := bld.Append(retriedPayment(0), schemas.Meta{Topic: "payments", Partition: retry0.partition, Offset: retry0.offset, Timestamp: time.Now()}, time.Now(), "off"); err != nil {
+		t.Fatal(err)
+	}
+	saved := tbl.Dedupe()
+	if err := tbl.SetDedupe(lakehouse.Dedupe{}); err != nil {
+		t.Fatal(err)
+	}
+	res, err := tbl.Commit(t.Context(), []lakehouse.Part{{Range: lakehouse.Range{Topic: "payments", Partition: retry0.partition,
+		From: retry0.offset, To: retry0.offset + 1}, Resume: lakehouse.Replay, Rows: bld.NewRecord()}})
+	if err != nil || res.Rows != 1 {
+		t.Fatalf("writing the copy: %d rows, %v", res.Rows, err)
+	}
+	if err := tbl.SetDedupe(saved); err != nil {
+		t.Fatal(err)
+	}
+	rep, err = tbl.Verify(t.Context(), "payments", dl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := fmt.Sprintf("%s (payments/%d@%d, payments/%d@%d)", id0, at[0].partition, at[0].offset, retry0.partition, retry0.offset)
+	if rep.OK() || rep.DuplicateKeys != 1 || rep.DuplicateIDs != 0 || len(rep.DuplicateKeyExamples) != 1 || rep.DuplicateKeyExamples[0] != want {
+		t.Fatalf("verify after a copy behind floe's back: OK %v, duplicate keys %d, duplicate ids %d, examples %v; want false, 1, 0, [%s]",
+			rep.OK(), rep.DuplicateKeys, rep.DuplicateIDs, rep.DuplicateKeyExamples, want)
+	}
+}
+
+// TestClickstreamEventIDDedupe: with `dedupe: {key: event_id}` the
+// clickstream's event repeated at a later offset becomes one row.
+func TestClickstreamEventIDDedupe(t *testing.T) {
+	cl, cfg, tbl, sc := dedupeJob(t, "clicks", "clickstream", &pipeline.DedupeConfig{Key: "event_id"})
+	var msgs []clickgen.Message
+	ev := func(i, seq int) clickgen.Message {
+		return clickgen.Message{Key: fmt.Appendf(nil, "s-%d", i%4), Value: fmt.Appendf(nil,
+			`{"event_id":"e-%d","session_id":"s-%d","event_type":"click","ts":%d,"seq":%d}`, i, i%4, 1732860000000+int64(i), seq)}
+	}
+	for i := range 100 {
+		msgs = append(msgs, ev(i, i))
+	}
+	for i := range 10 { // the producer resends e-0 .. e-9
+		msgs = append(msgs, ev(i, 100+i))
+	}
+	if _, err := cl.Produce(t.Context(), "clicks", msgs); err != nil {
+		t.Fatal(err)
+	}
+	m, stop := runDedupeMember(t, cfg, tbl, sc)
+	waitTopicCaughtUp(t, cl, tbl, "clicks")
+	stop()
+	ids := columnCounts(t, tbl, "event_id")
+	if len(ids) != 100 {
+		t.Fatalf("%d distinct event ids, want 100", len(ids))
+	}
+	for id, c := range ids {
+		if c != 1 {
+			t.Errorf("event %s: %d rows", id, c)
+		}
+	}
+	if got := m.Stats().BusinessDuplicates.Load(); got != 10 {
+		t.Fatalf("skipped %d business duplicates, want 10", got)
+	}
+	reg := prometheus.NewRegistry()
+	if err := m.Stats().Register(reg); err != nil {
+		t.Fatal(err)
+	}
+	want := `# HELP floe_business_duplicates_skipped_total Rows the business-key MERGE skipped: their dedupe key was already in the table or earlier in the flush.
+# TYPE floe_business_duplicates_skipped_total counter
+floe_business_duplicates_skipped_total 10
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "floe_business_duplicates_skipped_total"); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := tbl.Verify(t.Context(), "clicks", lakehouse.DeadLetters{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !rep.OK() || rep.DedupeKey != "event_id" || rep.DuplicateKeys != 0 || rep.BusinessSkipped != 10 {
+		t.Fatalf("verify: OK %v, key %q, duplicate keys %d, skipped %d", rep.OK(), rep.DedupeKey, rep.DuplicateKeys, rep.BusinessSkipped)
+	}
+}
+
+// TestDedupeForRejectsKeyWithoutPresence: a numeric dedupe key that plain
+// Protobuf values may leave unset (a proto3 scalar without optional, which
+// decodes as 0) is refused at configuration, naming the key; with optional
+// it is accepted.
+func TestDedupeForRejectsKeyWithoutPresence(t *testing.T) {
+	base, err := schemas.ParseAvsc("r.avsc", []byte(`{"type":"record","name":"R","fields":[
+		{"name":"id","type":"string"},{"name":"n","type":"long"}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := pipeline.Config{Dedupe: &pipeline.DedupeConfig{Key: "n"}}
+	for _, c := range []struct{ decl, want string }{
+		{"int64", `dedupe.key: column "n": field n of message R has no presence`},
+		{"optional int64", ""},
+	} {
+		file := filepath.Join(t.TempDir(), "r.proto")
+		if err := os.WriteFile(file, []byte("syntax = \"proto3\";\nmessage R {\n  string id = 1;\n  "+c.decl+" n = 2;\n}\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		sc, err := base.WithFormat(schemas.Format{Kind: schemas.FormatProtobuf, Proto: &schemas.ProtoConfig{File: file, Message: "R"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		d, err := cfg.DedupeFor(sc)
+		switch {
+		case c.want == "" && (err != nil || d.Key != "n"):
+			t.Errorf("%s: DedupeFor = %+v, %v; want key n", c.decl, d, err)
+		case c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want)):
+			t.Errorf("%s: DedupeFor error %v, want %q", c.decl, err, c.want)
+		}
 	}
 }

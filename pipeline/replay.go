@@ -100,7 +100,7 @@ func Replay(ctx context.Context, cfg Config, tbl *lakehouse.Table, sc *schemas.S
 		return res, err
 	}
 	defer tr.CloseIdleConnections()
-	rp.dlq = newDeadLetterWriter(k, tr)
+	rp.dlq = newDeadLetterWriter(k, cfg.Table.Name, tr)
 	defer rp.dlq.close()
 	if cfg.Enrich != nil {
 		st, err := enrich.NewStage(*cfg.Enrich, nil, log)
@@ -162,8 +162,11 @@ func (rp *replayer) replay(ctx context.Context, r ReplayRange) error {
 		}
 	}
 	add := func(msg kafka.Message, res enrich.Result) error {
-		if _, _, _, err := buf.appendEnriched(msg, time.Now(), res); err != nil {
-			return err
+		// A route with where replays only the records it takes.
+		if rp.cfg.where == nil || rp.cfg.where.takes(msg.Value) {
+			if _, _, _, err := buf.appendEnriched(msg, time.Now(), res); err != nil {
+				return err
+			}
 		}
 		rp.res.Read++
 		if rp.opts.Read != nil {

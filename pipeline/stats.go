@@ -15,6 +15,7 @@ import (
 type Stats struct {
 	Consumed          atomic.Int64 // records fetched and decoded (or dead-lettered)
 	DeadLettered      atomic.Int64 // records sent to the dead-letter topic
+	Filtered          atomic.Int64 // records another route of the topic takes (routes with where)
 	Rows              atomic.Int64 // rows committed to the table
 	Skipped           atomic.Int64 // rows the dedupe MERGE found already present
 	Commits           atomic.Int64 // table commits
@@ -27,6 +28,9 @@ type Stats struct {
 	OffsetGaps        atomic.Int64 // offsets the log skipped (retention, compaction, transaction markers)
 	FlushRetries      atomic.Int64 // failed dead-letter writes or table commits retried in place
 	Stalled           atomic.Bool  // a dead-letter write or table commit is failing right now
+	// StoppedPartitions counts partitions held after their worker failed
+	// (see Member.work), retried in place.
+	StoppedPartitions atomic.Int32
 	FreshnessNanos    atomic.Int64 // at the newest commit: its time minus the oldest committed record's Kafka timestamp
 	// TopicPartitions is the topic's partition count at the newest
 	// generation; PartitionsAdded counts partitions that appeared while the
@@ -34,6 +38,9 @@ type Stats struct {
 	// changed: see partitionsChanged).
 	TopicPartitions atomic.Int32
 	PartitionsAdded atomic.Int64
+	// BusinessDuplicates counts rows the business-key MERGE skipped: same
+	// dedupe key as a row in the table or earlier in the flush.
+	BusinessDuplicates atomic.Int64
 
 	topic       string
 	lastOffsets atomic.Pointer[lakehouse.Offsets]
@@ -109,6 +116,7 @@ func (s *Stats) assign(committed map[int32]int64) map[int32]*partitionStats {
 func (s *Stats) recordCommit(res lakehouse.Result, took time.Duration, rows, bytes int, oldest time.Time) {
 	s.Rows.Add(res.Rows)
 	s.Skipped.Add(res.Skipped)
+	s.BusinessDuplicates.Add(res.BusinessDuplicates)
 	s.Commits.Add(1)
 	s.CommitAttempts.Add(int64(res.Attempts))
 	s.LastCommitNanos.Store(int64(took))

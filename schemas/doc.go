@@ -18,6 +18,17 @@
 //     required columns: they are the row identity the dedupe MERGE and the
 //     offset watermarks are built on, and the Iceberg schema names them as its
 //     identifier fields.
+//   - Columns are matched by name, never by field id: a schema file's ids are
+//     positional, a table's are fixed when the column is added. A Schema
+//     adapted to the table ([Schema.WithTable]) carries the table's ids.
+//
+// Schema evolution: a builder of an [Schema.Evolving] schema returns an
+// [EvolveRequest] (and appends nothing) for a registry writer schema with
+// new top-level fields or wider types; the caller evolves the table, adapts
+// the schema with WithTable and appends again. [PlanTable] does the same
+// for a schema file edited between runs. Only promotions Iceberg allows are
+// ever asked for (int → long, float → double, decimal precision, required →
+// optional, new optional columns), so no row is written with another type.
 //
 // Decoding is the hottest per-record code in the pipeline, so the built-in
 // schema's Builder (schema files get a generic [RecordBuilder]) parses

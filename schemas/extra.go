@@ -77,19 +77,49 @@ func extraArrowType(t iceberg.Type) (arrow.DataType, error) {
 // extraColumn buffers one extra column; exactly one of its buffers is used,
 // by kind.
 type extraColumn struct {
-	typ   iceberg.Type
+	// kind is the column's iceberg.Type, decided once: comparing
+	// iceberg.Types for every value is slow.
+	kind  extraKind
 	str   stringColumn
 	fixed fixedColumn
 	bools boolColumn
 }
 
+// extraKind is an extra column's type, as the per-row switch uses it.
+type extraKind uint8
+
+const (
+	kindString extraKind = iota
+	kindInt64
+	kindFloat64
+	kindBool
+	kindTimestamp
+	kindOther // rejected by WithColumns; never appended
+)
+
+func kindOf(t iceberg.Type) extraKind {
+	switch t {
+	case iceberg.PrimitiveTypes.String:
+		return kindString
+	case iceberg.PrimitiveTypes.Int64:
+		return kindInt64
+	case iceberg.PrimitiveTypes.Float64:
+		return kindFloat64
+	case iceberg.PrimitiveTypes.Bool:
+		return kindBool
+	case iceberg.PrimitiveTypes.TimestampTz:
+		return kindTimestamp
+	}
+	return kindOther
+}
+
 func newExtraColumn(mem memory.Allocator, t iceberg.Type) extraColumn {
-	return extraColumn{typ: t, str: newStringColumn(mem), fixed: newFixedColumn(mem, 8), bools: newBoolColumn(mem)}
+	return extraColumn{kind: kindOf(t), str: newStringColumn(mem), fixed: newFixedColumn(mem, 8), bools: newBoolColumn(mem)}
 }
 
 // strLen is the string bytes v would add to this column.
 func (c *extraColumn) strLen(v any) int {
-	if s, ok := v.(string); ok && c.typ == iceberg.PrimitiveTypes.String {
+	if s, ok := v.(string); ok && c.kind == kindString {
 		return len(s)
 	}
 	return 0
@@ -98,32 +128,32 @@ func (c *extraColumn) strLen(v any) int {
 // append stores v, or a null when v is nil or not of the column's Go type
 // (string, int64, float64, bool, time.Time).
 func (c *extraColumn) append(n int, v any) {
-	switch c.typ {
-	case iceberg.PrimitiveTypes.String:
+	switch c.kind {
+	case kindString:
 		if s, ok := v.(string); ok {
 			c.str.append(n, stringBytes(s))
 		} else {
 			c.str.appendNull(n)
 		}
-	case iceberg.PrimitiveTypes.Int64:
+	case kindInt64:
 		if x, ok := v.(int64); ok {
 			c.fixed.append64(n, x)
 		} else {
 			c.fixed.appendNull(n)
 		}
-	case iceberg.PrimitiveTypes.Float64:
+	case kindFloat64:
 		if x, ok := v.(float64); ok {
 			c.fixed.append64(n, int64(math.Float64bits(x)))
 		} else {
 			c.fixed.appendNull(n)
 		}
-	case iceberg.PrimitiveTypes.Bool:
+	case kindBool:
 		if x, ok := v.(bool); ok {
 			c.bools.append(n, x)
 		} else {
 			c.bools.appendNull(n)
 		}
-	case iceberg.PrimitiveTypes.TimestampTz:
+	case kindTimestamp:
 		if x, ok := v.(time.Time); ok && !x.IsZero() {
 			c.fixed.append64(n, x.UnixMicro())
 		} else {
@@ -133,10 +163,10 @@ func (c *extraColumn) append(n int, v any) {
 }
 
 func (c *extraColumn) take(dt arrow.DataType, n int) arrow.Array {
-	switch c.typ {
-	case iceberg.PrimitiveTypes.String:
+	switch c.kind {
+	case kindString:
 		return c.str.take(dt, n)
-	case iceberg.PrimitiveTypes.Bool:
+	case kindBool:
 		return c.bools.take(dt, n)
 	}
 	return c.fixed.take(dt, n)

@@ -64,8 +64,19 @@ type Format struct {
 	// Kind is FormatJSON (default), FormatAvro or FormatProtobuf.
 	Kind string
 	// Registry is the Confluent-API schema registry; nil means plain
-	// values. Protobuf needs one.
+	// values.
 	Registry *RegistryConfig
+	// Proto names the message type of plain Protobuf values (format
+	// protobuf without a registry).
+	Proto *ProtoConfig
+}
+
+// ProtoConfig names the message type of plain (unframed) Protobuf values:
+// a .proto file (its imports resolve relative to its directory, and the
+// well-known types are built in) and the fully qualified message name.
+type ProtoConfig struct {
+	File    string `yaml:"file"`
+	Message string `yaml:"message"`
 }
 
 // RegistryConfig says how to reach a schema registry.
@@ -97,33 +108,52 @@ func (s *Schema) WithFormat(f Format) (*Schema, error) {
 		return nil, fmt.Errorf("schema %s: formats other than its own JSON need a schema file", s.Name)
 	}
 	out := *s
-	record := s.user.record
 	switch f.Kind {
 	case "", FormatJSON:
 		if f.Registry != nil {
 			return nil, errors.New("format json: JSON values do not use a schema registry; remove registry")
 		}
-		out.decoder = nil
+		out.kind, out.reg = FormatJSON, nil
 		return &out, nil
 	case FormatAvro, FormatProtobuf:
 	default:
 		return nil, fmt.Errorf("format %q: want %s, %s or %s", f.Kind, FormatJSON, FormatAvro, FormatProtobuf)
 	}
+	if f.Proto != nil && (f.Kind != FormatProtobuf || f.Registry != nil) {
+		return nil, errors.New("proto: names the message type of plain Protobuf values; it goes with format protobuf and no registry")
+	}
 	if f.Registry == nil {
+		out.kind, out.reg = f.Kind, nil
 		if f.Kind == FormatProtobuf {
-			return nil, errors.New("format protobuf: plain Protobuf values are not supported; set registry (Confluent wire format)")
+			md, err := loadProtoMessage(f.Proto, s.user.record)
+			if err != nil {
+				return nil, err
+			}
+			out.proto = md
 		}
-		writer := s.user.avro
-		out.decoder = func() valueDecoder { return &avroDecoder{writer: writer, record: record} }
 		return &out, nil
 	}
 	reg, err := newRegistry(*f.Registry)
 	if err != nil {
 		return nil, err
 	}
-	kind := f.Kind
-	out.decoder = func() valueDecoder { return &wireDecoder{reg: reg, kind: kind, record: record} }
+	out.kind, out.reg = f.Kind, reg
 	return &out, nil
+}
+
+// newDecoder returns a value decoder for one builder of s: JSON unless
+// WithFormat chose another format.
+func (s *Schema) newDecoder() valueDecoder {
+	record := s.user.record
+	switch {
+	case s.reg != nil:
+		return &wireDecoder{reg: s.reg, kind: s.kind, record: record, evolve: s.evolve}
+	case s.kind == FormatAvro:
+		return &avroDecoder{writer: s.user.avro, record: record}
+	case s.kind == FormatProtobuf:
+		return &protoDecoder{md: s.proto, record: record}
+	}
+	return &jsonDecoder{record: record}
 }
 
 // registry fetches writer schemas by id and keeps them, parsed, for the
@@ -267,6 +297,11 @@ type wireDecoder struct {
 	reg    *registry
 	kind   string
 	record *node
+	// evolve makes a writer schema that needs the table to change return
+	// an *EvolveRequest (see Schema.Evolving); plans caches, per Avro
+	// writer schema or Protobuf message type, the changes it needs.
+	evolve bool
+	plans  map[any][]Change
 }
 
 func (d *wireDecoder) decode(value []byte, cols []array.Builder) error {
@@ -285,6 +320,9 @@ func (d *wireDecoder) decode(value []byte, cols []array.Builder) error {
 	rest := value[5:]
 	var derr *DecodeError
 	if ws.avro != nil {
+		if req := d.request(id, ws.avro, func() []Change { return avroPlan(ws.avro, d.record) }); req != nil {
+			return req
+		}
 		r := avroReader{buf: rest}
 		if derr = r.record(ws.avro, d.record, nil, cols, 0); derr == nil && r.pos != len(r.buf) {
 			derr = malformed(strconv.Itoa(len(r.buf)-r.pos) + " bytes follow the Avro value")
@@ -292,6 +330,9 @@ func (d *wireDecoder) decode(value []byte, cols []array.Builder) error {
 	} else {
 		var md protoreflect.MessageDescriptor
 		if md, rest, derr = protoMessageDescriptor(ws.proto, rest); derr == nil {
+			if req := d.request(id, md, func() []Change { return protoPlan(md, d.record) }); req != nil {
+				return req
+			}
 			derr = decodeProto(md, rest, d.record, cols)
 		}
 	}

@@ -38,7 +38,7 @@ type RecordBuilder interface {
 // format chosen by WithFormat (JSON unless set). maxMessageBytes is as for
 // NewBuilder.
 func (s *Schema) NewRecordBuilder(mem memory.Allocator, maxMessageBytes int) RecordBuilder {
-	if s.user == nil || (s.fast && s.decoder == nil) {
+	if s.user == nil || (s.fast && (s.kind == "" || s.kind == FormatJSON)) {
 		return s.NewBuilder(mem, maxMessageBytes)
 	}
 	if maxMessageBytes <= 0 {
@@ -47,14 +47,10 @@ func (s *Schema) NewRecordBuilder(mem memory.Allocator, maxMessageBytes int) Rec
 	if mem == nil {
 		mem = memory.DefaultAllocator
 	}
-	dec := s.decoder
-	if dec == nil {
-		dec = func() valueDecoder { return &jsonDecoder{record: s.user.record} }
-	}
 	return &genericBuilder{
 		schema:   s,
 		rb:       array.NewRecordBuilder(mem, s.Arrow),
-		dec:      dec(),
+		dec:      s.newDecoder(),
 		maxBytes: maxMessageBytes,
 		nUser:    len(s.user.record.fields),
 	}

@@ -3,9 +3,11 @@ package schemas
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"io"
 	"math"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -289,5 +291,52 @@ func protoScalar(fd protoreflect.FieldDescriptor, v protoreflect.Value, t *node,
 		return cannot()
 	}
 	put(t, b, &s)
+	return nil
+}
+
+// loadProtoMessage compiles c.File and returns its message type
+// c.Message, checked against the table: a field whose type no column of
+// record can hold is refused here, naming it, rather than at every
+// message.
+func loadProtoMessage(c *ProtoConfig, record *node) (protoreflect.MessageDescriptor, error) {
+	if c == nil || c.File == "" || c.Message == "" {
+		return nil, errors.New("format protobuf without registry: set proto.file (a .proto file) and proto.message (the message type, like pkg.Msg)")
+	}
+	dir, name := filepath.Split(c.File)
+	comp := protocompile.Compiler{
+		Resolver: protocompile.WithStandardImports(&protocompile.SourceResolver{ImportPaths: []string{filepath.Clean(dir + ".")}}),
+	}
+	files, err := comp.Compile(context.Background(), name)
+	if err != nil {
+		return nil, fmt.Errorf("proto.file %s: %w", c.File, err)
+	}
+	d := files[0].FindDescriptorByName(protoreflect.FullName(c.Message))
+	md, ok := d.(protoreflect.MessageDescriptor)
+	if !ok {
+		var names []string
+		msgs := files[0].Messages()
+		for i := range msgs.Len() {
+			names = append(names, string(msgs.Get(i).FullName()))
+		}
+		return nil, fmt.Errorf("proto.message %q: no such message in %s (messages: %s)", c.Message, c.File, strings.Join(names, ", "))
+	}
+	// An empty message has every field at its default, so decoding it
+	// checks each scalar field's type against its column.
+	if err := decodeProto(md, nil, record, nil); err != nil && err.Reason == ReasonIncompatibleSchema {
+		return nil, fmt.Errorf("proto.message %s does not fit the schema: field %q: %s", c.Message, err.Field, err.Detail)
+	}
+	return md, nil
+}
+
+// protoDecoder reads plain Protobuf values of one message type.
+type protoDecoder struct {
+	md     protoreflect.MessageDescriptor
+	record *node
+}
+
+func (d *protoDecoder) decode(value []byte, cols []array.Builder) error {
+	if err := decodeProto(d.md, value, d.record, cols); err != nil {
+		return err
+	}
 	return nil
 }

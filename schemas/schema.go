@@ -6,6 +6,7 @@ import (
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/iceberg-go"
 	"github.com/apache/iceberg-go/table"
+	"google.golang.org/protobuf/reflect/protoreflect"
 )
 
 // Clickstream is the name of the built-in schema, the value of the `schema:`
@@ -59,8 +60,16 @@ type Schema struct {
 	// fast marks the built-in schema: its JSON is decoded by the
 	// hand-tuned Builder rather than the generic one.
 	fast bool
-	// decoder makes the value decoder of each generic builder (nil: JSON).
-	decoder func() valueDecoder
+	// kind is the message format chosen by WithFormat ("" and FormatJSON:
+	// JSON); reg the registry of the Confluent wire format (nil: plain
+	// values). Every Schema derived from this one shares reg and its cache.
+	kind string
+	reg  *registry
+	// proto is the message type of plain Protobuf values.
+	proto protoreflect.MessageDescriptor
+	// evolve makes the wire-format decoders ask for table changes (see
+	// Evolving).
+	evolve bool
 }
 
 // Column positions of the clickstream schema. They are the positions in both

@@ -29,7 +29,8 @@ func maintainCmd(g *globalFlags) *cobra.Command {
 (per table partition and Kafka partition) toward the target size, merges manifests, expires
 snapshots older than --expire-older-than (always keeping --retain-last and the newest snapshot
 carrying each group's offset map), and deletes unreferenced files older than --orphan-older-than.
-Flags default to the config's maintain section. Prints before/after counts.`,
+Flags default to the config's maintain section. Prints before/after counts.
+With routes, --table picks the route's table.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()

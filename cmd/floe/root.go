@@ -60,7 +60,7 @@ func rootCmd() *cobra.Command {
 	pf.StringSliceVar(&g.brokers, "brokers", nil, "override kafka.brokers")
 	pf.StringVar(&g.topic, "topic", "", "override kafka.topic")
 	pf.StringVar(&g.group, "group", "", "override kafka.group")
-	pf.StringVar(&g.table, "table", "", "override table.name")
+	pf.StringVar(&g.table, "table", "", "override table.name; with routes, the route (table) to work on")
 	pf.StringVar(&g.cpuProf, "cpuprofile", "", "write a Go CPU profile to this file")
 	_ = pf.MarkHidden("cpuprofile")
 	var prof *os.File
@@ -96,17 +96,43 @@ func (g *globalFlags) logger() (*slog.Logger, error) {
 	return slog.New(slog.NewTextHandler(os.Stderr, opts)), nil
 }
 
-// job is what every table command works with.
+// job is what every table command works with: one table, and with routes
+// one route of the configuration.
 type job struct {
 	log *slog.Logger
 	cfg pipeline.Config
 	tbl *lakehouse.Table
 	sc  *schemas.Schema
+	// routed is set when the configuration has routes: metrics then carry a
+	// table label, and log names the table (base is the job-wide logger).
+	routed bool
+	base   *slog.Logger
 }
 
 // open loads the configuration, applies its memory limit and opens the
-// schema and table. The caller closes j.tbl.
+// schema and table: the configuration's, or with routes the one --table
+// picks. The caller closes j.tbl.
 func (g *globalFlags) open(ctx context.Context) (*job, error) {
+	jobs, err := g.openJobs(ctx, false)
+	if err != nil {
+		return nil, err
+	}
+	if len(jobs) > 1 {
+		names := make([]string, len(jobs))
+		for i, j := range jobs {
+			names[i] = j.cfg.Table.Name
+			j.tbl.Close()
+		}
+		return nil, fmt.Errorf("the configuration has %d routes: pick one with --table (%s)", len(jobs), strings.Join(names, ", "))
+	}
+	return jobs[0], nil
+}
+
+// openJobs is open for every route of the configuration (only the one
+// --table picks, when given; with siblings, a field route comes with the
+// other routes of its topic, which together take each record once). The
+// caller closes each j.tbl.
+func (g *globalFlags) openJobs(ctx context.Context, siblings bool) ([]*job, error) {
 	log, err := g.logger()
 	if err != nil {
 		return nil, err
@@ -118,11 +144,54 @@ func (g *globalFlags) open(ctx context.Context) (*job, error) {
 	if cfg.MemoryLimit > 0 {
 		debug.SetMemoryLimit(int64(cfg.MemoryLimit))
 	}
-	tbl, sc, err := openTable(ctx, cfg, log)
-	if err != nil {
-		return nil, err
+	cfgs := cfg.Jobs()
+	if cfg.Routed() && g.table != "" {
+		if cfgs, err = pickRoute(cfgs, g.table, siblings); err != nil {
+			return nil, err
+		}
 	}
-	return &job{log: log, cfg: cfg, tbl: tbl, sc: sc}, nil
+	var jobs []*job
+	for _, c := range cfgs {
+		jlog := log
+		if cfg.Routed() {
+			jlog = log.With("route", c.Table.Name)
+		}
+		tbl, sc, err := openTable(ctx, c, jlog)
+		if err != nil {
+			for _, j := range jobs {
+				j.tbl.Close()
+			}
+			if cfg.Routed() {
+				err = fmt.Errorf("route of table %s: %w", c.Table.Name, err)
+			}
+			return nil, err
+		}
+		jobs = append(jobs, &job{log: jlog, cfg: c, tbl: tbl, sc: sc, routed: cfg.Routed(), base: log})
+	}
+	return jobs, nil
+}
+
+// pickRoute returns the route of cfgs that writes table, and with siblings,
+// when it routes by field, the other field routes of its topic too.
+func pickRoute(cfgs []pipeline.Config, table string, siblings bool) ([]pipeline.Config, error) {
+	names := make([]string, len(cfgs))
+	for i, c := range cfgs {
+		names[i] = c.Table.Name
+		if c.Table.Name != table {
+			continue
+		}
+		if !siblings || !c.FieldRouted() {
+			return []pipeline.Config{c}, nil
+		}
+		var out []pipeline.Config
+		for _, o := range cfgs {
+			if o.FieldRouted() && o.Kafka.Topic == c.Kafka.Topic {
+				out = append(out, o)
+			}
+		}
+		return out, nil
+	}
+	return nil, fmt.Errorf("--table %s: no route writes it (tables: %s)", table, strings.Join(names, ", "))
 }
 
 // loadConfig reads --config, applies flag overrides, defaults and validation.
@@ -137,13 +206,16 @@ func (g *globalFlags) loadConfig() (pipeline.Config, error) {
 	if len(g.brokers) > 0 {
 		cfg.Kafka.Brokers = g.brokers
 	}
+	if cfg.Routed() && (g.topic != "" || g.group != "") {
+		return cfg, fmt.Errorf("config %s has routes: --topic and --group do not apply (set them per route)", g.config)
+	}
 	if g.topic != "" {
 		cfg.Kafka.Topic = g.topic
 	}
 	if g.group != "" {
 		cfg.Kafka.Group = g.group
 	}
-	if g.table != "" {
+	if g.table != "" && !cfg.Routed() {
 		cfg.Table.Name = g.table
 	}
 	if err := cfg.Finish(); err != nil {
@@ -168,5 +240,17 @@ func openTable(ctx context.Context, cfg pipeline.Config, log *slog.Logger) (*lak
 		TargetFileBytes: int64(cfg.Table.TargetFileBytes),
 		Logger:          log,
 	}, sc)
-	return tbl, sc, err
+	if err != nil {
+		return nil, nil, err
+	}
+	// The job's dedupe section overrides the schema's business key.
+	d, err := cfg.DedupeFor(sc)
+	if err == nil {
+		err = tbl.SetDedupe(d)
+	}
+	if err != nil {
+		tbl.Close()
+		return nil, nil, err
+	}
+	return tbl, sc, nil
 }

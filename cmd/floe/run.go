@@ -7,6 +7,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/floe-dev/floe/lakehouse"
 	"github.com/floe-dev/floe/pipeline"
@@ -14,55 +15,81 @@ import (
 
 func runCmd(g *globalFlags) *cobra.Command {
 	var untilCaughtUp bool
+	var accept pipeline.StartOverrides
 	cmd := &cobra.Command{
 		Use:   "run",
-		Short: "Consume the topic and commit it to the table until stopped",
+		Short: "Consume the topic(s) and commit them to the table(s) until stopped",
 		Long: `Joins the consumer group and commits records to the Iceberg table, exactly once.
 SIGTERM or SIGINT flushes what is buffered (within commit.grace), commits it and leaves the group.
-With --until-caught-up it stops once the end offsets seen at start are committed (scheduled mode).`,
+With --until-caught-up it stops once the end offsets seen at start are committed (scheduled mode).
+With routes every route runs concurrently (--table runs one); SIGTERM stops them all, and a route
+that fails stops the others cleanly and makes the run fail.
+It refuses to start when a table holds another group's offsets of its topic and none of its own
+(a renamed group, or a job moved into routes: set the group it names), or when the routing of a
+topic changed while its routes are not at a common offset (see README, Routing).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
-			j, err := g.open(ctx)
+			// The field routes --table picks come with their siblings for
+			// the start-up checks; only the picked one runs.
+			all, err := g.openJobs(ctx, true)
 			if err != nil {
 				return err
 			}
-			defer j.tbl.Close()
-			log, cfg, tbl, sc := j.log, j.cfg, j.tbl, j.sc
+			defer func() {
+				for _, j := range all {
+					j.tbl.Close()
+				}
+			}()
+			checked := make([]pipeline.StartTable, len(all))
+			var jobs []*job
+			for i, j := range all {
+				checked[i] = pipeline.StartTable{Config: j.cfg, Table: j.tbl}
+				if !j.routed || g.table == "" || j.cfg.Table.Name == g.table {
+					jobs = append(jobs, j)
+				}
+			}
+			if err := pipeline.CheckStart(ctx, checked, accept, all[0].base); err != nil {
+				return err
+			}
+			log := jobs[0].base
 			reg := prometheus.NewRegistry()
-			opts := []pipeline.Option{pipeline.WithLogger(log), pipeline.WithRegisterer(reg)}
-			var end map[int32]int64
-			var start lakehouse.Offsets
-			if untilCaughtUp {
-				endCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
-				end, err = pipeline.EndOffsets(endCtx, cfg.Kafka)
-				cancel()
+			members := make([]*pipeline.Member, len(jobs))
+			progress := make([]func() (done, total int64), len(jobs))
+			for i, j := range jobs {
+				m, track, err := newRunMember(ctx, j, reg, untilCaughtUp)
 				if err != nil {
 					return err
 				}
-				if start, err = tbl.Watermarks(ctx); err != nil {
-					return err
-				}
-				opts = append(opts, pipeline.UntilOffsets(end))
-				log.Info("scheduled run: stopping once these end offsets are committed", "end_offsets", end)
-			}
-			m, err := pipeline.NewMember(cfg, tbl, sc, opts...)
-			if err != nil {
-				return err
+				members[i], progress[i] = m, track
 			}
 			if untilCaughtUp {
-				topic := cfg.Kafka.Topic
-				stop := reportProgress(log, "catching up", committedSince(topic, start, end, nil), func() int64 {
-					at := m.Stats().Offsets()
-					if at == nil {
-						at = start
+				var total int64
+				for _, p := range progress {
+					_, t := p()
+					total += t
+				}
+				stop := reportProgress(log, "catching up", total, func() int64 {
+					var done int64
+					for _, p := range progress {
+						d, _ := p()
+						done += d
 					}
-					return committedSince(topic, start, end, at)
+					return done
 				})
 				defer stop()
 			}
-			if cfg.Metrics.Listen != "" {
-				serve, err := pipeline.ListenMetrics(ctx, cfg.Metrics.Listen, reg, m.Stats())
+			if listen := jobs[0].cfg.Metrics.Listen; listen != "" {
+				var serve func() error
+				if jobs[0].routed {
+					stats := make(map[string]*pipeline.Stats, len(jobs))
+					for i, j := range jobs {
+						stats[j.cfg.Table.Name] = members[i].Stats()
+					}
+					serve, err = pipeline.ListenRouteMetrics(ctx, listen, reg, stats)
+				} else {
+					serve, err = pipeline.ListenMetrics(ctx, listen, reg, members[0].Stats())
+				}
 				if err != nil {
 					return err
 				}
@@ -73,14 +100,33 @@ With --until-caught-up it stops once the end offsets seen at start are committed
 				}()
 			}
 			started := time.Now()
-			stopMaintenance := scheduleMaintenance(ctx, log, tbl, cfg.Maintain)
-			defer stopMaintenance()
-			if err := m.Run(ctx); err != nil {
+			for _, j := range jobs {
+				stopMaintenance := scheduleMaintenance(ctx, j.log, j.tbl, j.cfg.Maintain)
+				defer stopMaintenance()
+			}
+			// Routes run concurrently; the first that fails stops the others
+			// cleanly (each flushes and leaves its group), and its error is
+			// the run's.
+			eg, egCtx := errgroup.WithContext(ctx)
+			for i, m := range members {
+				eg.Go(func() error {
+					err := m.Run(egCtx)
+					if err == nil {
+						s := m.Stats()
+						jobs[i].log.Info("stopped", "rows", s.Rows.Load(), "dead_lettered", s.DeadLettered.Load(),
+							"filtered", s.Filtered.Load(), "commits", s.Commits.Load(), "elapsed", time.Since(started).Round(time.Millisecond))
+						return nil
+					}
+					if jobs[i].routed {
+						err = fmt.Errorf("route of table %s: %w", jobs[i].cfg.Table.Name, err)
+						jobs[i].log.Error("route failed; stopping the others", "err", err)
+					}
+					return err
+				})
+			}
+			if err := eg.Wait(); err != nil {
 				return err
 			}
-			s := m.Stats()
-			log.Info("stopped", "rows", s.Rows.Load(), "dead_lettered", s.DeadLettered.Load(),
-				"commits", s.Commits.Load(), "elapsed", time.Since(started).Round(time.Millisecond))
 			if untilCaughtUp && ctx.Err() != nil {
 				return &exitError{code: 3, err: fmt.Errorf("interrupted before catching up")}
 			}
@@ -88,7 +134,56 @@ With --until-caught-up it stops once the end offsets seen at start are committed
 		},
 	}
 	cmd.Flags().BoolVar(&untilCaughtUp, "until-caught-up", false, "stop once the end offsets seen at start are committed")
+	cmd.Flags().BoolVar(&accept.RoutingChange, "accept-routing-change", false,
+		"start although a topic's routing changed while its routes are not at a common offset (records between them may land in no table or in two)")
+	cmd.Flags().BoolVar(&accept.GroupChange, "accept-group-change", false,
+		"start although the table holds another group's offsets of the topic and none of this group's")
 	return cmd
+}
+
+// newRunMember returns the member of one job (route) of `floe run`, with
+// its metrics on reg (labelled by table with routes). In scheduled mode it
+// is given the end offsets seen now, and track reports the records it has
+// committed since and the total it must commit.
+func newRunMember(ctx context.Context, j *job, reg *prometheus.Registry, untilCaughtUp bool) (m *pipeline.Member, track func() (done, total int64), err error) {
+	var r prometheus.Registerer = reg
+	if j.routed {
+		r = pipeline.RouteRegisterer(reg, j.cfg.Table.Name)
+	}
+	opts := []pipeline.Option{pipeline.WithLogger(j.log), pipeline.WithRegisterer(r)}
+	var end map[int32]int64
+	var start lakehouse.Offsets
+	if untilCaughtUp {
+		endCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		end, err = pipeline.EndOffsets(endCtx, j.cfg.Kafka)
+		cancel()
+		if err != nil {
+			return nil, nil, err
+		}
+		if start, err = j.tbl.Watermarks(ctx); err != nil {
+			return nil, nil, err
+		}
+		opts = append(opts, pipeline.UntilOffsets(end))
+		j.log.Info("scheduled run: stopping once these end offsets are committed", "topic", j.cfg.Kafka.Topic, "end_offsets", end)
+	}
+	// A schema file that gained optional fields or wider types since the
+	// table was created evolves the table now (logged).
+	sc, err := j.tbl.EvolveTo(ctx, j.sc)
+	if err != nil {
+		return nil, nil, err
+	}
+	if m, err = pipeline.NewMember(j.cfg, j.tbl, sc, opts...); err != nil {
+		return nil, nil, err
+	}
+	topic := j.cfg.Kafka.Topic
+	total := committedSince(topic, start, end, nil)
+	return m, func() (int64, int64) {
+		at := m.Stats().Offsets()
+		if at == nil {
+			at = start
+		}
+		return committedSince(topic, start, end, at), total
+	}, nil
 }
 
 // committedSince sums, over the partitions of end, how far the offsets at

@@ -1,9 +1,11 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"os"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -18,33 +20,154 @@ func verifyCmd(g *globalFlags) *cobra.Command {
 		Short: "Reconcile the table with its offsets and the dead-letter topic",
 		Long: `Reads the table (and the dead-letter topic when reachable) and reports rows, distinct ids,
 duplicate ids, per-partition offset gaps below the watermark, and sessions seen in more than one
-Kafka partition. Exit status 1 when duplicates (or other invariant violations) exist.`,
+Kafka partition; with a dedupe key (schema floe.dedupe-key or the dedupe section), also
+duplicate business keys with the coordinates of their copies. Exit status 1 when duplicates
+(or other invariant violations) exist.
+With routes it verifies every route's table (--table: one, and a field route with its siblings);
+the tables of a topic routed by field are checked together: per partition, every offset below the least of their watermarks is a row of exactly one
+of them or a dead letter.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
-			j, err := g.open(ctx)
+			jobs, err := g.openJobs(ctx, true)
 			if err != nil {
 				return err
 			}
-			defer j.tbl.Close()
-			log, cfg, tbl := j.log, j.cfg, j.tbl
-			var dl lakehouse.DeadLetters
-			if !noDLQ {
-				if dl, err = pipeline.ReadDeadLetters(ctx, cfg.Kafka); err != nil {
-					log.Warn("dead-letter topic not read; gaps may be dead letters", "err", err)
-					dl = nil
+			defer func() {
+				for _, j := range jobs {
+					j.tbl.Close()
 				}
+			}()
+			if !jobs[0].routed {
+				j := jobs[0]
+				rep, err := j.tbl.Verify(ctx, j.cfg.Kafka.Topic, readDeadLetters(ctx, j, noDLQ, []string{j.cfg.Table.Name}, j.cfg.Kafka))
+				if err != nil {
+					return err
+				}
+				return printReport(rep, asJSON)
 			}
-			rep, err := tbl.Verify(ctx, cfg.Kafka.Topic, dl)
-			if err != nil {
-				return err
-			}
-			return printReport(rep, asJSON)
+			return verifyRoutes(ctx, jobs, noDLQ, asJSON)
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the report as JSON")
 	cmd.Flags().BoolVar(&noDLQ, "no-dlq", false, "do not read the dead-letter topic")
 	return cmd
+}
+
+// readDeadLetters reads the dead-letter topics of ks for j's topic, or
+// returns nil (not read) with --no-dlq or when they cannot be read. Only
+// the dead letters of tables count (and those written without a table
+// header): routes of one topic share its dead-letter topic by default.
+func readDeadLetters(ctx context.Context, j *job, noDLQ bool, tables []string, ks ...pipeline.KafkaConfig) lakehouse.DeadLetters {
+	if noDLQ {
+		return nil
+	}
+	out := lakehouse.DeadLetters{}
+	read := map[string]bool{}
+	for _, k := range ks {
+		if read[k.DLQTopic] {
+			continue
+		}
+		read[k.DLQTopic] = true
+		dl, err := pipeline.ReadDeadLetters(ctx, k, tables...)
+		if err != nil {
+			j.log.Warn("dead-letter topic not read; gaps may be dead letters", "dlq_topic", k.DLQTopic, "err", err)
+			return nil
+		}
+		for p, offs := range dl {
+			for o := range offs {
+				out.Add(p, o)
+			}
+		}
+	}
+	return out
+}
+
+// routesVerdict is what `floe verify --json` prints for a job with routes.
+type routesVerdict struct {
+	// Tables are the reports of the routes that take every record of their
+	// topic, one per table.
+	Tables []*lakehouse.Report `json:"tables"`
+	// FieldRoutes are the reports of the topics routed by field, each across
+	// its tables.
+	FieldRoutes []*lakehouse.RoutesReport `json:"field_routes"`
+}
+
+// verifyRoutes verifies every route's table: a route that takes its whole
+// topic on its own, the tables of a topic routed by field together (every
+// offset in exactly one of them or the dead-letter topic).
+func verifyRoutes(ctx context.Context, jobs []*job, noDLQ, asJSON bool) error {
+	var v routesVerdict
+	byTopic := map[string][]*job{}
+	var topics []string
+	for _, j := range jobs {
+		if !j.cfg.FieldRouted() {
+			rep, err := j.tbl.Verify(ctx, j.cfg.Kafka.Topic, readDeadLetters(ctx, j, noDLQ, []string{j.cfg.Table.Name}, j.cfg.Kafka))
+			if err != nil {
+				return fmt.Errorf("verifying %s: %w", j.cfg.Table.Name, err)
+			}
+			v.Tables = append(v.Tables, rep)
+			continue
+		}
+		t := j.cfg.Kafka.Topic
+		if byTopic[t] == nil {
+			topics = append(topics, t)
+		}
+		byTopic[t] = append(byTopic[t], j)
+	}
+	for _, t := range topics {
+		siblings := byTopic[t]
+		tables := make([]*lakehouse.Table, len(siblings))
+		ks := make([]pipeline.KafkaConfig, len(siblings))
+		names := make([]string, len(siblings))
+		for i, j := range siblings {
+			tables[i], ks[i], names[i] = j.tbl, j.cfg.Kafka, j.cfg.Table.Name
+		}
+		rep, err := lakehouse.VerifyRoutes(ctx, t, tables, readDeadLetters(ctx, siblings[0], noDLQ, names, ks...))
+		if err != nil {
+			return fmt.Errorf("verifying the routes of topic %s: %w", t, err)
+		}
+		v.FieldRoutes = append(v.FieldRoutes, rep)
+	}
+	var failed []string
+	for _, r := range v.Tables {
+		if !r.OK() {
+			failed = append(failed, r.Table)
+		}
+	}
+	for _, r := range v.FieldRoutes {
+		if !r.OK() {
+			failed = append(failed, "the routes of topic "+r.Topic)
+		}
+	}
+	if asJSON {
+		enc := json.NewEncoder(os.Stdout)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(v); err != nil {
+			return err
+		}
+	} else {
+		for i, r := range v.Tables {
+			if i > 0 {
+				fmt.Println()
+			}
+			if err := r.WriteText(os.Stdout); err != nil {
+				return err
+			}
+		}
+		for i, r := range v.FieldRoutes {
+			if i > 0 || len(v.Tables) > 0 {
+				fmt.Println()
+			}
+			if err := r.WriteText(os.Stdout); err != nil {
+				return err
+			}
+		}
+	}
+	if len(failed) > 0 {
+		return &exitError{code: 1, err: fmt.Errorf("verify: %s failed reconciliation", strings.Join(failed, ", "))}
+	}
+	return nil
 }
 
 func printReport(rep *lakehouse.Report, asJSON bool) error {

@@ -1,0 +1,695 @@
+package lakehouse
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/array"
+	"github.com/apache/arrow-go/v18/arrow/extensions"
+	"github.com/apache/iceberg-go"
+	"github.com/apache/iceberg-go/table"
+	"github.com/google/uuid"
+
+	"github.com/floe-dev/floe/schemas"
+)
+
+// DefaultDedupeWindow is how far apart in event time two copies of one
+// business key may be found when the configuration does not say: producers
+// retry within minutes, redeliveries after a rebalance within hours.
+const DefaultDedupeWindow = 7 * 24 * time.Hour
+
+// Dedupe configures the business-key MERGE, the second line of dedupe after
+// the always-on (topic, partition, offset) anti-join: a row whose Key is
+// already in the table, or earlier in the same flush, is skipped. It catches
+// what offsets cannot: a producer that retried a send (the same payment at
+// two offsets, or in two partitions under different message keys).
+type Dedupe struct {
+	// Key is the business-key column, a top-level string, int, long or uuid
+	// column of the schema; "" turns the business-key MERGE off. A null or
+	// empty-string key identifies nothing: such rows are never deduped. An
+	// int or long key must be a required column (and, for Protobuf, a
+	// field with presence), since an unset number decodes as 0.
+	Key string
+	// Window bounds the search of the table in event time: only rows whose
+	// event time lies within [min − Window, max + Window] of the flush's
+	// rows are compared, so only those day partitions and files are read.
+	// It needs the schema's event-time column. 0 searches every file whose
+	// statistics may hold the keys.
+	Window time.Duration
+}
+
+// SchemaDedupe is the setting a schema declares: its floe.dedupe-key, with
+// DefaultDedupeWindow when it has an event-time column (else unbounded).
+func SchemaDedupe(sc *schemas.Schema) Dedupe {
+	d := Dedupe{Key: sc.DedupeKey}
+	if d.Key != "" && sc.EventTime != "" {
+		d.Window = DefaultDedupeWindow
+	}
+	return d
+}
+
+// dedupeSpec is a validated Dedupe bound to the table's schema.
+type dedupeSpec struct {
+	key    string
+	typ    iceberg.Type
+	window time.Duration
+	// eventTime is the event-time column ("" when window is 0);
+	// eventOptional means table rows may have none.
+	eventTime     string
+	eventOptional bool
+}
+
+// SetDedupe sets the business-key MERGE of every later Commit (and the
+// business-key check of Verify). Open applies the schema's own setting
+// (SchemaDedupe); the job's configuration may override it. It returns an
+// error naming the key when the key is not a top-level primitive column of
+// a supported type, or a window is set without an event-time column.
+func (t *Table) SetDedupe(d Dedupe) error {
+	if d.Key == "" {
+		t.dedupe.Store(nil)
+		return nil
+	}
+	sc := t.schema.Iceberg
+	f, ok := sc.FindFieldByName(d.Key)
+	if !ok || strings.Contains(d.Key, ".") {
+		names := make([]string, 0, len(sc.Fields()))
+		for _, c := range sc.Fields() {
+			names = append(names, c.Name)
+		}
+		return fmt.Errorf("dedupe key %q: schema %s has no top-level column %q (columns: %s)",
+			d.Key, t.schema.Name, d.Key, strings.Join(names, ", "))
+	}
+	switch f.Type {
+	case iceberg.PrimitiveTypes.String, iceberg.PrimitiveTypes.UUID:
+	case iceberg.PrimitiveTypes.Int32, iceberg.PrimitiveTypes.Int64:
+		// An unset number may arrive as 0 (an Avro default, a proto3
+		// scalar), and 0 cannot be told from a real key as "" can: only a
+		// column every record must set, from a field with presence, is a
+		// key.
+		if !f.Required {
+			return fmt.Errorf("dedupe key %q: column is an optional %s; a numeric key must be a required column (records without one would share the key 0 or null), or use a string key, where \"\" counts as no key", d.Key, f.Type)
+		}
+		if err := t.schema.CheckKeyPresence(d.Key); err != nil {
+			return fmt.Errorf("dedupe key %q: %w", d.Key, err)
+		}
+	default:
+		return fmt.Errorf("dedupe key %q: column is %s; want a string, int, long or uuid column", d.Key, f.Type)
+	}
+	if d.Window < 0 {
+		return fmt.Errorf("dedupe key %q: window %s is negative", d.Key, d.Window)
+	}
+	spec := &dedupeSpec{key: d.Key, typ: f.Type, window: d.Window}
+	if d.Window > 0 {
+		if t.schema.EventTime == "" {
+			return fmt.Errorf("dedupe key %q: a window (%s) bounds the search in event time, but schema %s declares no event-time column (floe.event-time); set the window to 0 to search by key alone",
+				d.Key, d.Window, t.schema.Name)
+		}
+		ef, _ := sc.FindFieldByName(t.schema.EventTime)
+		spec.eventTime, spec.eventOptional = ef.Name, !ef.Required
+	}
+	t.dedupe.Store(spec)
+	return nil
+}
+
+// Dedupe returns the business-key setting in force (Key "" when off).
+func (t *Table) Dedupe() Dedupe {
+	s := t.dedupe.Load()
+	if s == nil {
+		return Dedupe{}
+	}
+	return Dedupe{Key: s.key, Window: s.window}
+}
+
+// coord is a row's Kafka coordinates, for logs and verify's examples.
+type coord struct {
+	topic     string
+	partition int32
+	offset    int64
+}
+
+func (c coord) String() string { return fmt.Sprintf("%s/%d@%d", c.topic, c.partition, c.offset) }
+
+// keyStats is what one pass of the business-key MERGE did.
+type keyStats struct {
+	skipped int64   // rows dropped as business-key duplicates
+	at      []coord // their coordinates
+	scanned int     // data files read to find existing keys
+	pruned  int     // data files of the snapshot the search did not read
+}
+
+// keySearch says which of the table's files the business-key MERGE reads.
+type keySearch struct {
+	// inFlush also drops repeats of a key within the flush itself.
+	inFlush bool
+	// incremental reads only the files appended after since (all appended
+	// files when since is nil): the re-check after a commit conflict.
+	incremental bool
+	since       *int64
+}
+
+// dedupeKeys is the business-key MERGE of one flush: run on the rows the
+// offset anti-join kept, it drops, with inFlush, every repeat of a key after
+// its first occurrence in (partition, offset) order across the parts, then
+// every row whose key tbl already holds within the window. Parts' Rows are
+// replaced by their filtered copies; changed[i] reports which were. Dropped
+// rows' offsets stay covered by their parts' ranges: they are duplicates of
+// rows the table keeps, not lost records.
+func (t *Table) dedupeKeys(ctx context.Context, tbl *table.Table, spec *dedupeSpec, parts []Part, how keySearch) (st keyStats, changed []bool, err error) {
+	debug := t.log.Enabled(ctx, slog.LevelDebug)
+	order := make([]int, 0, len(parts))
+	for i, p := range parts {
+		if p.Rows != nil && p.Rows.NumRows() > 0 {
+			order = append(order, i)
+		}
+	}
+	slices.SortFunc(order, func(a, b int) int {
+		ra, rb := parts[a].Range, parts[b].Range
+		return cmp.Or(cmp.Compare(ra.Topic, rb.Topic), cmp.Compare(ra.Partition, rb.Partition), cmp.Compare(ra.From, rb.From))
+	})
+	cols := make([]partKeys, len(parts))
+	for _, i := range order {
+		if cols[i], err = readPartKeys(parts[i].Rows, spec); err != nil {
+			return st, nil, fmt.Errorf("business-key MERGE of %s: %w", parts[i].Range, err)
+		}
+	}
+	masks := make([][]bool, len(parts))
+	drop := func(i, r int, why string, first coord) {
+		if masks[i] == nil {
+			masks[i] = make([]bool, parts[i].Rows.NumRows())
+			for j := range masks[i] {
+				masks[i][j] = true
+			}
+		}
+		masks[i][r] = false
+		st.skipped++
+		at := coord{parts[i].Range.Topic, parts[i].Range.Partition, cols[i].offs.Value(r)}
+		st.at = append(st.at, at)
+		if debug {
+			k, _ := cols[i].key(r)
+			args := []any{"key", spec.key, "value", k, "at", at.String(), "found", why}
+			if why == "flush" {
+				args = append(args, "first", first.String())
+			}
+			t.log.Debug("business-key duplicate skipped", args...)
+		}
+	}
+
+	// The flush's own keys: the first occurrence wins.
+	keys := map[string]coord{}
+	var lo, hi int64
+	haveTime, nullTime := false, false
+	for _, i := range order {
+		pk := cols[i]
+		for r := range int(parts[i].Rows.NumRows()) {
+			k, ok := pk.key(r)
+			if !ok {
+				continue // a null or empty key identifies nothing
+			}
+			if first, dup := keys[k]; dup {
+				if how.inFlush {
+					drop(i, r, "flush", first)
+				}
+				continue
+			}
+			keys[strings.Clone(k)] = coord{parts[i].Range.Topic, parts[i].Range.Partition, pk.offs.Value(r)}
+			if pk.times == nil {
+				continue
+			}
+			if pk.times.IsNull(r) {
+				nullTime = true
+				continue
+			}
+			us := pk.micros(r)
+			if !haveTime || us < lo {
+				lo = us
+			}
+			if !haveTime || us > hi {
+				hi = us
+			}
+			haveTime = true
+		}
+	}
+
+	// The table's keys.
+	if len(keys) > 0 && (how.incremental || tbl.CurrentSnapshot() != nil) {
+		bounded := spec.window > 0 && haveTime && !nullTime
+		found, scanned, pruned, err := searchKeys(ctx, tbl, spec, slices.Collect(maps.Keys(keys)), bounded, lo, hi, how)
+		if err != nil {
+			return st, nil, err
+		}
+		st.scanned, st.pruned = scanned, pruned
+		if len(found) > 0 {
+			for _, i := range order {
+				for r := range int(parts[i].Rows.NumRows()) {
+					if masks[i] != nil && !masks[i][r] {
+						continue
+					}
+					if k, ok := cols[i].key(r); ok {
+						if _, dup := found[k]; dup {
+							drop(i, r, "table", coord{})
+						}
+					}
+				}
+			}
+		}
+	}
+
+	changed = make([]bool, len(parts))
+	for i, m := range masks {
+		if m == nil {
+			continue
+		}
+		out, err := filterRows(ctx, parts[i].Rows, m)
+		if err != nil {
+			return st, nil, fmt.Errorf("filtering business-key duplicates of %s: %w", parts[i].Range, err)
+		}
+		parts[i].Rows.Release()
+		parts[i].Rows = out
+		changed[i] = true
+	}
+	return st, changed, nil
+}
+
+// partKeys reads one part's business keys, offsets and event times.
+type partKeys struct {
+	key   func(int) (string, bool)
+	offs  *array.Int64
+	times *array.Timestamp // nil without a window
+	unit  arrow.TimeUnit
+}
+
+func (p partKeys) micros(i int) int64 { return p.times.Value(i).ToTime(p.unit).UnixMicro() }
+
+func readPartKeys(rows arrow.RecordBatch, spec *dedupeSpec) (partKeys, error) {
+	var pk partKeys
+	col := func(name string) (arrow.Array, error) {
+		idx := rows.Schema().FieldIndices(name)
+		if len(idx) != 1 {
+			return nil, fmt.Errorf("rows have no %s column", name)
+		}
+		return rows.Column(idx[0]), nil
+	}
+	a, err := col(spec.key)
+	if err != nil {
+		return pk, err
+	}
+	if pk.key, err = keyReader(a); err != nil {
+		return pk, fmt.Errorf("dedupe key %s: %w", spec.key, err)
+	}
+	if a, err = col(OffsetColumn); err != nil {
+		return pk, err
+	}
+	var ok bool
+	if pk.offs, ok = a.(*array.Int64); !ok {
+		return pk, fmt.Errorf("column %s is %s, not int64", OffsetColumn, a.DataType())
+	}
+	if spec.eventTime != "" {
+		if a, err = col(spec.eventTime); err != nil {
+			return pk, err
+		}
+		if pk.times, ok = a.(*array.Timestamp); !ok {
+			return pk, fmt.Errorf("event-time column %s is %s, not a timestamp", spec.eventTime, a.DataType())
+		}
+		pk.unit = a.DataType().(*arrow.TimestampType).Unit
+	}
+	return pk, nil
+}
+
+// keyReader returns a function giving row i's key in a canonical string
+// form (false when null or, for a string column, empty: an unset proto3
+// string, or an optional JSON or Avro string given as "", identifies
+// nothing). A string key's value points into a's buffers: clone it to keep
+// it.
+func keyReader(a arrow.Array) (func(int) (string, bool), error) {
+	switch c := a.(type) {
+	case *extensions.UUIDArray:
+		return func(i int) (string, bool) {
+			if c.IsNull(i) {
+				return "", false
+			}
+			return c.Value(i).String(), true
+		}, nil
+	case stringColumn:
+		return func(i int) (string, bool) {
+			if c.IsNull(i) {
+				return "", false
+			}
+			v := c.Value(i)
+			return v, v != ""
+		}, nil
+	case *array.Int64:
+		return func(i int) (string, bool) {
+			if c.IsNull(i) {
+				return "", false
+			}
+			return strconv.FormatInt(c.Value(i), 10), true
+		}, nil
+	case *array.Int32:
+		return func(i int) (string, bool) {
+			if c.IsNull(i) {
+				return "", false
+			}
+			return strconv.FormatInt(int64(c.Value(i)), 10), true
+		}, nil
+	}
+	return nil, fmt.Errorf("unsupported key type %s", a.DataType())
+}
+
+// maxInKeys is the most keys the search names one by one (iceberg-go's own
+// limit for pruning an In by column bounds). Beyond it the filter is the
+// keys' min and max alone: an In of thousands of values costs more to bind
+// and project than it prunes (a large flush's keys fill every bucket
+// anyway), and the rows read are matched against the key set regardless.
+const maxInKeys = 200
+
+// keyFilter selects rows that may have a key in keys: an In of them, or
+// for more than maxInKeys their range (which prunes the files of keys that
+// grow with time, such as ULIDs or sequence numbers; uuids get none).
+func (s *dedupeSpec) keyFilter(keys []string) (iceberg.BooleanExpression, error) {
+	ref := iceberg.Reference(s.key)
+	switch s.typ {
+	case iceberg.PrimitiveTypes.String:
+		return inBetween(ref, keys), nil
+	case iceberg.PrimitiveTypes.Int64, iceberg.PrimitiveTypes.Int32:
+		vals := make([]int64, len(keys))
+		for i, k := range keys {
+			v, err := strconv.ParseInt(k, 10, 64)
+			if err != nil {
+				return nil, fmt.Errorf("dedupe key %s: %w", s.key, err)
+			}
+			vals[i] = v
+		}
+		if s.typ == iceberg.PrimitiveTypes.Int32 {
+			v32 := make([]int32, len(vals))
+			for i, v := range vals {
+				v32[i] = int32(v)
+			}
+			return inBetween(ref, v32), nil
+		}
+		return inBetween(ref, vals), nil
+	case iceberg.PrimitiveTypes.UUID:
+		if len(keys) > maxInKeys {
+			return iceberg.AlwaysTrue{}, nil
+		}
+		vals := make([]uuid.UUID, len(keys))
+		for i, k := range keys {
+			u, err := uuid.Parse(k)
+			if err != nil {
+				return nil, fmt.Errorf("dedupe key %s: %w", s.key, err)
+			}
+			vals[i] = u
+		}
+		return iceberg.IsIn(ref, vals...), nil
+	}
+	return nil, fmt.Errorf("dedupe key %s: unsupported type %s", s.key, s.typ)
+}
+
+func inBetween[T interface {
+	cmp.Ordered
+	iceberg.LiteralType
+}](ref iceberg.UnboundTerm, vals []T) iceberg.BooleanExpression {
+	if len(vals) <= maxInKeys {
+		return iceberg.IsIn(ref, vals...)
+	}
+	return iceberg.NewAnd(iceberg.GreaterThanEqual(ref, slices.Min(vals)), iceberg.LessThanEqual(ref, slices.Max(vals)))
+}
+
+// timeFilter selects rows whose event time lies within the window around
+// [lo, hi] (microseconds), and rows without an event time, which any copy
+// may match.
+func (s *dedupeSpec) timeFilter(lo, hi int64) iceberg.BooleanExpression {
+	ref := iceberg.Reference(s.eventTime)
+	w := s.window.Microseconds()
+	f := iceberg.NewAnd(
+		iceberg.GreaterThanEqual(ref, iceberg.Timestamp(lo-w)),
+		iceberg.LessThanEqual(ref, iceberg.Timestamp(hi+w)))
+	if s.eventOptional {
+		f = iceberg.NewOr(f, iceberg.IsNull(ref))
+	}
+	return f
+}
+
+// searchKeys returns which of keys tbl holds, reading only the key column of
+// the files whose partition summaries and column statistics may hold them
+// (within the window around [lo, hi] when bounded), and how many data files
+// it read and pruned. how.incremental restricts it to the files appended
+// after how.since.
+func searchKeys(ctx context.Context, tbl *table.Table, spec *dedupeSpec, keys []string, bounded bool, lo, hi int64, how keySearch) (map[string]struct{}, int, int, error) {
+	filter, err := spec.keyFilter(keys)
+	if err != nil {
+		return nil, 0, 0, err
+	}
+	if bounded {
+		filter = iceberg.NewAnd(filter, spec.timeFilter(lo, hi))
+	}
+	scan := tbl.Scan(table.WithRowFilter(filter), table.WithSelectedFields(withNested(tbl.Schema(), []string{spec.key}, spec.eventTime)...))
+	defer scan.Close()
+	var tasks []table.FileScanTask
+	total := 0
+	if how.incremental && !onlyAppendsSince(tbl, how.since) {
+		// An overwrite, delete or replace (a Spark MERGE INTO, floe's own
+		// compaction or re-enrich) may have added rows an append scan does
+		// not see: search the table as the MERGE did.
+		how.incremental = false
+	}
+	if how.incremental {
+		inc := tbl.NewIncrementalAppendScan(table.WithRowFilter(filter))
+		if how.since != nil {
+			inc = inc.FromSnapshotExclusive(*how.since)
+		}
+		tasks, err = inc.PlanFiles(ctx)
+	} else {
+		tasks, err = scan.PlanFiles(ctx)
+		total = totalDataFiles(tbl.CurrentSnapshot())
+	}
+	if err != nil {
+		return nil, 0, 0, fmt.Errorf("planning the business-key search: %w", err)
+	}
+	pruned := max(total-len(tasks), 0)
+	found := map[string]struct{}{}
+	if len(tasks) == 0 {
+		return found, 0, pruned, nil
+	}
+	want := make(map[string]struct{}, len(keys))
+	for _, k := range keys {
+		want[k] = struct{}{}
+	}
+	_, batches, err := scan.ReadTasks(ctx, tasks)
+	if err != nil {
+		return nil, len(tasks), pruned, fmt.Errorf("reading keys: %w", err)
+	}
+	for b, err := range batches {
+		if err != nil {
+			return nil, len(tasks), pruned, fmt.Errorf("reading keys: %w", err)
+		}
+		read, kerr := keyReader(b.Column(b.Schema().FieldIndices(spec.key)[0]))
+		if kerr != nil {
+			b.Release()
+			return nil, len(tasks), pruned, fmt.Errorf("dedupe key %s: %w", spec.key, kerr)
+		}
+		for i := range int(b.NumRows()) {
+			// The row filter may only prune files: keep wanted keys.
+			if k, ok := read(i); ok {
+				if _, w := want[k]; w {
+					found[strings.Clone(k)] = struct{}{}
+				}
+			}
+		}
+		b.Release()
+	}
+	return found, len(tasks), pruned, nil
+}
+
+// onlyAppendsSince reports whether every snapshot of tbl's current ancestry
+// after since (all of them when since is nil) is an append, so that an
+// incremental append scan sees every row added since. It is false when
+// since is not in the ancestry (expired, rolled back).
+func onlyAppendsSince(tbl *table.Table, since *int64) bool {
+	meta := tbl.Metadata()
+	for snap := meta.CurrentSnapshot(); snap != nil; {
+		if since != nil && snap.SnapshotID == *since {
+			return true
+		}
+		if snap.Summary == nil || snap.Summary.Operation != table.OpAppend {
+			return false
+		}
+		if snap.ParentSnapshotID == nil {
+			return since == nil
+		}
+		snap = meta.SnapshotByID(*snap.ParentSnapshotID)
+	}
+	return since == nil
+}
+
+// totalDataFiles is the snapshot's data file count from its summary.
+func totalDataFiles(snap *table.Snapshot) int {
+	if snap == nil || snap.Summary == nil {
+		return 0
+	}
+	n, _ := strconv.Atoi(snap.Summary.Properties["total-data-files"])
+	return n
+}
+
+// skipRuns is the form of BusinessOffsetsKey and BusinessCarriedKey: per
+// topic and partition (as a decimal string), sorted, merged runs [from, to)
+// of offsets.
+type skipRuns map[string]map[string][][2]int64
+
+// add merges the runs of o into s.
+func (s skipRuns) add(o skipRuns) {
+	for topic, parts := range o {
+		if s[topic] == nil {
+			s[topic] = map[string][][2]int64{}
+		}
+		for p, runs := range parts {
+			s[topic][p] = mergeRuns(append(slices.Clone(s[topic][p]), runs...))
+		}
+	}
+}
+
+// count is the number of runs held.
+func (s skipRuns) count() int {
+	n := 0
+	for _, parts := range s {
+		for _, runs := range parts {
+			n += len(runs)
+		}
+	}
+	return n
+}
+
+// encode renders s as JSON; equal sets encode equally.
+func (s skipRuns) encode() string {
+	b, _ := json.Marshal(s)
+	return string(b)
+}
+
+// mergeRuns sorts runs and merges those that overlap or touch.
+func mergeRuns(runs [][2]int64) [][2]int64 {
+	slices.SortFunc(runs, func(a, b [2]int64) int { return cmp.Compare(a[0], b[0]) })
+	out := runs[:0]
+	for _, r := range runs {
+		if n := len(out); n > 0 && r[0] <= out[n-1][1] {
+			out[n-1][1] = max(out[n-1][1], r[1])
+			continue
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
+// decodeRuns parses a BusinessOffsetsKey or BusinessCarriedKey value,
+// naming the snapshot and the problem.
+func decodeRuns(snap *table.Snapshot, key, raw string) (skipRuns, error) {
+	var v skipRuns
+	if err := json.Unmarshal([]byte(raw), &v); err != nil {
+		return nil, fmt.Errorf("snapshot %d: decoding %s: %w", snap.SnapshotID, key, err)
+	}
+	for _, parts := range v {
+		for ps, runs := range parts {
+			if _, err := strconv.ParseInt(ps, 10, 32); err != nil {
+				return nil, fmt.Errorf("snapshot %d: %s: partition %q: %w", snap.SnapshotID, key, ps, err)
+			}
+			for _, r := range runs {
+				if r[0] < 0 || r[1] <= r[0] {
+					return nil, fmt.Errorf("snapshot %d: %s: partition %s: run [%d, %d) is empty or negative", snap.SnapshotID, key, ps, r[0], r[1])
+				}
+			}
+		}
+	}
+	return v, nil
+}
+
+// encodeCoords renders coordinates as BusinessOffsetsKey's JSON.
+func encodeCoords(cs []coord) string {
+	s := skipRuns{}
+	for _, c := range cs {
+		if s[c.topic] == nil {
+			s[c.topic] = map[string][][2]int64{}
+		}
+		p := strconv.Itoa(int(c.partition))
+		s[c.topic][p] = append(s[c.topic][p], [2]int64{c.offset, c.offset + 1})
+	}
+	for _, parts := range s {
+		for p, runs := range parts {
+			parts[p] = mergeRuns(runs)
+		}
+	}
+	return s.encode()
+}
+
+// maxCarriedRuns caps the runs a BusinessCarriedKey holds (about 20 bytes
+// each, in every maintenance snapshot still in the metadata). Beyond it the
+// union is not carried and expiry keeps the recording snapshots instead.
+const maxCarriedRuns = 10000
+
+// businessRuns returns the offsets the business-key MERGE skipped, as
+// recorded in tbl's current ancestry: the BusinessOffsetsKey of every
+// snapshot from the head down to the newest one carrying BusinessCarriedKey,
+// and that one's union. keep is how many parent steps below the head the
+// deepest snapshot that must outlive expiry is (-1: none), for
+// offsetMapDepth.
+func businessRuns(tbl *table.Table) (runs skipRuns, keep int, err error) {
+	runs, keep = skipRuns{}, -1
+	meta := tbl.Metadata()
+	depth := 0
+	for snap := meta.CurrentSnapshot(); snap != nil; depth++ {
+		if raw, ok := summaryValue(snap, BusinessOffsetsKey); ok {
+			v, err := decodeRuns(snap, BusinessOffsetsKey, raw)
+			if err != nil {
+				return nil, -1, err
+			}
+			runs.add(v)
+			keep = depth
+		}
+		if raw, ok := summaryValue(snap, BusinessCarriedKey); ok {
+			v, err := decodeRuns(snap, BusinessCarriedKey, raw)
+			if err != nil {
+				return nil, -1, err
+			}
+			runs.add(v)
+			return runs, depth, nil
+		}
+		if snap.ParentSnapshotID == nil {
+			break
+		}
+		snap = meta.SnapshotByID(*snap.ParentSnapshotID)
+	}
+	return runs, keep, nil
+}
+
+// businessSkipped returns, per partition of topic, the sorted offsets the
+// business-key MERGE skipped (businessRuns).
+func businessSkipped(tbl *table.Table, topic string) (map[int32][]int64, error) {
+	runs, _, err := businessRuns(tbl)
+	if err != nil {
+		return nil, err
+	}
+	out := map[int32][]int64{}
+	for ps, rs := range runs[topic] {
+		p, _ := strconv.ParseInt(ps, 10, 32) // checked by decodeRuns
+		for _, r := range rs {
+			for o := r[0]; o < r[1]; o++ {
+				out[int32(p)] = append(out[int32(p)], o)
+			}
+		}
+	}
+	return out, nil
+}
+
+func summaryValue(snap *table.Snapshot, key string) (string, bool) {
+	if snap.Summary == nil {
+		return "", false
+	}
+	v, ok := snap.Summary.Properties[key]
+	return v, ok
+}

@@ -1,0 +1,302 @@
+package lakehouse_test
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/array"
+	"github.com/apache/arrow-go/v18/arrow/memory"
+	"github.com/apache/iceberg-go"
+	"github.com/apache/iceberg-go/table"
+
+	"github.com/floe-dev/floe/lakehouse"
+	"github.com/floe-dev/floe/schemas"
+)
+
+// orderSchema is a schema file of orders; extra fields go after price.
+func orderSchema(t *testing.T, dir, qty, price, extra string) *schemas.Schema {
+	t.Helper()
+	text := `{"type": "record", "name": "Order", "namespace": "ex", "floe.key": "order_id",
+	  "floe.sort": ["order_id", "qty desc nulls first"],
+	  "fields": [
+	    {"name": "order_id", "type": "string"},
+	    {"name": "qty", "type": ` + qty + `},
+	    {"name": "price", "type": ` + price + `}` + extra + `]}`
+	path := filepath.Join(dir, fmt.Sprintf("orders-%d.avsc", time.Now().UnixNano()))
+	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	sc, err := schemas.LoadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sc
+}
+
+// commitOrders commits JSON orders [from, to) of partition 0 built with sc.
+func commitOrders(t *testing.T, tbl *lakehouse.Table, sc *schemas.Schema, from, to, resume int64, value func(i int64) string) {
+	t.Helper()
+	b := sc.NewRecordBuilder(memory.DefaultAllocator, 0)
+	defer b.Release()
+	for i := from; i < to; i++ {
+		if err := b.Append([]byte(value(i)), schemas.Meta{Topic: "orders", Partition: 0, Offset: i}, time.Now(), ""); err != nil {
+			t.Fatalf("order %d: %v", i, err)
+		}
+	}
+	if _, err := tbl.Commit(t.Context(), []lakehouse.Part{{
+		Range: lakehouse.Range{Topic: "orders", Partition: 0, From: from, To: to}, Resume: resume, Rows: b.NewRecord(),
+	}}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// scanOrders reads every row as column name → value string, by offset.
+func scanOrders(t *testing.T, tbl *lakehouse.Table) (map[int64]map[string]string, *iceberg.Schema) {
+	t.Helper()
+	it, err := tbl.Load(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, batches, err := it.Scan().ToArrowRecords(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[int64]map[string]string{}
+	for b, err := range batches {
+		if err != nil {
+			t.Fatal(err)
+		}
+		offs := b.Column(b.Schema().FieldIndices("_kafka_offset")[0]).(*array.Int64)
+		for i := range int(b.NumRows()) {
+			row := map[string]string{}
+			for c, f := range b.Schema().Fields() {
+				if b.Column(c).IsNull(i) {
+					row[f.Name] = "null"
+				} else {
+					row[f.Name] = b.Column(c).ValueStr(i)
+				}
+			}
+			if _, dup := out[offs.Value(i)]; dup {
+				t.Errorf("offset %d twice", offs.Value(i))
+			}
+			out[offs.Value(i)] = row
+		}
+		b.Release()
+	}
+	return out, it.Schema()
+}
+
+// TestEvolveSchemaFileBetweenRuns: a schema file that gained an optional
+// field and wider types since the table was created evolves the table
+// (new column before the Kafka columns, int → long, float → double), the
+// rows written before read the new column as null and keep their values,
+// and the rows written after carry it; the table keeps its sort order.
+func TestEvolveSchemaFileBetweenRuns(t *testing.T) {
+	dir := t.TempDir()
+	props := map[string]string{
+		"type": "sql", "uri": "file:" + filepath.Join(dir, "catalog.db"), "sql.dialect": "sqlite", "sql.driver": "sqlite",
+		"warehouse": "file://" + filepath.Join(dir, "warehouse"),
+	}
+	cfg := lakehouse.Config{Table: "shop.orders", Catalog: props, Group: "g"}
+	v1 := orderSchema(t, dir, `"int"`, `"float"`, "")
+	tbl, err := lakehouse.Open(t.Context(), cfg, v1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	it, _ := tbl.Load(t.Context())
+	so := it.SortOrder()
+	if so.Len() != 2 || so.Field(1).Direction != table.SortDESC || so.Field(0).SourceIDs[0] != 1 || so.OrderID() != 1 {
+		t.Fatalf("sort order %v, want order_id asc, qty desc", so)
+	}
+	commitOrders(t, tbl, v1, 0, 10, lakehouse.NoWatermark, func(i int64) string {
+		return fmt.Sprintf(`{"order_id":"o-%d","qty":%d,"price":%d.5}`, i, i, i)
+	})
+	tbl.Close()
+
+	// The second run's file: coupon is new, qty and price wider.
+	v2 := orderSchema(t, dir, `"long"`, `"double"`, `, {"name": "coupon", "type": ["null", "string"], "default": null}`)
+	tbl, err = lakehouse.Open(t.Context(), cfg, v2)
+	if err != nil {
+		t.Fatalf("opening with an evolved schema file: %v", err)
+	}
+	t.Cleanup(func() { tbl.Close() })
+	sc, err := tbl.EvolveTo(t.Context(), v2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	commitOrders(t, tbl, sc, 10, 20, 10, func(i int64) string {
+		return fmt.Sprintf(`{"order_id":"o-%d","qty":%d,"price":%d.5,"coupon":"c-%d"}`, i, int64(i)<<33, i, i)
+	})
+	// Rows built with the file itself, whose field ids are positional
+	// (coupon is its 4th field, but the table's 10th column), as replay
+	// builds them: they land in the columns of their names.
+	commitOrders(t, tbl, v2, 20, 25, 20, func(i int64) string {
+		return fmt.Sprintf(`{"order_id":"o-%d","qty":%d,"price":%d.5,"coupon":"c-%d"}`, i, int64(i)<<33, i, i)
+	})
+	rows, ts := scanOrders(t, tbl)
+	var names []string
+	for _, f := range ts.Fields() {
+		names = append(names, f.Name+" "+f.Type.String())
+	}
+	if got := strings.Join(names[:5], ", "); got != "order_id string, qty long, price double, coupon string, _kafka_topic string" {
+		t.Fatalf("evolved columns: %s", got)
+	}
+	if c, _ := ts.FindFieldByName("coupon"); c.Required {
+		t.Fatal("coupon is required; an added column must be optional")
+	}
+	if len(rows) != 25 {
+		t.Fatalf("%d rows, want 25", len(rows))
+	}
+	for i := range int64(25) {
+		r := rows[i]
+		qty, coupon := fmt.Sprint(i), "null"
+		if i >= 10 {
+			qty, coupon = fmt.Sprint(i<<33), fmt.Sprintf("c-%d", i)
+		}
+		if r["order_id"] != fmt.Sprintf("o-%d", i) || r["qty"] != qty || r["price"] != fmt.Sprintf("%d.5", i) || r["coupon"] != coupon ||
+			r["_kafka_topic"] != "orders" || r["_kafka_offset"] != fmt.Sprint(i) {
+			t.Errorf("row %d = %v, want qty %s coupon %s", i, r, qty, coupon)
+		}
+	}
+	if it, _ := tbl.Load(t.Context()); it.SortOrder().Len() != 2 {
+		t.Errorf("sort order lost: %v", it.SortOrder())
+	}
+
+	// A third file narrowing qty back to int, or making price a string, is
+	// refused before anything runs, naming the column and both types.
+	for _, c := range []struct{ qty, price, want string }{
+		{`"int"`, `"double"`, `column "qty" is long in the table but int`},
+		{`"long"`, `"string"`, `column "price" is double in the table but string`},
+	} {
+		bad := orderSchema(t, dir, c.qty, c.price, "")
+		_, err := lakehouse.Open(t.Context(), cfg, bad)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("opening with qty %s, price %s: %v, want an error containing %q", c.qty, c.price, err, c.want)
+		}
+	}
+}
+
+// TestEvolveIsIdempotentAndRefusesConflicts: members racing to add the
+// same column all succeed with one column; adding it again with a wider
+// type widens it, with a narrower one is a no-op, and with an unrelated
+// type is a ColumnConflictError naming both types.
+func TestEvolveIsIdempotentAndRefusesConflicts(t *testing.T) {
+	dir := t.TempDir()
+	props := map[string]string{
+		"type": "sql", "uri": "file:" + filepath.Join(dir, "catalog.db"), "sql.dialect": "sqlite", "sql.driver": "sqlite",
+		"warehouse": "file://" + filepath.Join(dir, "warehouse"),
+	}
+	v1 := orderSchema(t, dir, `"int"`, `"float"`, "")
+	var tables []*lakehouse.Table
+	for range 3 { // three members, each with its own catalog connection
+		tbl, err := lakehouse.Open(t.Context(), lakehouse.Config{Table: "shop.orders", Catalog: props, Group: "g"}, v1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { tbl.Close() })
+		tables = append(tables, tbl)
+	}
+	add := []schemas.Change{
+		{Kind: schemas.AddColumn, Column: "coupon", Type: iceberg.PrimitiveTypes.String},
+		{Kind: schemas.AddColumn, Column: "units", Type: iceberg.PrimitiveTypes.Int32},
+		{Kind: schemas.WidenColumn, Column: "qty", Type: iceberg.PrimitiveTypes.Int64},
+	}
+	var wg sync.WaitGroup
+	errs := make([]error, len(tables))
+	for i, tbl := range tables {
+		wg.Go(func() { _, errs[i] = tbl.Evolve(t.Context(), add) })
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+	it, _ := tables[0].Load(t.Context())
+	ts := it.Schema()
+	if n := len(ts.Fields()); n != len(v1.Iceberg.Fields())+2 {
+		t.Fatalf("%d columns after three identical evolutions, want %d: %v", n, len(v1.Iceberg.Fields())+2, ts)
+	}
+	if q, _ := ts.FindFieldByName("qty"); !q.Type.Equals(iceberg.PrimitiveTypes.Int64) {
+		t.Fatalf("qty is %s, want long", q.Type)
+	}
+	// units again as long widens it; qty as int is already held by long.
+	ts, err := tables[1].Evolve(t.Context(), []schemas.Change{
+		{Kind: schemas.AddColumn, Column: "units", Type: iceberg.PrimitiveTypes.Int64},
+		{Kind: schemas.WidenColumn, Column: "qty", Type: iceberg.PrimitiveTypes.Int32},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if u, _ := ts.FindFieldByName("units"); !u.Type.Equals(iceberg.PrimitiveTypes.Int64) {
+		t.Fatalf("units is %s, want long", u.Type)
+	}
+	// coupon as an int cannot be.
+	_, err = tables[2].Evolve(t.Context(), []schemas.Change{{Kind: schemas.AddColumn, Column: "coupon", Type: iceberg.PrimitiveTypes.Int32}})
+	var ce *lakehouse.ColumnConflictError
+	if !errors.As(err, &ce) || ce.Column != "coupon" || !strings.Contains(ce.Error(), "string cannot hold the writer's int") {
+		t.Fatalf("adding coupon as int: %v, want a ColumnConflictError naming string and int", err)
+	}
+	// _kafka_offset is an identifier column: it stays required.
+	_, err = tables[2].Evolve(t.Context(), []schemas.Change{{Kind: schemas.MakeOptional, Column: "_kafka_offset"}})
+	if !errors.As(err, &ce) {
+		t.Fatalf("making _kafka_offset optional: %v, want a ColumnConflictError", err)
+	}
+	// The schema a member derives from the evolved table builds rows the
+	// table takes: the new columns are filled by name.
+	sc, err := v1.WithTable(ts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	commitOrders(t, tables[0], sc, 0, 3, lakehouse.NoWatermark, func(i int64) string {
+		return fmt.Sprintf(`{"order_id":"o-%d","qty":%d,"price":1.5,"units":%d,"coupon":"c"}`, i, i, i<<40)
+	})
+	rows, _ := scanOrders(t, tables[0])
+	if len(rows) != 3 || rows[2]["units"] != fmt.Sprint(int64(2)<<40) || rows[2]["coupon"] != "c" {
+		t.Fatalf("rows after evolution: %v", rows)
+	}
+}
+
+// TestConformCarriesRowsAcrossEvolution: a batch built before an
+// evolution, conformed to the evolved schema, has the new column null and
+// the widened one cast, values intact, with no memory leaked.
+func TestConformCarriesRowsAcrossEvolution(t *testing.T) {
+	dir := t.TempDir()
+	v1 := orderSchema(t, dir, `"int"`, `"float"`, "")
+	mem := memory.NewCheckedAllocator(memory.DefaultAllocator)
+	defer mem.AssertSize(t, 0)
+	b := v1.NewRecordBuilder(mem, 0)
+	defer b.Release()
+	for i := range 4 {
+		if err := b.Append(fmt.Appendf(nil, `{"order_id":"o-%d","qty":%d,"price":0.25}`, i, -i), schemas.Meta{Topic: "orders", Offset: int64(i)}, time.Time{}, ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	old := b.NewRecord()
+	defer old.Release()
+	fields := append([]iceberg.NestedField(nil), v1.Iceberg.Fields()...)
+	fields[1].Type, fields[2].Type = iceberg.PrimitiveTypes.Int64, iceberg.PrimitiveTypes.Float64
+	fields = append(fields, iceberg.NestedField{ID: 100, Name: "coupon", Type: iceberg.PrimitiveTypes.String})
+	evolved, err := v1.WithTable(iceberg.NewSchemaWithIdentifiers(1, v1.Iceberg.IdentifierFieldIDs, fields...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := evolved.Conform(t.Context(), old)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer got.Release()
+	if !got.Schema().Equal(evolved.Arrow) {
+		t.Fatalf("conformed schema %v, want %v", got.Schema(), evolved.Arrow)
+	}
+	qty := got.Column(1).(*array.Int64)
+	coupon := got.Column(3)
+	if coupon.DataType().ID() != arrow.STRING || coupon.NullN() != 4 || qty.Value(3) != -3 || got.Column(2).(*array.Float64).Value(0) != 0.25 {
+		t.Fatalf("conformed rows: %v", got)
+	}
+}

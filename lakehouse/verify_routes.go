@@ -1,0 +1,372 @@
+package lakehouse
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"io"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+)
+
+// RoutesReport reconciles the tables that the field routes of one topic
+// write (routes with where: each record goes to exactly one of them): per
+// Kafka partition, every offset below the least of the tables' watermarks
+// must be a row of exactly one table or a dead letter, and no offset may be
+// in two places. Per table it checks what Verify checks of one table except
+// gaps (the other tables' offsets are this one's gaps).
+type RoutesReport struct {
+	Topic  string             `json:"topic"`
+	Tables []RouteTableReport `json:"tables"`
+	// DeadLetters counts distinct dead-lettered source offsets of the topic,
+	// or is -1 when the dead-letter topics were not read.
+	DeadLetters int64 `json:"dead_letters"`
+	// Partitions holds every partition with rows, dead letters or a
+	// watermark, in partition order.
+	Partitions []RoutesPartition `json:"partitions"`
+}
+
+// RouteTableReport is one table of a RoutesReport.
+type RouteTableReport struct {
+	Table string `json:"table"`
+	Group string `json:"group"`
+	// SnapshotID is the snapshot read, -1 for a table without one.
+	SnapshotID   int64 `json:"snapshot_id"`
+	Rows         int64 `json:"rows"`
+	DistinctIDs  int64 `json:"distinct_ids"`
+	DuplicateIDs int64 `json:"duplicate_ids"`
+	// AboveWatermark counts rows at or above the table's own watermark of
+	// their partition (every row of a partition it has none for).
+	AboveWatermark int64 `json:"above_watermark"`
+	// OrderViolations counts seq order violations within (partition,
+	// session) among this table's rows; SplitSessions the sessions it holds
+	// in more than one partition.
+	OrderViolations   int64    `json:"order_violations"`
+	SplitSessions     int64    `json:"split_sessions"`
+	DuplicateExamples []string `json:"duplicate_examples"`
+	// Keys is the business-key check (nil without a dedupe key).
+	Keys *KeyCheck `json:"business_keys,omitempty"`
+}
+
+// RoutesPartition is the reconciliation of one Kafka partition across the
+// tables of a RoutesReport.
+type RoutesPartition struct {
+	Partition int32 `json:"partition"`
+	// Watermark is the least of the tables' watermarks, below which every
+	// table has decided every offset; -1 when a table has none.
+	Watermark int64 `json:"watermark"`
+	// Rows counts each table's rows of the partition, in the order of
+	// RoutesReport.Tables.
+	Rows []int64 `json:"rows"`
+	// BusinessSkipped counts the offsets the tables' business-key MERGE
+	// skipped as duplicates (recorded in their snapshots): covered, like
+	// rows of the table that skipped them.
+	BusinessSkipped int64 `json:"business_duplicates_skipped"`
+	DeadLetters     int64 `json:"dead_letters"`
+	// MinOffset and MaxOffset bound the offsets seen in any table or the
+	// dead-letter topics (-1 when none); gaps are counted from MinOffset.
+	MinOffset  int64 `json:"min_offset"`
+	MaxOffset  int64 `json:"max_offset"`
+	Gaps       []Gap `json:"gaps"`
+	GapOffsets int64 `json:"gap_offsets"`
+	// InSeveral counts offsets below Watermark that are rows of more than
+	// one table, or a row and a dead letter; InSeveralExamples shows some.
+	InSeveral         int64    `json:"in_several"`
+	InSeveralExamples []string `json:"in_several_examples"`
+}
+
+// VerifyRoutes reconciles the tables of one topic's field routes (each
+// opened with its route's group) with one another and the dead-letter
+// topics: dl holds the topic's dead-lettered offsets from every route's
+// dead-letter topic (only those these tables' routes wrote, when routes of
+// other tables share it: pipeline.ReadDeadLetters with their names), or is nil when they were not read (dead letters are
+// then gaps). It reads the same columns as Verify and keeps 24 bytes per row.
+func VerifyRoutes(ctx context.Context, topic string, tables []*Table, dl DeadLetters) (*RoutesReport, error) {
+	r := &RoutesReport{Topic: topic, DeadLetters: -1, Tables: make([]RouteTableReport, len(tables)), Partitions: []RoutesPartition{}}
+	rows := make([][]verifyRow, len(tables))
+	wms := make([]Offsets, len(tables))
+	skipped := make([]map[int32][]int64, len(tables))
+	parts := map[int32]struct{}{}
+	for i, t := range tables {
+		tbl, err := t.Load(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if wms[i], err = WatermarksOf(tbl, t.group); err != nil {
+			return nil, err
+		}
+		if skipped[i], err = businessSkipped(tbl, topic); err != nil {
+			return nil, err
+		}
+		for p := range skipped[i] {
+			parts[p] = struct{}{}
+		}
+		tr := RouteTableReport{Table: t.Name(), Group: t.group, SnapshotID: -1, DuplicateExamples: []string{}}
+		sessions := &sessionIndex{ids: make(map[string]uint32)}
+		keys := t.newKeyIndex()
+		if snap := tbl.CurrentSnapshot(); snap != nil {
+			tr.SnapshotID = snap.SnapshotID
+			if rows[i], err = t.scanIDsKeys(ctx, tbl, topic, sessions, keys, rowsHint(snap)); err != nil {
+				return nil, fmt.Errorf("verifying %s: %w", t.Name(), err)
+			}
+		}
+		tr.Keys = keys.check()
+		rs := rows[i]
+		slices.SortFunc(rs, func(a, b verifyRow) int { return cmp.Or(cmp.Compare(a.part, b.part), cmp.Compare(a.off, b.off)) })
+		ord := newOrderChecker(len(sessions.names))
+		for k := 0; k < len(rs); {
+			n := skipOffset(rs, k)
+			tr.DistinctIDs++
+			if copies := n - k; copies > 1 && len(tr.DuplicateExamples) < maxExamples {
+				tr.DuplicateExamples = append(tr.DuplicateExamples, fmt.Sprintf("%s/%d@%d×%d", topic, rs[k].part, rs[k].off, copies))
+			}
+			if w, ok := wms[i].Get(topic, rs[k].part); !ok || rs[k].off >= w {
+				tr.AboveWatermark += int64(n - k)
+			}
+			if ord.next(rs[k]) {
+				tr.OrderViolations++
+			}
+			if k == 0 || rs[k].part != rs[k-1].part {
+				parts[rs[k].part] = struct{}{}
+			}
+			k = n
+		}
+		tr.Rows = int64(len(rs))
+		tr.DuplicateIDs = tr.Rows - tr.DistinctIDs
+		for _, other := range sessions.other {
+			if other >= 0 {
+				tr.SplitSessions++
+			}
+		}
+		for p := range wms[i][topic] {
+			parts[p] = struct{}{}
+		}
+		r.Tables[i] = tr
+	}
+	for p := range dl {
+		parts[p] = struct{}{}
+	}
+	if dl != nil {
+		r.DeadLetters = 0
+	}
+	rest := slices.Clone(rows)
+	for _, p := range slices.Sorted(maps.Keys(parts)) {
+		pr := RoutesPartition{Partition: p, Watermark: -1, Rows: make([]int64, len(tables)), MinOffset: -1, MaxOffset: -1,
+			Gaps: []Gap{}, InSeveralExamples: []string{}}
+		// Every distinct offset of the partition once per place it is in.
+		var offs []int64
+		for i := range tables {
+			n := 0
+			for n < len(rest[i]) && rest[i][n].part == p {
+				n++
+			}
+			prow := rest[i][:n]
+			rest[i] = rest[i][n:]
+			pr.Rows[i] = int64(len(prow))
+			for k := 0; k < len(prow); k = skipOffset(prow, k) {
+				offs = append(offs, prow[k].off)
+			}
+			// A table's skipped business duplicates are covered by it (a
+			// place of their own: one that is also a row is in several).
+			for _, off := range slices.Compact(slices.Sorted(slices.Values(skipped[i][p]))) {
+				offs = append(offs, off)
+				pr.BusinessSkipped++
+			}
+			w, ok := wms[i].Get(topic, p)
+			switch {
+			case !ok:
+				pr.Watermark = NoWatermark
+			case i == 0 || (pr.Watermark != NoWatermark && w < pr.Watermark):
+				pr.Watermark = w
+			}
+		}
+		if dl != nil {
+			pr.DeadLetters = int64(len(dl[p]))
+			r.DeadLetters += pr.DeadLetters
+			for off := range dl[p] {
+				offs = append(offs, off)
+			}
+		} else {
+			pr.DeadLetters = -1
+		}
+		slices.Sort(offs)
+		next := int64(-1)
+		for k := 0; k < len(offs); {
+			off, n := offs[k], k+1
+			for n < len(offs) && offs[n] == off {
+				n++
+			}
+			places := n - k
+			k = n
+			if pr.MinOffset < 0 {
+				pr.MinOffset, next = off, off
+			}
+			pr.MaxOffset = off
+			if pr.Watermark == NoWatermark || off >= pr.Watermark {
+				continue
+			}
+			if places > 1 {
+				pr.InSeveral++
+				if len(pr.InSeveralExamples) < maxExamples {
+					pr.InSeveralExamples = append(pr.InSeveralExamples, r.places(topic, p, off, tables, rows, skipped, dl))
+				}
+			}
+			if off > next {
+				pr.Gaps = append(pr.Gaps, Gap{From: next, To: off})
+				pr.GapOffsets += off - next
+			}
+			next = off + 1
+		}
+		if pr.MinOffset >= 0 && pr.Watermark != NoWatermark && next < pr.Watermark {
+			pr.Gaps = append(pr.Gaps, Gap{From: next, To: pr.Watermark})
+			pr.GapOffsets += pr.Watermark - next
+		}
+		r.Partitions = append(r.Partitions, pr)
+	}
+	return r, nil
+}
+
+// places describes where offset off of partition p is: "events/0@17 in
+// shop.orders, dead letters" (a row of shop.orders and dead-lettered).
+func (r *RoutesReport) places(topic string, p int32, off int64, tables []*Table, rows [][]verifyRow, skipped []map[int32][]int64, dl DeadLetters) string {
+	var in []string
+	for i, rs := range rows {
+		if _, found := slices.BinarySearchFunc(rs, verifyRow{part: p, off: off}, func(a, b verifyRow) int {
+			return cmp.Or(cmp.Compare(a.part, b.part), cmp.Compare(a.off, b.off))
+		}); found {
+			in = append(in, tables[i].Name())
+		}
+		if slices.Contains(skipped[i][p], off) {
+			in = append(in, tables[i].Name()+" (skipped business duplicate)")
+		}
+	}
+	if _, dead := dl[p][off]; dead {
+		in = append(in, "dead letters")
+	}
+	return fmt.Sprintf("%s/%d@%d in %s", topic, p, off, strings.Join(in, ", "))
+}
+
+// OK reports whether every offset below the least watermark is in exactly
+// one place and no table has duplicates, rows above its watermark or seq
+// order violations.
+func (r *RoutesReport) OK() bool { return len(r.problems()) == 0 }
+
+func (r *RoutesReport) problems() []string {
+	var out []string
+	for _, t := range r.Tables {
+		if p := t.Keys.problem(); p != "" {
+			out = append(out, t.Table+": "+p)
+		}
+		if t.DuplicateIDs > 0 {
+			out = append(out, fmt.Sprintf("%s: %s (same topic, partition, offset)", t.Table, plural(t.DuplicateIDs, "duplicate row")))
+		}
+		if t.AboveWatermark > 0 {
+			out = append(out, fmt.Sprintf("%s: %s at or above their partition's watermark", t.Table, plural(t.AboveWatermark, "row")))
+		}
+		if t.OrderViolations > 0 {
+			out = append(out, fmt.Sprintf("%s: %s within (partition, session)", t.Table, plural(t.OrderViolations, "seq order violation")))
+		}
+		if t.SplitSessions > 0 {
+			out = append(out, fmt.Sprintf("%s: %s seen in more than one partition", t.Table, plural(t.SplitSessions, "session")))
+		}
+	}
+	var gaps, several int64
+	for _, p := range r.Partitions {
+		gaps += p.GapOffsets
+		several += p.InSeveral
+	}
+	if gaps > 0 {
+		what := "in no table and not dead letters"
+		if r.DeadLetters < 0 {
+			what = "in no table (dead-letter topics not read)"
+		}
+		out = append(out, fmt.Sprintf("%s below the least watermark %s", plural(gaps, "offset"), what))
+	}
+	if several > 0 {
+		out = append(out, fmt.Sprintf("%s below the least watermark in more than one table, or a row and a dead letter", plural(several, "offset")))
+	}
+	return out
+}
+
+// WriteText prints the report for a person: a verdict, a line per table and
+// per partition, then the problems, each marked "!!".
+func (r *RoutesReport) WriteText(w io.Writer) error {
+	ew := &errWriter{w: w}
+	problems := r.problems()
+	verdict := "OK"
+	if len(problems) > 0 {
+		verdict = "!! NOT OK: " + plural(len(problems), "problem")
+	}
+	names := make([]string, len(r.Tables))
+	for i, t := range r.Tables {
+		names[i] = t.Table
+	}
+	ew.printf("verify routes of topic %s (by field: %s): %s\n", r.Topic, strings.Join(names, ", "), verdict)
+	for _, t := range r.Tables {
+		snap := strconv.FormatInt(t.SnapshotID, 10)
+		if t.SnapshotID < 0 {
+			snap = "none"
+		}
+		ew.printf("  %s (group %s, snapshot %s): rows %d, distinct ids %d, duplicates %d, above watermark %d, seq order violations %d, split sessions %d\n",
+			t.Table, t.Group, snap, t.Rows, t.DistinctIDs, t.DuplicateIDs, t.AboveWatermark, t.OrderViolations, t.SplitSessions)
+	}
+	dead := "not read"
+	if r.DeadLetters >= 0 {
+		dead = strconv.FormatInt(r.DeadLetters, 10)
+	}
+	var skipped int64
+	for _, p := range r.Partitions {
+		skipped += p.BusinessSkipped
+	}
+	ew.printf("  dead letters %s, business duplicates skipped %d\n", dead, skipped)
+	if len(r.Partitions) > 0 {
+		ew.printf("\n")
+		tw := tabwriter.NewWriter(ew, 0, 0, 2, ' ', tabwriter.AlignRight)
+		fmt.Fprintf(tw, "\tpartition\tleast watermark\t%s\tdead letters\tfirst seen\tlast seen\tgap offsets\tin several\t\n", strings.Join(names, "\t"))
+		for _, p := range r.Partitions {
+			mark := ""
+			if p.GapOffsets > 0 || p.InSeveral > 0 {
+				mark = "!!"
+			}
+			counts := make([]string, len(p.Rows))
+			for i, n := range p.Rows {
+				counts[i] = strconv.FormatInt(n, 10)
+			}
+			fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t\n", mark, p.Partition, orDash(p.Watermark),
+				strings.Join(counts, "\t"), orDash(p.DeadLetters), orDash(p.MinOffset), orDash(p.MaxOffset), p.GapOffsets, p.InSeveral)
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+	}
+	if len(problems) > 0 {
+		ew.printf("\n")
+		for _, s := range problems {
+			ew.printf("!! %s\n", s)
+		}
+	}
+	for _, p := range r.Partitions {
+		if len(p.Gaps) > 0 {
+			gs := make([]string, 0, maxTextGaps)
+			for _, g := range p.Gaps[:min(len(p.Gaps), maxTextGaps)] {
+				gs = append(gs, g.String())
+			}
+			ew.printf("!! partition %d gaps: %s\n", p.Partition, strings.Join(gs, " "))
+		}
+		if len(p.InSeveralExamples) > 0 {
+			ew.printf("!! partition %d offsets in several places: %s\n", p.Partition, strings.Join(p.InSeveralExamples, "; "))
+		}
+		if p.Watermark == NoWatermark && p.MaxOffset >= 0 {
+			ew.printf("   partition %d: a table has no watermark for it, so coverage is not checked\n", p.Partition)
+		}
+	}
+	for _, t := range r.Tables {
+		if len(t.DuplicateExamples) > 0 {
+			ew.printf("!! %s duplicate ids: %s\n", t.Table, strings.Join(t.DuplicateExamples, ", "))
+		}
+	}
+	return ew.err
+}

@@ -1,0 +1,95 @@
+package lakehouse_test
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+
+	"github.com/floe-dev/floe/lakehouse"
+)
+
+// openNamed opens table name of the fixture's catalog for group.
+func (f *fixture) openNamed(t *testing.T, name, group string) *lakehouse.Table {
+	t.Helper()
+	tbl, err := lakehouse.Open(t.Context(), lakehouse.Config{Table: name, Catalog: f.props, Group: group}, f.schema)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { tbl.Close() })
+	return tbl
+}
+
+// TestVerifyRoutes commits one partition routed by field into two tables
+// (even offsets to one, odd to the other, 5 dead-lettered), then breaks it:
+// an offset in both tables, one in a table and the dead letters, and a
+// duplicate within a table; without the dead letters, 5 is a gap.
+func TestVerifyRoutes(t *testing.T) {
+	f := newFixture(t)
+	a := f.openNamed(t, "shop.a", "g.a")
+	b := f.openNamed(t, "shop.b", "g.b")
+	var even, odd []ev
+	for _, e := range clean(0, 0, 12) {
+		if e.off%2 == 0 {
+			even = append(even, e)
+		} else if e.off != 5 {
+			odd = append(odd, e)
+		}
+	}
+	f.commitEvents(t, a, 0, 0, 12, lakehouse.NoWatermark, even)
+	f.commitEvents(t, b, 0, 0, 10, lakehouse.NoWatermark, odd[:4]) // 1 3 7 9; 11 not committed yet
+	dl := dead(0, 5)
+	rep, err := lakehouse.VerifyRoutes(t.Context(), topic, []*lakehouse.Table{a, b}, dl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	if err := rep.WriteText(&buf); err != nil {
+		t.Fatal(err)
+	}
+	if !rep.OK() {
+		t.Fatalf("clean routing reported problems:\n%s", buf.String())
+	}
+	p := rep.Partitions[0]
+	if p.Watermark != 10 || p.Rows[0] != 6 || p.Rows[1] != 4 || p.DeadLetters != 1 || p.GapOffsets != 0 || p.InSeveral != 0 {
+		t.Fatalf("partition 0: %+v\n%s", p, buf.String())
+	}
+	if rep.Tables[0].Rows != 6 || rep.Tables[1].Rows != 4 || rep.DeadLetters != 1 {
+		t.Fatalf("tables %+v, dead letters %d", rep.Tables, rep.DeadLetters)
+	}
+
+	// Break it: 4 also in b (a wrong route), 2 also dead-lettered, 3 twice
+	// in b; b's next flush moves its watermark to 12.
+	f.appendBehindFloe(t, b, 0, []ev{{off: 4, sess: "p0-s4", seq: 4}, {off: 3, sess: "p0-s3", seq: 3}})
+	dl = dead(0, 5, 2)
+	f.commitEvents(t, b, 0, 10, 12, 10, []ev{{off: 11, sess: "p0-s1", seq: 11}})
+	rep, err = lakehouse.VerifyRoutes(t.Context(), topic, []*lakehouse.Table{a, b}, dl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	buf.Reset()
+	if err := rep.WriteText(&buf); err != nil {
+		t.Fatal(err)
+	}
+	out := buf.String()
+	t.Log(out)
+	p = rep.Partitions[0]
+	if rep.OK() || p.InSeveral != 2 || rep.Tables[1].DuplicateIDs != 1 || p.Watermark != 12 {
+		t.Fatalf("broken routing: in several %d, duplicates in b %d, least watermark %d\n%s",
+			p.InSeveral, rep.Tables[1].DuplicateIDs, p.Watermark, out)
+	}
+	for _, want := range []string{"!! NOT OK", "clicks/0@2 in shop.a, dead letters", "clicks/0@4 in shop.a, shop.b",
+		"!! shop.b: 1 duplicate row", "2 offsets below the least watermark in more than one table"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("report lacks %q:\n%s", want, out)
+		}
+	}
+
+	// Without the dead letter of 5 it is a gap.
+	rep, err = lakehouse.VerifyRoutes(t.Context(), topic, []*lakehouse.Table{a, b}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := rep.Partitions[0]; p.GapOffsets != 1 || p.Gaps[0] != (lakehouse.Gap{From: 5, To: 6}) || rep.DeadLetters != -1 {
+		t.Fatalf("without dead letters: gaps %v, dead letters %d", p.Gaps, rep.DeadLetters)
+	}
+}

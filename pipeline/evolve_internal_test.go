@@ -1,0 +1,123 @@
+package pipeline
+
+import (
+	"encoding/binary"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/apache/arrow-go/v18/arrow/array"
+	"github.com/hamba/avro/v2"
+	"github.com/segmentio/kafka-go"
+	"github.com/twmb/franz-go/pkg/sr"
+	"github.com/twmb/franz-go/pkg/sr/srfake"
+
+	"github.com/floe-dev/floe/lakehouse"
+	"github.com/floe-dev/floe/schemas"
+)
+
+// TestBufferCarriesRowsAcrossSchemaSwitch: rows buffered under the old
+// schema when a record of an evolved writer schema arrives stay in the
+// same segment, conformed (the new column null, the widened one long), and
+// the segment commits as one batch with every offset once.
+func TestBufferCarriesRowsAcrossSchemaSwitch(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "o.avsc")
+	if err := os.WriteFile(path, []byte(`{"type": "record", "name": "O", "fields": [
+	  {"name": "id", "type": "string"}, {"name": "n", "type": "int"}]}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	sc, err := schemas.LoadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tbl, err := lakehouse.Open(t.Context(), lakehouse.Config{Table: "a.o", Group: "g", Catalog: map[string]string{
+		"type": "sql", "uri": "file:" + filepath.Join(dir, "c.db"), "sql.dialect": "sqlite", "sql.driver": "sqlite",
+		"warehouse": "file://" + filepath.Join(dir, "wh")}}, sc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { tbl.Close() })
+	reg := srfake.New()
+	t.Cleanup(reg.Close)
+	cl, err := sr.NewClient(sr.URLs(reg.URL()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	v1 := `{"type": "record", "name": "O", "fields": [{"name": "id", "type": "string"}, {"name": "n", "type": "int"}]}`
+	v2 := `{"type": "record", "name": "O", "fields": [{"name": "id", "type": "string"}, {"name": "n", "type": "long"},
+	  {"name": "tag", "type": ["null", "string"], "default": null}]}`
+	msg := func(text string, off int64, v map[string]any) kafka.Message {
+		ss, err := cl.CreateSchema(t.Context(), fmt.Sprint("s", len(text)), sr.Schema{Schema: text})
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, err := avro.Marshal(avro.MustParse(text), v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return kafka.Message{Offset: off, Time: time.Now(), Value: append(binary.BigEndian.AppendUint32([]byte{0}, uint32(ss.ID)), body...)}
+	}
+	wsc, err := sc.WithFormat(schemas.Format{Kind: schemas.FormatAvro, Registry: &schemas.RegistryConfig{URL: reg.URL()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	evo := &evolver{table: tbl, current: wsc.Evolving()}
+	b := newPartitionBuffer(evo.schema(), "o", 0, lakehouse.NoWatermark, 0, nil)
+	t.Cleanup(b.release)
+	b.evolve = func(from *schemas.Schema, req *schemas.EvolveRequest) (*schemas.Schema, error) {
+		return evo.evolve(t.Context(), from, req)
+	}
+	for i, m := range []kafka.Message{
+		msg(v1, 0, map[string]any{"id": "a", "n": 1}),
+		msg(v1, 1, map[string]any{"id": "b", "n": 2}),
+		msg(v2, 2, map[string]any{"id": "c", "n": int64(3) << 40, "tag": "t"}),
+		msg(v1, 3, map[string]any{"id": "d", "n": 4}),
+	} {
+		if _, _, dead, err := b.appendEnriched(m, time.Now(), offResult); err != nil || dead {
+			t.Fatalf("record %d: dead %v, %v", i, dead, err)
+		}
+	}
+	seg, ok := b.take()
+	if !ok || seg.part.Rows == nil || seg.part.Rows.NumRows() != 4 {
+		t.Fatalf("segment %v, want the 4 rows", seg.part)
+	}
+	if !seg.part.Rows.Schema().Equal(evo.schema().Arrow) {
+		t.Fatalf("segment schema %v, want the evolved %v", seg.part.Rows.Schema(), evo.schema().Arrow)
+	}
+	if _, err := tbl.Commit(t.Context(), []lakehouse.Part{seg.part}); err != nil {
+		t.Fatal(err)
+	}
+	it, err := tbl.Load(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, batches, err := it.Scan().ToArrowRecords(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for rec, err := range batches {
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids := rec.Column(rec.Schema().FieldIndices("id")[0]).(*array.String)
+		ns := rec.Column(rec.Schema().FieldIndices("n")[0]).(*array.Int64)
+		tags := rec.Column(rec.Schema().FieldIndices("tag")[0])
+		for i := range int(rec.NumRows()) {
+			got[ids.Value(i)] = tags.ValueStr(i) + "/" + ns.ValueStr(i)
+		}
+		rec.Release()
+	}
+	want := map[string]string{"a": "(null)/1", "b": "(null)/2", "c": "t/3298534883328", "d": "(null)/4"}
+	if len(got) != len(want) {
+		t.Fatalf("rows %v, want %v", got, want)
+	}
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("row %s = %s, want %s", k, got[k], v)
+		}
+	}
+}

@@ -1,0 +1,279 @@
+package pipeline
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"slices"
+	"strings"
+
+	"github.com/floe-dev/floe/lakehouse"
+)
+
+// Start-up refusals of CheckStart. Each is overridable (StartOverrides).
+var (
+	// ErrRoutingChanged: a topic's routing differs from the one its tables
+	// were written under, and its routes are not at a common offset, so the
+	// records between their watermarks would land in no table or in two.
+	ErrRoutingChanged = errors.New("routing changed")
+	// ErrGroupChanged: the table holds the offset map of another group for
+	// the topic, and none of the configured group, so the job would resume
+	// from Kafka or start_offset instead of the table's watermarks.
+	ErrGroupChanged = errors.New("group changed")
+)
+
+// routingDoc is the recorded form of a topic's routing (the value of
+// lakehouse.RoutingKeyPrefix+topic): the field and each field route's table
+// and values, or for a route that takes the whole topic only its table.
+type routingDoc struct {
+	Field  string         `json:"field,omitempty"`
+	Routes []routingEntry `json:"routes"`
+}
+
+type routingEntry struct {
+	Table   string   `json:"table"`
+	In      []string `json:"in,omitempty"`
+	Default bool     `json:"default,omitempty"`
+}
+
+func (d routingDoc) String() string {
+	b, _ := json.Marshal(d)
+	return string(b)
+}
+
+// tables returns the tables the routing names.
+func (d routingDoc) tables() []string {
+	out := make([]string, len(d.Routes))
+	for i, r := range d.Routes {
+		out[i] = r.Table
+	}
+	return out
+}
+
+// wholeTopic is the routing of a route that takes every record of its topic.
+func wholeTopic(table string) string {
+	return routingDoc{Routes: []routingEntry{{Table: table}}}.String()
+}
+
+// routingOf returns the fingerprint of route i's routing: with where, every
+// field route of its topic (tables sorted, values normalized and sorted);
+// without, its table alone.
+func (c Config) routingOf(i int) string {
+	r := c.Routes[i]
+	if r.Where == nil {
+		return wholeTopic(r.Table.Name)
+	}
+	var d routingDoc
+	for _, o := range c.Routes {
+		if o.Topic != r.Topic || o.Where == nil {
+			continue
+		}
+		e := routingEntry{Table: o.Table.Name, Default: o.Where.Default}
+		if !o.Where.Default {
+			d.Field = o.Where.Field
+			for _, v := range o.Where.In {
+				e.In = append(e.In, normalizeValue(v)[2:]) // "1.0" as "1"; without the type tag
+			}
+			slices.Sort(e.In)
+			e.In = slices.Compact(e.In)
+		}
+		d.Routes = append(d.Routes, e)
+	}
+	slices.SortFunc(d.Routes, func(a, b routingEntry) int { return strings.Compare(a.Table, b.Table) })
+	return d.String()
+}
+
+// RoutingFingerprint describes which records of its topic the job takes, in
+// relation to the other routes of the topic. Every commit records it
+// (lakehouse.RoutingKeyPrefix), so that CheckStart sees a changed routing.
+func (c Config) RoutingFingerprint() string {
+	if c.routing != "" {
+		return c.routing
+	}
+	return wholeTopic(c.Table.Name)
+}
+
+// StartTable is a job about to run, with its opened table.
+type StartTable struct {
+	Config Config
+	Table  *lakehouse.Table
+}
+
+// StartOverrides turn CheckStart's refusals into warnings.
+type StartOverrides struct {
+	// RoutingChange applies a routing change although the routes are not
+	// at a common offset (floe run --accept-routing-change).
+	RoutingChange bool
+	// GroupChange resumes a group although the table holds another
+	// group's offsets of the topic (floe run --accept-group-change).
+	GroupChange bool
+}
+
+// startState is what CheckStart read of one job's table.
+type startState struct {
+	job StartTable
+	// recorded is the routing the table's newest commit recorded ("" for
+	// a table without offsets of the topic: a new one), config the job's.
+	recorded, config string
+	wm               map[int32]int64
+}
+
+// CheckStart runs the checks of `floe run` before any member starts, over
+// the jobs that will run and the field routes they split a topic with:
+//
+//   - ErrGroupChanged when a table holds another group's offsets of the
+//     job's topic and none of the job's group (moving a single-table job
+//     into routes changes its group; so does renaming kafka.group);
+//   - ErrRoutingChanged when a table's recorded routing differs from the
+//     configuration's and the routes involved (those configured and those
+//     the recorded routing names) are not at a common offset: each route
+//     still on the old routing must be at the same watermark per
+//     partition, and each already on the new one at or past it.
+//
+// Each refusal is a warning instead when ov accepts it.
+func CheckStart(ctx context.Context, jobs []StartTable, ov StartOverrides, log *slog.Logger) error {
+	states := make([]*startState, len(jobs))
+	var errs []error
+	for i, j := range jobs {
+		tbl, err := j.Table.Load(ctx)
+		if err != nil {
+			return err
+		}
+		groups, err := lakehouse.OffsetMapsOf(tbl)
+		if err != nil {
+			return fmt.Errorf("table %s: %w", j.Config.Table.Name, err)
+		}
+		topic, group := j.Config.Kafka.Topic, j.Config.Kafka.Group
+		st := &startState{job: j, config: j.Config.RoutingFingerprint(), wm: groups[group][topic]}
+		if rec, ok := lakehouse.RoutingOf(tbl, topic); ok {
+			st.recorded = rec
+		} else if len(st.wm) > 0 {
+			st.recorded = wholeTopic(j.Config.Table.Name) // written before routing was recorded
+		}
+		states[i] = st
+		if len(st.wm) > 0 {
+			continue
+		}
+		for _, other := range slices.Sorted(maps.Keys(groups)) {
+			if other == group || len(groups[other][topic]) == 0 {
+				continue
+			}
+			err := fmt.Errorf("%w: table %s holds offsets of topic %s under group %s and none under group %s: "+
+				"set %s to continue from them (else this group resumes from its Kafka offsets or start_offset, "+
+				"skipping or re-reading records)", ErrGroupChanged, j.Config.Table.Name, topic, other, group, groupKey(j.Config, other))
+			if !ov.GroupChange {
+				errs = append(errs, err)
+			} else {
+				log.Warn("starting a new group on a table written by another (--accept-group-change)", "err", err)
+			}
+			break
+		}
+	}
+	reported := map[string]bool{}
+	for _, st := range states {
+		if st.recorded == "" || st.recorded == st.config {
+			continue
+		}
+		err := checkRoutingChange(st, states)
+		if err == nil || reported[err.Error()] {
+			continue
+		}
+		reported[err.Error()] = true
+		if !ov.RoutingChange {
+			errs = append(errs, err)
+		} else {
+			log.Warn("applying a routing change from uncommon offsets (--accept-routing-change)", "err", err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// groupKey names the setting that selects group for cfg.
+func groupKey(cfg Config, group string) string {
+	if cfg.route > 0 {
+		return fmt.Sprintf("routes[%d].group: %s", cfg.route-1, group)
+	}
+	return fmt.Sprintf("kafka.group: %s (or --group %s)", group, group)
+}
+
+// checkRoutingChange decides whether the change of st's routing applies
+// from a common offset of every route involved (nil) or not.
+func checkRoutingChange(st *startState, states []*startState) error {
+	topic := st.job.Config.Kafka.Topic
+	var oldDoc, newDoc routingDoc
+	if err := json.Unmarshal([]byte(st.recorded), &oldDoc); err != nil {
+		return fmt.Errorf("table %s: decoding %s%s: %w", st.job.Config.Table.Name, lakehouse.RoutingKeyPrefix, topic, err)
+	}
+	_ = json.Unmarshal([]byte(st.config), &newDoc) // made by routingOf
+	names := slices.Compact(slices.Sorted(slices.Values(append(oldDoc.tables(), newDoc.tables()...))))
+	fail := func(why string) error {
+		return fmt.Errorf("%w: topic %s: table %s was written under routing %s, the configuration routes %s; %s. "+
+			"A changed routing must apply from the same offset in every route, else records between their watermarks "+
+			"land in no table or in two. Stop the producers and run the old configuration with --until-caught-up "+
+			"(every route then reaches the same offsets), or pass --accept-routing-change to apply it anyway",
+			ErrRoutingChanged, topic, st.job.Config.Table.Name, st.recorded, st.config, why)
+	}
+	var involved []*startState
+	for _, name := range names {
+		i := slices.IndexFunc(states, func(s *startState) bool {
+			return s.job.Config.Table.Name == name && s.job.Config.Kafka.Topic == topic
+		})
+		if i < 0 {
+			return fail(fmt.Sprintf("table %s is not a configured route of the topic, so its offsets cannot be compared", name))
+		}
+		involved = append(involved, states[i])
+	}
+	// The routes still on their old routing (or new) must share one
+	// watermark per partition; the ones already on the new routing (a
+	// change applied before a restart) must be at or past it.
+	var common map[int32]int64
+	var commonTable string
+	for _, s := range involved {
+		if s.recorded == s.config {
+			continue
+		}
+		if common == nil {
+			common, commonTable = s.wm, s.job.Config.Table.Name
+			if common == nil {
+				common = map[int32]int64{}
+			}
+			continue
+		}
+		if !maps.Equal(common, s.wm) {
+			return fail(fmt.Sprintf("the routes are not at a common offset (%s at %s, %s at %s)",
+				commonTable, formatWatermarks(common), s.job.Config.Table.Name, formatWatermarks(s.wm)))
+		}
+	}
+	for _, s := range involved {
+		if s.recorded != s.config {
+			continue
+		}
+		for p, w := range s.wm {
+			if c, ok := common[p]; !ok || w < c {
+				return fail(fmt.Sprintf("table %s, already on the new routing, is at %s, behind %s at %s",
+					s.job.Config.Table.Name, formatWatermarks(s.wm), commonTable, formatWatermarks(common)))
+			}
+		}
+		for p := range common {
+			if _, ok := s.wm[p]; !ok {
+				return fail(fmt.Sprintf("table %s, already on the new routing, has no watermark of partition %d", s.job.Config.Table.Name, p))
+			}
+		}
+	}
+	return nil
+}
+
+// formatWatermarks prints a partition → offset map in partition order.
+func formatWatermarks(wm map[int32]int64) string {
+	if len(wm) == 0 {
+		return "no watermarks"
+	}
+	parts := make([]string, 0, len(wm))
+	for _, p := range slices.Sorted(maps.Keys(wm)) {
+		parts = append(parts, fmt.Sprintf("%d:%d", p, wm[p]))
+	}
+	return "{" + strings.Join(parts, " ") + "}"
+}

@@ -1,0 +1,99 @@
+package pipeline
+
+import (
+	"strconv"
+	"strings"
+
+	"github.com/segmentio/kafka-go"
+	"github.com/valyala/fastjson"
+)
+
+// routeFilter decides which records of its topic a field route takes. It is
+// safe for concurrent use by the partition workers (parsers are pooled).
+type routeFilter struct {
+	path []string
+	strs map[string]struct{}
+	nums map[float64]struct{}
+	// isDefault inverts the match: strs and nums then hold the values the
+	// topic's field routes take, and the default route takes the rest.
+	isDefault bool
+	parsers   fastjson.ParserPool
+}
+
+// newRouteFilter builds the filter of a route's where. A default route
+// leaves its topic's field routes their values: siblingField is the field
+// they route by ("" when there are none) and siblings their In values.
+func newRouteFilter(w WhereConfig, siblingField string, siblings []string) *routeFilter {
+	f := &routeFilter{strs: map[string]struct{}{}, nums: map[float64]struct{}{}, isDefault: w.Default}
+	field, values := w.Field, w.In
+	if w.Default {
+		field, values = siblingField, siblings
+	}
+	if field != "" {
+		f.path = strings.Split(field, ".")
+	}
+	for _, v := range values {
+		f.strs[v] = struct{}{}
+		if n, err := strconv.ParseFloat(v, 64); err == nil {
+			f.nums[n] = struct{}{}
+		}
+	}
+	return f
+}
+
+// takes reports whether the route takes the record with this value: for a
+// field route, whether the field is a string or number among its values; for
+// the default route, whether it is not (a missing field, another type, or a
+// value that is not JSON included).
+func (f *routeFilter) takes(value []byte) bool {
+	p := f.parsers.Get()
+	defer f.parsers.Put(p)
+	matched := false
+	if v, err := p.ParseBytes(value); err == nil && len(f.path) > 0 {
+		if fv := v.Get(f.path...); fv != nil {
+			switch fv.Type() {
+			case fastjson.TypeString:
+				_, matched = f.strs[string(fv.GetStringBytes())]
+			case fastjson.TypeNumber:
+				if n, err := fv.Float64(); err == nil {
+					_, matched = f.nums[n]
+				}
+			}
+		}
+	}
+	return matched != f.isDefault
+}
+
+// skip covers msg's offset without a row or a dead letter: a record another
+// route of the topic takes. Like a compacted-away offset it is part of the
+// segment [from, next), so the watermark advances past it.
+func (b *partitionBuffer) skip(msg kafka.Message) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	expect := b.next
+	if !b.started {
+		expect = b.resume
+	}
+	if expect >= 0 && msg.Offset > expect && b.gap != nil {
+		b.gap(expect, msg.Offset)
+	}
+	ts := msg.Time.UnixNano()
+	if !b.started || b.from == b.next {
+		b.from, b.started = msg.Offset, true
+		b.firstTS = ts
+		if b.lag != nil {
+			b.lag.pendingSince.CompareAndSwap(0, ts)
+		}
+	}
+	b.lastTS = ts
+	b.next = msg.Offset + 1
+}
+
+// filtered accounts for a record the member's route does not take.
+func (m *Member) filtered(b *partitionBuffer, msg kafka.Message) {
+	b.skip(msg)
+	m.stats.Filtered.Add(1)
+	if b.lag != nil && msg.HighWaterMark > 0 {
+		b.lag.highWater.Store(msg.HighWaterMark)
+	}
+}

@@ -1,0 +1,228 @@
+package schemas
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/apache/arrow-go/v18/arrow/memory"
+	"github.com/apache/iceberg-go"
+	"github.com/bufbuild/protocompile"
+	"github.com/hamba/avro/v2"
+	"github.com/twmb/franz-go/pkg/sr"
+	"github.com/twmb/franz-go/pkg/sr/srfake"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/types/dynamicpb"
+)
+
+const ordersFile = `{"type": "record", "name": "Order", "fields": [
+  {"name": "id", "type": "string"},
+  {"name": "qty", "type": "int"},
+  {"name": "price", "type": "float"}]}`
+
+// TestEvolvingWriterSchemas: a builder of an Evolving schema asks for the
+// changes a new writer schema needs (new fields as optional columns, int →
+// long, float → double, required → optional; a field no column can hold is
+// skipped), appends nothing meanwhile, and appends once switched to the
+// schema of the evolved table. A builder that is not Evolving behaves as
+// before: new fields skipped, a wider type incompatible.
+func TestEvolvingWriterSchemas(t *testing.T) {
+	reg := srfake.New()
+	t.Cleanup(reg.Close)
+	cl, err := sr.NewClient(sr.URLs(reg.URL()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	file, err := ParseAvsc("orders", []byte(ordersFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	avroV2 := `{"type": "record", "name": "Order", "fields": [
+	  {"name": "id", "type": "string"},
+	  {"name": "qty", "type": "long"},
+	  {"name": "price", "type": ["null", "float"]},
+	  {"name": "coupon", "type": ["null", "string"], "default": null},
+	  {"name": "odd", "type": ["null", "int", "string"], "default": null},
+	  {"name": "lines", "type": {"type": "array", "items": "string"}, "default": []}]}`
+	protoV2 := `syntax = "proto3";
+message Order {
+  message Line { string sku = 1; uint32 n = 2; }
+  string id = 1; int64 qty = 2; double price = 3;
+  optional string coupon = 4;
+  repeated Line lines = 5;
+  map<string, int32> attrs = 6;
+  map<int32, string> by_number = 7;
+}`
+	avroID := register(t, cl, "a", avroV2, sr.TypeAvro)
+	protoID := register(t, cl, "p", protoV2, sr.TypeProtobuf)
+	avroValue, err := avro.Marshal(avro.MustParse(avroV2), map[string]any{
+		"id": "o-1", "qty": int64(1) << 40, "price": nil, "coupon": "c", "odd": nil, "lines": []any{"x"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := protocompile.Compiler{Resolver: &protocompile.SourceResolver{Accessor: protocompile.SourceAccessorFromMap(map[string]string{"o.proto": protoV2})}}
+	files, err := c.Compile(t.Context(), "o.proto")
+	if err != nil {
+		t.Fatal(err)
+	}
+	md := files[0].Messages().ByName("Order")
+	pm := dynamicpb.NewMessage(md)
+	pm.Set(md.Fields().ByName("id"), protoreflect.ValueOfString("o-2"))
+	pm.Set(md.Fields().ByName("qty"), protoreflect.ValueOfInt64(1<<41))
+	pm.Set(md.Fields().ByName("coupon"), protoreflect.ValueOfString("d"))
+	protoValue, err := proto.Marshal(pm)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	for _, tc := range []struct {
+		kind, value string
+		msg         []byte
+		want        []string
+		row         string
+	}{
+		{FormatAvro, "avro", wire(avroID, nil, avroValue),
+			[]string{"widen column qty to long", "make column price optional", "add column coupon string", "add column lines list<string>"},
+			`o-1 1099511627776 (null) c ["x"]`},
+		{FormatProtobuf, "protobuf", wire(protoID, []int{0}, protoValue),
+			[]string{"widen column qty to long", "widen column price to double", "add column coupon string",
+				"add column lines list<struct<1: sku: optional string, 2: n: optional long>>", "add column attrs map<string, int>"},
+			"o-2 2199023255552 0 d []"},
+	} {
+		t.Run(tc.value, func(t *testing.T) {
+			sc, err := file.WithFormat(Format{Kind: tc.kind, Registry: &RegistryConfig{URL: reg.URL()}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			// Not evolving: the wider qty is refused, as before (Avro: the
+			// writer's long is incompatible; Protobuf: a value past 32
+			// bits is invalid).
+			plain := sc.NewRecordBuilder(memory.DefaultAllocator, 0)
+			defer plain.Release()
+			var ie *IncompatibleSchemaError
+			var de *DecodeError
+			if err := plain.Append(tc.msg, Meta{Topic: "o"}, time.Time{}, ""); !(errors.As(err, &ie) && ie.Field == "qty" || errors.As(err, &de) && de.Field == "qty") {
+				t.Fatalf("not evolving: %v, want qty refused", err)
+			}
+
+			ev := sc.Evolving()
+			b := ev.NewRecordBuilder(memory.DefaultAllocator, 0)
+			defer b.Release()
+			err = b.Append(tc.msg, Meta{Topic: "o"}, time.Time{}, "")
+			var req *EvolveRequest
+			if !errors.As(err, &req) || b.Len() != 0 {
+				t.Fatalf("evolving: %v (%d rows), want an EvolveRequest and no row", err, b.Len())
+			}
+			var got []string
+			for _, c := range req.Changes {
+				got = append(got, c.String())
+			}
+			if !slices.Equal(got, tc.want) {
+				t.Fatalf("changes:\n %q\nwant\n %q", got, tc.want)
+			}
+			// The table after the changes (as lakehouse.Table.Evolve
+			// makes them): new columns get the next ids.
+			fields := slices.Clone(ev.Iceberg.Fields())
+			next := ev.Iceberg.HighestFieldID() + 1
+			for _, c := range req.Changes {
+				i := slices.IndexFunc(fields, func(f iceberg.NestedField) bool { return f.Name == c.Column })
+				switch c.Kind {
+				case AddColumn:
+					one, err := iceberg.AssignFreshSchemaIDs(iceberg.NewSchema(0, iceberg.NestedField{Name: c.Column, Type: c.Type}),
+						func() int { next++; return next - 1 })
+					if err != nil {
+						t.Fatal(err)
+					}
+					fields = append(fields, one.Field(0))
+				case WidenColumn:
+					fields[i].Type = c.Type
+				case MakeOptional:
+					fields[i].Required = false
+				}
+			}
+			ts := iceberg.NewSchemaWithIdentifiers(1, ev.Iceberg.IdentifierFieldIDs, fields...)
+			evolved, err := ev.WithTable(ts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b2 := evolved.NewRecordBuilder(memory.DefaultAllocator, 0)
+			defer b2.Release()
+			if err := b2.Append(tc.msg, Meta{Topic: "o"}, time.Time{}, ""); err != nil {
+				t.Fatalf("after evolving: %v", err)
+			}
+			rec := b2.NewRecord()
+			defer rec.Release()
+			row := fmt.Sprint(rec.Column(0).ValueStr(0), " ", rec.Column(1).ValueStr(0), " ", rec.Column(2).ValueStr(0), " ",
+				rec.Column(3).ValueStr(0), " ", rec.Column(4).ValueStr(0))
+			if row != tc.row {
+				t.Fatalf("row %q, want %q", row, tc.row)
+			}
+		})
+	}
+}
+
+// TestEvolveRequestRefuse: a change the table refuses stops the partition
+// (on_incompatible: stop) or dead-letters the record (dlq).
+func TestEvolveRequestRefuse(t *testing.T) {
+	stop := (&EvolveRequest{SchemaID: 7, stop: true}).Refuse("coupon", "the table's string cannot hold the writer's int")
+	var ie *IncompatibleSchemaError
+	if !errors.As(stop, &ie) || ie.Field != "coupon" || ie.SchemaID != 7 {
+		t.Fatalf("stop: %v", stop)
+	}
+	dlq := (&EvolveRequest{SchemaID: 7}).Refuse("coupon", "the table's string cannot hold the writer's int")
+	var de *DecodeError
+	if !errors.As(dlq, &de) || de.Reason != ReasonIncompatibleSchema || de.Field != "coupon" {
+		t.Fatalf("dlq: %v", dlq)
+	}
+}
+
+// TestPlanTable: what a schema file edited since the table's creation
+// needs, and what it may not do.
+func TestPlanTable(t *testing.T) {
+	table, err := ParseAvsc("v1", []byte(ordersFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ fields, want, err string }{
+		{`{"name": "id", "type": "string"}, {"name": "qty", "type": "int"}, {"name": "price", "type": "float"}`, "", ""},
+		{`{"name": "id", "type": ["null", "string"]}, {"name": "qty", "type": "long"}, {"name": "price", "type": "double"}, {"name": "note", "type": ["null", "string"]}`,
+			"make column id optional; widen column qty to long; widen column price to double; add column note string", ""},
+		{`{"name": "id", "type": "string"}, {"name": "qty", "type": "string"}, {"name": "price", "type": "float"}`,
+			"", `column "qty" is int in the table but string in schema v2: int cannot be promoted to string`},
+		{`{"name": "id", "type": "string"}, {"name": "qty", "type": "int"}, {"name": "price", "type": "double"}, {"name": "_kafka_offset", "type": "long"}`,
+			"", `reserved`},
+	} {
+		file, err := ParseAvsc("v2", []byte(`{"type": "record", "name": "Order", "fields": [`+c.fields+`]}`))
+		if err != nil {
+			if c.err != "" && strings.Contains(err.Error(), c.err) {
+				continue
+			}
+			t.Fatal(err)
+		}
+		changes, err := PlanTable(table.Iceberg, file)
+		var got []string
+		for _, ch := range changes {
+			got = append(got, ch.String())
+		}
+		switch {
+		case c.err != "" && (err == nil || !strings.Contains(err.Error(), c.err)):
+			t.Errorf("%s: %v, want an error containing %q", c.fields, err, c.err)
+		case c.err == "" && (err != nil || strings.Join(got, "; ") != c.want):
+			t.Errorf("%s: %q, %v; want %q", c.fields, got, err, c.want)
+		}
+	}
+}
+
+func register(t *testing.T, cl *sr.Client, subject, text string, typ sr.SchemaType) int {
+	t.Helper()
+	ss, err := cl.CreateSchema(t.Context(), subject, sr.Schema{Schema: text, Type: typ})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ss.ID
+}
