@@ -83,18 +83,11 @@ func (b *partitionBuffer) resumeAt(seek int64) int64 {
 	return seek
 }
 
-// offResult is the enrichment result of every record when enrichment is off.
-var offResult = enrich.Result{Status: "off"}
-
-// appendEnriched decodes msg into the buffer with its enrichment result (the
-// values fill the enrichment columns, the status _enrich_status; "off"
-// without enrichment). A record that cannot be decoded, or that the
-// enrichment policy sends to the dead-letter topic (StatusDead, reason
-// enrich_failed), becomes a dead letter; either way its offset is covered by
-// the segment.
-func (b *partitionBuffer) appendEnriched(msg kafka.Message, now time.Time, res enrich.Result) (rowsDelta, bytesDelta int, dead bool, err error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
+// extend makes msg's offset the next one of the current segment (the caller
+// covers it by setting next past it): it reports offsets the log skipped,
+// opens a segment when none is open and keeps its Kafka timestamps. b.mu
+// must be held.
+func (b *partitionBuffer) extend(msg kafka.Message) {
 	expect := b.next
 	if !b.started {
 		expect = b.resume
@@ -112,6 +105,21 @@ func (b *partitionBuffer) appendEnriched(msg kafka.Message, now time.Time, res e
 		}
 	}
 	b.lastTS = ts
+}
+
+// offResult is the enrichment result of every record when enrichment is off.
+var offResult = enrich.Result{Status: "off"}
+
+// appendEnriched decodes msg into the buffer with its enrichment result (the
+// values fill the enrichment columns, the status _enrich_status; "off"
+// without enrichment). A record that cannot be decoded, or that the
+// enrichment policy sends to the dead-letter topic (StatusDead, reason
+// enrich_failed), becomes a dead letter; either way its offset is covered by
+// the segment.
+func (b *partitionBuffer) appendEnriched(msg kafka.Message, now time.Time, res enrich.Result) (rowsDelta, bytesDelta int, dead bool, err error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.extend(msg)
 	if res.Status == enrich.StatusDead {
 		detail := "enrichment unavailable"
 		if res.Err != nil {

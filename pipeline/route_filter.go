@@ -70,22 +70,7 @@ func (f *routeFilter) takes(value []byte) bool {
 func (b *partitionBuffer) skip(msg kafka.Message) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	expect := b.next
-	if !b.started {
-		expect = b.resume
-	}
-	if expect >= 0 && msg.Offset > expect && b.gap != nil {
-		b.gap(expect, msg.Offset)
-	}
-	ts := msg.Time.UnixNano()
-	if !b.started || b.from == b.next {
-		b.from, b.started = msg.Offset, true
-		b.firstTS = ts
-		if b.lag != nil {
-			b.lag.pendingSince.CompareAndSwap(0, ts)
-		}
-	}
-	b.lastTS = ts
+	b.extend(msg)
 	b.next = msg.Offset + 1
 }
 
