@@ -9,7 +9,6 @@ require (
 	github.com/colinmarc/hdfs/v2 v2.4.0
 	github.com/google/uuid v1.6.0
 	github.com/hamba/avro/v2 v2.31.0
-	github.com/hashicorp/golang-lru/v2 v2.0.7
 	github.com/jcmturner/gokrb5/v8 v8.4.4
 	github.com/moby/buildkit v0.31.1
 	github.com/prometheus/client_golang v1.25.0
@@ -75,6 +74,7 @@ require (
 	github.com/goccy/go-yaml v1.17.1 // indirect
 	github.com/google/flatbuffers v25.12.19+incompatible // indirect
 	github.com/hashicorp/go-uuid v1.0.3 // indirect
+	github.com/hashicorp/golang-lru/v2 v2.0.7 // indirect
 	github.com/inconshreveable/mousetrap v1.1.0 // indirect
 	github.com/jcmturner/aescts/v2 v2.0.0 // indirect
 	github.com/jcmturner/dnsutils/v2 v2.0.0 // indirect

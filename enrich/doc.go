@@ -42,8 +42,11 @@
 //
 // # Ordering, coalescing, batching, bounds
 //
-//   - A Queue (lane) per partition: Submit order is Out order. A cached key
+//   - A Queue (lane) per partition: Submit order is Take order. A cached key
 //     completes at once but still leaves behind earlier records of its lane.
+//     Take hands over every completed record at the head at once, a batch per
+//     wake-up; a lane has no goroutine of its own (Out, a channel over Take,
+//     starts one).
 //   - A key already being looked up is not looked up again: every record
 //     waiting for it gets the one result (coalescing).
 //   - New keys from all lanes are gathered into requests of up to BatchSize
@@ -51,14 +54,17 @@
 //     MaxInFlightRequests at once. While all request slots are busy, the
 //     next batch keeps filling.
 //   - A lane holds at most MaxInFlightRecords records and MaxInFlightBytes
-//     bytes (as sized by SubmitSized) between Submit and Out, plus 256 in
-//     Out; then Submit blocks. While no record in it waits for a lookup, a
+//     bytes (as sized by SubmitSized) between Submit and Take (plus 257 in
+//     Out when it is used); then Submit blocks. While no record in it waits
+//     for a lookup, a
 //     lane holds at most 1024: it then waits only for its consumer, and
 //     holding more would cost memory and GC time without hiding latency. That is the backpressure
 //     that stops the partition's fetching: the pipeline's group heartbeats
 //     run elsewhere, so a slow service can never cause a rebalance.
-//   - Results are cached for CacheTTL, misses for NegativeCacheTTL, in an LRU
-//     bounded by CacheSize. A key read after 80% of its TTL is refreshed in
+//   - Results are cached for CacheTTL, misses for NegativeCacheTTL, in a
+//     cache bounded by CacheSize that evicts keys not read for a while (two
+//     generations per shard, an approximate LRU whose hit is a single map
+//     read). A key read after 80% of its TTL is refreshed in
 //     the background, so hot keys never expire into a lane-stalling lookup.
 //
 // # Circuit breaker and policies
@@ -89,8 +95,8 @@
 // NewStage, then Run(ctx) in its own goroutine; NewQueue per partition.
 // Close a Queue to drain it; Abort it on revocation to drop what it holds at
 // once. When Run's ctx ends, Run waits for its requests to stop, and every
-// Queue's Out closes without its pending records (the caller redoes them
-// from Kafka, which the table's watermark fence makes safe).
+// Queue's Take reports ErrStopped without its pending records (the caller
+// redoes them from Kafka, which the table's watermark fence makes safe).
 //
 // # Secrets
 //

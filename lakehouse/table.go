@@ -261,8 +261,12 @@ func (t *Table) ensure(ctx context.Context) (*table.Table, error) {
 	}
 }
 
-// createAttempts bounds ensure's tries to create the table.
-const createAttempts = 5
+// createAttempts bounds ensure's tries to create the table;
+// namespaceSettle is how long it waits after creating a Hive namespace.
+const (
+	createAttempts  = 5
+	namespaceSettle = 2 * time.Second
+)
 
 // create creates the namespace when missing and the table, or loads the
 // table another member created meanwhile.
@@ -274,6 +278,17 @@ func (t *Table) create(ctx context.Context) (*table.Table, error) {
 				return nil, fmt.Errorf("creating namespace %s: %w", strings.Join(ns, "."), err)
 			}
 		}
+		// A Hive Metastore deletes the directory of a create_database that
+		// lost a race right after the winner commits — with whatever table
+		// files the winner wrote there by then. Let such a race end before
+		// writing any.
+		if t.cat.CatalogType() == catalog.Hive {
+			select {
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			case <-time.After(namespaceSettle):
+			}
+		}
 	}
 	spec := t.schema.Spec
 	tbl, err := t.cat.CreateTable(ctx, t.ident, t.schema.Iceberg,
@@ -281,10 +296,11 @@ func (t *Table) create(ctx context.Context) (*table.Table, error) {
 		catalog.WithProperties(tableProperties(t.schema)))
 	if err != nil {
 		// Another member may have created it first.
-		if existing, lerr := t.cat.LoadTable(ctx, t.ident); lerr == nil {
+		existing, lerr := t.cat.LoadTable(ctx, t.ident)
+		if lerr == nil {
 			return existing, nil
 		}
-		return nil, fmt.Errorf("creating table %s: %w", strings.Join(t.ident, "."), err)
+		return nil, fmt.Errorf("creating table %s: %w (loading it: %v)", strings.Join(t.ident, "."), err, lerr)
 	}
 	t.log.Info("created table", "table", strings.Join(t.ident, "."), "location", tbl.Location())
 	return tbl, nil

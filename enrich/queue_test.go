@@ -1,0 +1,149 @@
+package enrich_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/floe-dev/floe/enrich"
+)
+
+// TestTakeBatchesInOrder: Take hands over the completed head of the lane in
+// Submit order, at most cap(buf) records at a time, never a record behind
+// one still waiting for its lookup, and reports the end of a closed lane.
+func TestTakeBatchesInOrder(t *testing.T) {
+	srv, url := startServer(t, enrich.ServerConfig{P50: 50 * time.Millisecond, P99: 50 * time.Millisecond})
+	h := startStage(t, testConfig(url))
+	ctx := context.Background()
+
+	// Warm the cache with keys 0..9, so that only key 10 below is looked up.
+	warm := h.st.NewQueue()
+	for i := range 10 {
+		if err := warm.Submit(ctx, key(i), i); err != nil {
+			t.Fatal(err)
+		}
+	}
+	warm.Close()
+	if got := collect(warm); len(got) != 10 {
+		t.Fatalf("warm-up: %d records out", len(got))
+	}
+
+	q := h.st.NewQueue()
+	const n = 25
+	for i := range n { // 0..9 cached, 10 cold, then 11..24 with cached keys
+		k := key(i % 10)
+		if i == 10 {
+			k = key(10)
+		}
+		if err := q.Submit(ctx, k, i); err != nil {
+			t.Fatal(err)
+		}
+	}
+	q.Close()
+	buf := make([]enrich.Completed, 0, 4)
+	var got []int
+	var sizes []int
+	for {
+		batch, err := q.Take(ctx, buf)
+		if errors.Is(err, enrich.ErrClosed) {
+			break
+		}
+		if err != nil {
+			t.Fatalf("Take: %v", err)
+		}
+		sizes = append(sizes, len(batch))
+		for _, c := range batch {
+			i := c.Item.(int)
+			k := key(i % 10)
+			if i == 10 {
+				k = key(10)
+			}
+			checkResult(t, srv, k, c.Result)
+			got = append(got, i)
+		}
+	}
+	if len(got) != n {
+		t.Fatalf("%d records taken, want %d", len(got), n)
+	}
+	for i, v := range got {
+		if v != i {
+			t.Fatalf("record %d taken at position %d: %v", v, i, got)
+		}
+	}
+	// The first ten were ready at once and leave in batches of at most 4;
+	// the cold record 10 ends a batch, since nothing behind it was ready.
+	taken := 0
+	for _, s := range sizes {
+		if s < 1 || s > cap(buf) {
+			t.Fatalf("batch sizes %v: want 1..%d", sizes, cap(buf))
+		}
+		if taken < 10 && taken+s > 10 {
+			t.Fatalf("batch sizes %v: a batch crossed the cold record", sizes)
+		}
+		taken += s
+	}
+	if _, err := q.Take(ctx, buf); !errors.Is(err, enrich.ErrClosed) {
+		t.Fatalf("Take after the end: %v", err)
+	}
+	if g := h.metric(t, "floe_enrich_in_flight_records"); g != 0 {
+		t.Fatalf("in_flight_records = %v after every record was taken", g)
+	}
+	if hits := h.metric(t, "floe_enrich_cache_hits_total"); hits != n-1 {
+		t.Fatalf("cache hits = %v, want %d", hits, n-1)
+	}
+}
+
+// TestTakeEnds: Take returns promptly when the lane is aborted, when its
+// context ends, and when the stage stops while the head waits for a lookup.
+func TestTakeEnds(t *testing.T) {
+	_, url := startServer(t, enrich.ServerConfig{P50: time.Hour, P99: time.Hour})
+	cfg := testConfig(url)
+	cfg.Timeout = time.Hour
+	h := startStage(t, cfg)
+	ctx := context.Background()
+
+	took := func(q *enrich.Queue, ctx context.Context) chan error {
+		ch := make(chan error, 1)
+		go func() {
+			_, err := q.Take(ctx, nil)
+			ch <- err
+		}()
+		return ch
+	}
+	wait := func(ch chan error, want error) {
+		t.Helper()
+		select {
+		case err := <-ch:
+			if !errors.Is(err, want) {
+				t.Fatalf("Take returned %v, want %v", err, want)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("Take still waiting, want %v", want)
+		}
+	}
+
+	q := h.st.NewQueue()
+	if err := q.Submit(ctx, "u-slow", 1); err != nil {
+		t.Fatal(err)
+	}
+	ch := took(q, ctx)
+	q.Abort()
+	wait(ch, enrich.ErrClosed)
+
+	q = h.st.NewQueue()
+	if err := q.Submit(ctx, "u-slow", 1); err != nil {
+		t.Fatal(err)
+	}
+	cctx, cancel := context.WithCancel(ctx)
+	ch = took(q, cctx)
+	cancel()
+	wait(ch, context.Canceled)
+
+	ch = took(q, ctx)
+	h.stop()
+	wait(ch, enrich.ErrStopped)
+	if err := q.Submit(ctx, "u-1", 2); !errors.Is(err, enrich.ErrStopped) {
+		t.Fatalf("Submit after stop: %v", err)
+	}
+}
