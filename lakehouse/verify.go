@@ -705,23 +705,10 @@ func (r *Report) WriteText(w io.Writer) error {
 		}
 	}
 
-	if len(problems) > 0 {
-		ew.printf("\n")
-		for _, s := range problems {
-			ew.printf("!! %s\n", s)
-		}
-	}
+	ew.problems(problems)
 	for _, p := range r.Partitions {
 		if len(p.Gaps) > 0 {
-			gs := make([]string, 0, maxTextGaps)
-			for _, g := range p.Gaps[:min(len(p.Gaps), maxTextGaps)] {
-				gs = append(gs, g.String())
-			}
-			more := ""
-			if len(p.Gaps) > maxTextGaps {
-				more = fmt.Sprintf(" and %d more", len(p.Gaps)-maxTextGaps)
-			}
-			ew.printf("!! partition %d gaps: %s%s\n", p.Partition, strings.Join(gs, " "), more)
+			ew.printf("!! partition %d gaps: %s\n", p.Partition, gapsText(p.Gaps))
 		}
 		if p.Rows > 0 && p.Watermark == NoWatermark {
 			ew.printf("!! partition %d has rows but group %s has no watermark for it\n", p.Partition, r.Group)
@@ -773,3 +760,26 @@ func (e *errWriter) Write(b []byte) (int, error) {
 }
 
 func (e *errWriter) printf(format string, args ...any) { fmt.Fprintf(e, format, args...) }
+
+// problems writes each problem on a "!!" line, after a blank one.
+func (e *errWriter) problems(problems []string) {
+	if len(problems) == 0 {
+		return
+	}
+	e.printf("\n")
+	for _, s := range problems {
+		e.printf("!! %s\n", s)
+	}
+}
+
+// gapsText lists the first maxTextGaps gaps and says how many more there are.
+func gapsText(gaps []Gap) string {
+	gs := make([]string, 0, maxTextGaps)
+	for _, g := range gaps[:min(len(gaps), maxTextGaps)] {
+		gs = append(gs, g.String())
+	}
+	if len(gaps) > maxTextGaps {
+		return fmt.Sprintf("%s and %d more", strings.Join(gs, " "), len(gaps)-maxTextGaps)
+	}
+	return strings.Join(gs, " ")
+}

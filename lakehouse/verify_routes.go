@@ -342,19 +342,10 @@ func (r *RoutesReport) WriteText(w io.Writer) error {
 			return err
 		}
 	}
-	if len(problems) > 0 {
-		ew.printf("\n")
-		for _, s := range problems {
-			ew.printf("!! %s\n", s)
-		}
-	}
+	ew.problems(problems)
 	for _, p := range r.Partitions {
 		if len(p.Gaps) > 0 {
-			gs := make([]string, 0, maxTextGaps)
-			for _, g := range p.Gaps[:min(len(p.Gaps), maxTextGaps)] {
-				gs = append(gs, g.String())
-			}
-			ew.printf("!! partition %d gaps: %s\n", p.Partition, strings.Join(gs, " "))
+			ew.printf("!! partition %d gaps: %s\n", p.Partition, gapsText(p.Gaps))
 		}
 		if len(p.InSeveralExamples) > 0 {
 			ew.printf("!! partition %d offsets in several places: %s\n", p.Partition, strings.Join(p.InSeveralExamples, "; "))
