@@ -229,26 +229,23 @@ func (b *partitionBuffer) switchSchema(req *schemas.EvolveRequest) error {
 	if err != nil {
 		return fmt.Errorf("evolving the table for schema id %d: %w", req.SchemaID, err)
 	}
-	ctx := context.Background()
+	// The builder's rows join the carry first, still in the old schema
+	// like the emptied builder, so that a failed conversion leaves the
+	// buffer consistent and every covered offset's row in it.
+	if b.builder.Len() > 0 {
+		rows := b.builder.NewRecord()
+		if b.carry != nil {
+			rows = appendBatch(b.carry, rows)
+		}
+		b.carry = rows
+	}
 	if b.carry != nil {
-		carry, err := next.Conform(ctx, b.carry)
+		carry, err := next.Conform(context.Background(), b.carry)
 		if err != nil {
 			return fmt.Errorf("converting buffered rows to the evolved schema: %w", err)
 		}
 		b.carry.Release()
 		b.carry = carry
-	}
-	if b.builder.Len() > 0 {
-		old := b.builder.NewRecord()
-		rows, err := next.Conform(ctx, old)
-		old.Release()
-		if err != nil {
-			return fmt.Errorf("converting buffered rows to the evolved schema: %w", err)
-		}
-		if b.carry != nil {
-			rows = appendBatch(b.carry, rows)
-		}
-		b.carry = rows
 	}
 	b.builder.Release()
 	b.builder = next.NewRecordBuilder(memory.DefaultAllocator, b.maxBytes)

@@ -414,7 +414,12 @@ func (m *Member) drain(ctx context.Context, b *partitionBuffer, lane *enrich.Que
 				return nil
 			}
 			c := &batch[i]
-			if err := m.buffer(b, c.Item.(*laneRecord).message(topic, b.partition), c.Result, win, end, reached); err != nil {
+			rec := c.Item.(*laneRecord)
+			msg := rec.message(topic, b.partition)
+			// The slab outlives this record: let go of its bytes, which
+			// the window counts from now on.
+			rec.key, rec.value = nil, nil
+			if err := m.buffer(b, msg, c.Result, win, end, reached); err != nil {
 				return err
 			}
 		}

@@ -470,6 +470,30 @@ func TestEvolveIncompatibleChange(t *testing.T) {
 						t.Errorf("order %d: %v", i, row)
 					}
 				}
+				// A scheduled run (--until-caught-up) cannot wait for a
+				// fix: it ends with the error instead of holding.
+				r.cancel()
+				if err := <-r.done; err != nil {
+					t.Fatal(err)
+				}
+				r.done <- nil // for the cleanup
+				end, err := r.cl.EndOffsets(t.Context(), "orders")
+				if err != nil {
+					t.Fatal(err)
+				}
+				sc, err := schemas.Lookup(r.cfg.Schema)
+				if err != nil {
+					t.Fatal(err)
+				}
+				sched, err := pipeline.NewMember(r.cfg, r.tbl, sc, pipeline.UntilOffsets(end))
+				if err != nil {
+					t.Fatal(err)
+				}
+				ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+				defer cancel()
+				if err := sched.Run(ctx); err == nil || !strings.Contains(err.Error(), "qty") || ctx.Err() != nil {
+					t.Fatalf("scheduled run over the stopped partition: %v (context: %v)", err, ctx.Err())
+				}
 				return
 			}
 			r.waitCaughtUp(t)

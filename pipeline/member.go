@@ -39,7 +39,6 @@ import (
 type Member struct {
 	cfg    Config
 	table  *lakehouse.Table
-	schema *schemas.Schema
 	log    *slog.Logger
 	stats  *Stats
 	until  map[int32]int64
@@ -81,7 +80,7 @@ func NewMember(cfg Config, tbl *lakehouse.Table, sc *schemas.Schema, opts ...Opt
 	if err != nil {
 		return nil, err
 	}
-	m := &Member{cfg: cfg, table: tbl, schema: sc, dialer: dialer}
+	m := &Member{cfg: cfg, table: tbl, dialer: dialer}
 	m.evo = &evolver{table: tbl, current: sc.Evolving()}
 	tbl.SetRouting(cfg.Kafka.Topic, cfg.RoutingFingerprint()) // for CheckStart
 	for _, o := range opts {
@@ -110,8 +109,12 @@ func (m *Member) Stats() *Stats { return m.stats }
 // leaveTimeout bounds leaving the group on stop.
 const leaveTimeout = 10 * time.Second
 
-// errCaughtUp ends a generation once the until-offsets are committed.
-var errCaughtUp = errors.New("caught up")
+// errCaughtUp ends a generation once the until-offsets are committed;
+// errPartitionStopped ends a scheduled run whose partition cannot go on.
+var (
+	errCaughtUp         = errors.New("caught up")
+	errPartitionStopped = errors.New("partition stopped")
+)
 
 // Run joins the group and processes generations until ctx is cancelled
 // (then it flushes within commit.grace, commits and leaves the group), or
@@ -203,6 +206,8 @@ func (m *Member) Run(ctx context.Context) error {
 		switch {
 		case errors.Is(err, errCaughtUp):
 			return nil
+		case errors.Is(err, errPartitionStopped):
+			return err
 		case ctx.Err() != nil:
 			if err != nil {
 				m.log.Warn("stopping: the final flush failed; the next owner redoes its records", "err", err)
@@ -346,7 +351,8 @@ func (m *Member) generation(ctx, genCtx context.Context, gen *kafka.Generation, 
 	}()
 
 	go func() {
-		// A failed worker ends the generation; the others stop with it.
+		// A failed worker (only in scheduled mode: see work) ends the
+		// generation; the others stop with it.
 		if err := workers.Wait(); err != nil {
 			stop(err)
 		}
@@ -455,12 +461,18 @@ func (m *Member) caughtUp(wm lakehouse.Offsets) bool {
 // ends. A passing fetch error heals by itself; a refused writer schema stays
 // refused until the producer, the table or on_incompatible is fixed and the
 // member restarted — /readyz and floe_partitions_stopped say so meanwhile.
+// A scheduled run (UntilOffsets) cannot wait for that: it ends with the
+// error, after committing what precedes the record.
 func (m *Member) work(ctx context.Context, b *partitionBuffer, seek int64, fetch func(seek int64) error) error {
 	backoff := time.Second
 	for {
 		err := fetch(seek)
 		if err == nil || ctx.Err() != nil {
 			return err
+		}
+		if m.until != nil {
+			// A scheduled run would otherwise never catch up: it ends.
+			return fmt.Errorf("%w: %w", errPartitionStopped, err)
 		}
 		m.stats.StoppedPartitions.Add(1)
 		m.log.Error("partition stopped: staying in the group, retrying from its first uncommitted record",
