@@ -134,7 +134,9 @@ type Config struct {
 	// request in seven is hedged at the reference latencies, and none until
 	// 8 have been answered; a negative value never hedges. A hedge is one
 	// more request in flight beyond max_in_flight_requests, at most one per
-	// request.
+	// request, and at most a fifth of the requests are hedged (after a
+	// burst of 10), so a service that slows down as a whole does not get
+	// twice the load.
 	HedgeAfter time.Duration `yaml:"hedge_after"`
 	// BackoffMin and BackoffMax bound the exponential backoff between
 	// attempts; each wait is drawn uniformly below the bound (full jitter).

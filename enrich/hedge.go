@@ -11,7 +11,7 @@ import (
 
 // Hedging (Config.HedgeAfter): an attempt not answered within the hedge
 // delay is sent once more and the first answer wins; the other request is
-// cancelled.
+// cancelled. At most a fifth of the requests are hedged (after a burst).
 
 // hedgeWindow is how many recent request latencies the adaptive delay is
 // the median of, and hedgeMinSamples how many it needs before hedging.
@@ -22,6 +22,12 @@ const (
 	// delay, which is unknown until the first answers arrive (all the
 	// requests of a cold start are sent before any is answered).
 	hedgeRecheck = 50 * time.Millisecond
+	// hedgeShare is the share of requests that may be hedged, beyond a
+	// burst of hedgeBurst: when the whole service slows down, every request
+	// would pass the delay, and hedging all of them would double the load
+	// on a struggling service.
+	hedgeShare = 0.2
+	hedgeBurst = 10
 )
 
 // hedger keeps the recent latencies of first requests.
@@ -30,6 +36,27 @@ type hedger struct {
 	lat  [hedgeWindow]time.Duration
 	n    int // samples in lat, up to hedgeWindow
 	next int
+	// tokens is the hedging budget: each first request earns hedgeShare,
+	// each hedge spends one; at most hedgeBurst are saved.
+	tokens float64
+}
+
+// earn adds a first request's share to the hedging budget.
+func (h *hedger) earn() {
+	h.mu.Lock()
+	h.tokens = min(h.tokens+hedgeShare, hedgeBurst)
+	h.mu.Unlock()
+}
+
+// spend takes one hedge from the budget, if there is one.
+func (h *hedger) spend() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.tokens < 1 {
+		return false
+	}
+	h.tokens--
+	return true
 }
 
 // observe records the latency of a first request: its answer time, or,
@@ -84,6 +111,7 @@ func (s *Stage) hedged(ctx context.Context, keys []string) (map[string]Values, e
 		answers <- answer{vals, err}
 	}
 	start := time.Now()
+	s.hedge.earn()
 	go send()
 	tick := time.NewTicker(hedgeRecheck)
 	defer tick.Stop()
@@ -96,8 +124,9 @@ func (s *Stage) hedged(ctx context.Context, keys []string) (map[string]Values, e
 			return a.vals, a.err
 		case <-tick.C:
 		}
-		// A failing service (breaker not closed) is not sent more.
-		if d, ok := s.hedgeDelay(); ok && time.Since(start) >= d && s.cb.State() == gobreaker.StateClosed {
+		// A failing service (breaker not closed) is not sent more, nor
+		// more than the budget allows.
+		if d, ok := s.hedgeDelay(); ok && time.Since(start) >= d && s.cb.State() == gobreaker.StateClosed && s.hedge.spend() {
 			s.hedge.observe(d)
 			break
 		}

@@ -91,3 +91,27 @@ func TestHedgeFixedDelay(t *testing.T) {
 		t.Fatal("no request hedged")
 	}
 }
+
+// TestHedgeBudget: when every request is slower than the hedge delay (the
+// whole service slowed down), only a budgeted share is hedged — not all of
+// them, which would double the load on a struggling service.
+func TestHedgeBudget(t *testing.T) {
+	srv, url := startServer(t, enrich.ServerConfig{P50: 150 * time.Millisecond, P99: 200 * time.Millisecond, Seed: 3})
+	cfg := testConfig(url)
+	cfg.BatchSize = 4
+	cfg.Linger = time.Millisecond
+	cfg.MaxInFlightRequests = 8
+	cfg.HedgeAfter = time.Millisecond
+	h := startStage(t, cfg)
+	recs := hedgeRecords()
+	checkLanes(t, srv, recs, runLanes(t, h.st, recs))
+	hedges := h.metric(t, "floe_enrich_hedged_requests_total")
+	batches := h.metric(t, "floe_enrich_batch_size")
+	t.Logf("%v batches, %v hedged", batches, hedges)
+	if hedges == 0 {
+		t.Fatal("nothing hedged although every request outlasts the delay")
+	}
+	if limit := 10 + 0.2*batches; hedges > limit {
+		t.Fatalf("%v of %v requests hedged, more than the budget's %v", hedges, batches, limit)
+	}
+}
