@@ -502,38 +502,34 @@ func (n *node) widen(t iceberg.Type) error {
 	return nil
 }
 
+// primitiveKinds are the kinds of the Iceberg types without parameters.
+var primitiveKinds = map[iceberg.Type]kind{
+	iceberg.PrimitiveTypes.String:      kString,
+	iceberg.PrimitiveTypes.Int32:       kInt,
+	iceberg.PrimitiveTypes.Int64:       kLong,
+	iceberg.PrimitiveTypes.Float32:     kFloat,
+	iceberg.PrimitiveTypes.Float64:     kDouble,
+	iceberg.PrimitiveTypes.Bool:        kBool,
+	iceberg.PrimitiveTypes.Date:        kDate,
+	iceberg.PrimitiveTypes.Time:        kTime,
+	iceberg.PrimitiveTypes.Timestamp:   kTimestamp,
+	iceberg.PrimitiveTypes.TimestampTz: kTimestampTz,
+	iceberg.PrimitiveTypes.UUID:        kUUID,
+	iceberg.PrimitiveTypes.Binary:      kBinary,
+}
+
 // nodeOf builds the node of a table column that no schema file declares
 // (one an evolution added): it is filled from the message field of the
 // same name.
 func nodeOf(name string, t iceberg.Type, required bool) (*node, error) {
 	n := &node{name: name, source: name, required: required, typ: t}
+	if k, ok := primitiveKinds[t]; ok {
+		n.kind = k
+		return n, nil
+	}
 	switch x := t.(type) {
-	case iceberg.StringType:
-		n.kind = kString
-	case iceberg.Int32Type:
-		n.kind = kInt
-	case iceberg.Int64Type:
-		n.kind = kLong
-	case iceberg.Float32Type:
-		n.kind = kFloat
-	case iceberg.Float64Type:
-		n.kind = kDouble
-	case iceberg.BooleanType:
-		n.kind = kBool
 	case iceberg.DecimalType:
 		n.kind, n.prec, n.scale = kDecimal, x.Precision(), x.Scale()
-	case iceberg.DateType:
-		n.kind = kDate
-	case iceberg.TimeType:
-		n.kind = kTime
-	case iceberg.TimestampType:
-		n.kind = kTimestamp
-	case iceberg.TimestampTzType:
-		n.kind = kTimestampTz
-	case iceberg.UUIDType:
-		n.kind = kUUID
-	case iceberg.BinaryType:
-		n.kind = kBinary
 	case iceberg.FixedType:
 		n.kind, n.size = kFixed, x.Len()
 	case *iceberg.StructType:
