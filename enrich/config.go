@@ -8,6 +8,8 @@ import (
 	"net/url"
 	"strings"
 	"time"
+
+	"github.com/floe-dev/floe/internal/bytesize"
 )
 
 // FieldType is the type an enrichment attribute takes in the table. The
@@ -109,13 +111,21 @@ type Config struct {
 	// Linger is how long a partial batch waits for more keys. Default 5ms.
 	Linger time.Duration `yaml:"linger"`
 	// MaxInFlightRecords bounds the records one lane (partition) holds
-	// between Submit and Out; Submit blocks beyond it. Default 20000.
+	// between Submit and Out; Submit blocks beyond it. Default 100000.
 	MaxInFlightRecords int `yaml:"max_in_flight_records"`
 	// MaxInFlightBytes bounds the bytes one lane holds between Submit and
 	// Out, as sized by the caller (SubmitSized; the pipeline counts a
-	// record's key and value plus 256 bytes of overhead). A lane always
-	// admits one record. 0 means 16 MiB; -1 means no byte bound.
-	MaxInFlightBytes int64 `yaml:"max_in_flight_bytes"`
+	// record's key and value plus 192 bytes of overhead). A lane always
+	// admits one record. 0 means 64 MiB; -1 means no byte bound.
+	MaxInFlightBytes bytesize.Bound `yaml:"max_in_flight_bytes"`
+	// MaxInFlightBytesTotal bounds the bytes all lanes together hold, as
+	// sized like MaxInFlightBytes: lanes waiting on cold keys share it, so
+	// a few of them can run far ahead while the total stays bounded however
+	// many partitions a member owns. A lane may always hold 1024 records
+	// (the records that keep it moving while nothing in it waits), so with
+	// very many partitions the total can exceed it by that much per lane. 0
+	// means 256 MiB; -1 means no stage-wide bound.
+	MaxInFlightBytesTotal bytesize.Bound `yaml:"max_in_flight_bytes_total"`
 	// MaxInFlightRequests bounds the requests in flight for the whole stage.
 	// Default 256.
 	MaxInFlightRequests int `yaml:"max_in_flight_requests"`
@@ -184,7 +194,7 @@ func (c *Config) defaults() {
 	}
 	setDefault(&c.BatchSize, 500)
 	setDefault(&c.Linger, 5*time.Millisecond)
-	setDefault(&c.MaxInFlightRecords, 20000)
+	setDefault(&c.MaxInFlightRecords, 100000)
 	setDefault(&c.MaxInFlightRequests, 256)
 	setDefault(&c.Timeout, 5*time.Second)
 	setDefault(&c.Retries, 3)
@@ -263,6 +273,9 @@ func (c *Config) validate() error {
 	}
 	if c.MaxInFlightBytes < -1 {
 		bad("max_in_flight_bytes", "must be >= 0, or -1 for no byte bound; got %d", c.MaxInFlightBytes)
+	}
+	if c.MaxInFlightBytesTotal < -1 {
+		bad("max_in_flight_bytes_total", "must be >= 0, or -1 for no stage-wide byte bound; got %d", c.MaxInFlightBytesTotal)
 	}
 	if c.MaxInFlightRecords < 1 {
 		bad("max_in_flight_records", "must be positive")

@@ -42,7 +42,7 @@ func TestConfigDefaults(t *testing.T) {
 			{Name: "signup", Type: "timestamp", Attribute: "signup_ts"},
 		},
 		BatchSize: 500, Linger: 5 * time.Millisecond,
-		MaxInFlightRecords: 20000, MaxInFlightRequests: 256,
+		MaxInFlightRecords: 100000, MaxInFlightRequests: 256,
 		Timeout: 5 * time.Second, Retries: 3, BackoffMin: 100 * time.Millisecond, BackoffMax: 2 * time.Second,
 		CacheSize: 200_000, CacheTTL: 10 * time.Minute, NegativeCacheTTL: time.Minute,
 		Breaker: enrich.BreakerConfig{Policy: "pause", FailureRatio: 0.5, MinRequests: 10,

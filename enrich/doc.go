@@ -56,11 +56,15 @@
 //   - A lane holds at most MaxInFlightRecords records and MaxInFlightBytes
 //     bytes (as sized by SubmitSized) between Submit and Take (plus 257 in
 //     Out when it is used); then Submit blocks. While no record in it waits
-//     for a lookup, a
-//     lane holds at most 1024: it then waits only for its consumer, and
-//     holding more would cost memory and GC time without hiding latency. That is the backpressure
-//     that stops the partition's fetching: the pipeline's group heartbeats
-//     run elsewhere, so a slow service can never cause a rebalance.
+//     for a lookup, a lane holds at most 1024: it then waits only for its
+//     consumer, and holding more would cost memory and GC time without
+//     hiding latency. Beyond 1024 records a lane also needs room in
+//     MaxInFlightBytesTotal, shared by all lanes: during a cold start the
+//     lanes behind slow lookups run far ahead (their keys looked up
+//     meanwhile) while the stage's memory stays bounded however many
+//     partitions it serves. That is the backpressure that stops the
+//     partition's fetching: the pipeline's group heartbeats run elsewhere,
+//     so a slow service can never cause a rebalance.
 //   - Results are cached for CacheTTL, misses for NegativeCacheTTL, in a
 //     cache bounded by CacheSize that evicts keys not read for a while (two
 //     generations per shard, an approximate LRU whose hit is a single map

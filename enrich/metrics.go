@@ -11,6 +11,7 @@ import (
 // (a member restarted in the same process) add up instead of overwriting.
 type metrics struct {
 	inFlightRecords  prometheus.Gauge
+	inFlightBytes    prometheus.Gauge
 	inFlightRequests prometheus.Gauge
 	batchSize        prometheus.Histogram
 	requestDuration  prometheus.Histogram
@@ -47,6 +48,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		inFlightRecords: register(prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "floe_enrich_in_flight_records",
 			Help: "Records submitted to the enrichment stage and not yet handed on, over all lanes.",
+		})).(prometheus.Gauge),
+		inFlightBytes: register(prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "floe_enrich_in_flight_bytes",
+			Help: "Bytes of the records in floe_enrich_in_flight_records (key, value and per-record overhead), bounded by max_in_flight_bytes_total.",
 		})).(prometheus.Gauge),
 		inFlightRequests: register(prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "floe_enrich_in_flight_requests",

@@ -3,6 +3,7 @@ package enrich
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 )
 
 // takeBatch is how many records Take moves when its buf has no capacity,
@@ -17,7 +18,11 @@ const reportEvery = 256
 
 // DefaultMaxInFlightBytes is a lane's byte bound when
 // Config.MaxInFlightBytes is 0.
-const DefaultMaxInFlightBytes = 16 << 20
+const DefaultMaxInFlightBytes = 64 << 20
+
+// DefaultMaxInFlightBytesTotal is the stage-wide byte bound when
+// Config.MaxInFlightBytesTotal is 0.
+const DefaultMaxInFlightBytesTotal = 256 << 20
 
 // readyMax bounds the records a lane holds while none of them waits for a
 // lookup: then the lane waits only for its consumer, and holding more would
@@ -62,9 +67,10 @@ type Queue struct {
 	slab     []entry // entries not yet used, allocated entrySlab at a time
 
 	// What the stage's metrics have not been told yet (see reportEvery).
-	reported     int // inflight as last added to the in-flight gauge
-	hits, misses int
-	unreported   int // records submitted or taken since the last report
+	reported      int   // inflight as last added to the in-flight gauge
+	reportedBytes int64 // bytes as last added to the in-flight bytes gauge
+	hits, misses  int
+	unreported    int // records submitted or taken since the last report
 
 	outOnce sync.Once
 	out     chan Completed // Out's channel, once asked for
@@ -91,7 +97,7 @@ func (s *Stage) NewQueue() *Queue {
 	}
 	return &Queue{
 		s:        s,
-		maxBytes: maxBytes,
+		maxBytes: int64(maxBytes),
 		notify:   make(chan struct{}, 1),
 		abort:    make(chan struct{}),
 	}
@@ -140,8 +146,19 @@ func (q *Queue) SubmitSized(ctx context.Context, key []byte, item any, size int)
 			q.mu.Unlock()
 			return ErrStopped
 		}
-		if q.roomLocked(int64(size)) {
+		room, shared := q.roomLocked(int64(size))
+		if room {
 			break
+		}
+		var stageSpace <-chan struct{}
+		if shared {
+			// Only the stage-wide bound is in the way: wait for any lane to
+			// hand records on. The channel is taken before looking again,
+			// so a release in between is not missed.
+			stageSpace = s.budget.space()
+			if room, _ = q.roomLocked(int64(size)); room {
+				break
+			}
 		}
 		if q.space == nil {
 			q.space = make(chan struct{})
@@ -154,6 +171,7 @@ func (q *Queue) SubmitSized(ctx context.Context, key []byte, item any, size int)
 			return ctx.Err()
 		case <-s.done:
 		case <-space:
+		case <-stageSpace:
 		}
 		q.mu.Lock()
 	}
@@ -165,6 +183,7 @@ func (q *Queue) SubmitSized(ctx context.Context, key []byte, item any, size int)
 	e.item, e.size = item, int64(size)
 	q.inflight++
 	q.bytes += int64(size)
+	s.budget.add(int64(size))
 	q.pending = append(q.pending, e)
 	if immediate {
 		e.res, e.done = res, true
@@ -193,18 +212,29 @@ func (q *Queue) SubmitSized(ctx context.Context, key []byte, item any, size int)
 // roomLocked reports whether the lane may take one more record of size
 // bytes: it holds fewer than MaxInFlightRecords records and, unless it is
 // empty, fewer than MaxInFlightBytes bytes with this one; and beyond
-// readyMax records only while one of them waits for a lookup.
-func (q *Queue) roomLocked(size int64) bool {
+// readyMax records only while one of them waits for a lookup, and the
+// stage-wide MaxInFlightBytesTotal has room for it. shared is true when
+// only that stage-wide bound is in the way.
+func (q *Queue) roomLocked(size int64) (room, shared bool) {
 	if q.inflight == 0 {
-		return true
+		return true, false
 	}
 	if q.inflight >= q.s.cfg.MaxInFlightRecords {
-		return false
+		return false, false
 	}
 	if q.maxBytes >= 0 && q.bytes+size > q.maxBytes {
-		return false
+		return false, false
 	}
-	return q.waiting > 0 || q.inflight < readyMax
+	if q.inflight < readyMax {
+		return true, false
+	}
+	if q.waiting == 0 {
+		return false, false
+	}
+	if !q.s.budget.fits(size) {
+		return false, true
+	}
+	return true, false
 }
 
 // Take waits until the record at the head of the lane has its result, then
@@ -243,6 +273,7 @@ func (q *Queue) Take(ctx context.Context, buf []Completed) ([]Completed, error) 
 		if len(out) > 0 {
 			q.inflight -= len(out)
 			q.bytes -= size
+			s.budget.release(size)
 			q.unreported += len(out)
 			q.reportLocked()
 			q.releaseLocked()
@@ -376,6 +407,10 @@ func (q *Queue) reportLocked() {
 		m.inFlightRecords.Add(float64(d))
 		q.reported = q.inflight
 	}
+	if d := q.bytes - q.reportedBytes; d != 0 {
+		m.inFlightBytes.Add(float64(d))
+		q.reportedBytes = q.bytes
+	}
 	if q.hits > 0 {
 		m.cacheHits.Add(float64(q.hits))
 		q.hits = 0
@@ -393,6 +428,7 @@ func (q *Queue) shutLocked() {
 	if q.shut {
 		return
 	}
+	q.s.budget.release(q.bytes)
 	q.inflight, q.waiting, q.bytes = 0, 0, 0
 	q.reportLocked()
 	clear(q.pending)
@@ -418,4 +454,53 @@ func (q *Queue) compactLocked() {
 		clear(q.pending[n:])
 		q.pending, q.start = q.pending[:n], 0
 	}
+}
+
+// budget is the stage-wide bound on the bytes the lanes hold
+// (MaxInFlightBytesTotal). Lanes add to it and release it under their own
+// locks; a lane blocked only by it waits on space, which is closed when any
+// lane releases bytes.
+type budget struct {
+	max  int64 // < 0: no bound
+	used atomic.Int64
+
+	mu      sync.Mutex
+	waiting chan struct{} // closed by release; nil if nobody waits
+	waiters atomic.Bool   // waiting != nil, read without mu
+}
+
+func (b *budget) add(n int64) { b.used.Add(n) }
+
+// fits reports whether n more bytes stay within the bound.
+func (b *budget) fits(n int64) bool {
+	return b.max < 0 || b.used.Load()+n <= b.max
+}
+
+// space returns a channel closed at the next release.
+func (b *budget) space() <-chan struct{} {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.waiting == nil {
+		b.waiting = make(chan struct{})
+		b.waiters.Store(true)
+	}
+	return b.waiting
+}
+
+// release gives n bytes back and wakes the lanes waiting for room.
+func (b *budget) release(n int64) {
+	if n == 0 {
+		return
+	}
+	b.used.Add(-n)
+	if !b.waiters.Load() {
+		return
+	}
+	b.mu.Lock()
+	if b.waiting != nil {
+		close(b.waiting)
+		b.waiting = nil
+		b.waiters.Store(false)
+	}
+	b.mu.Unlock()
 }

@@ -3,6 +3,8 @@ package enrich_test
 import (
 	"context"
 	"errors"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -145,5 +147,77 @@ func TestTakeEnds(t *testing.T) {
 	wait(ch, enrich.ErrStopped)
 	if err := q.Submit(ctx, "u-1", 2); !errors.Is(err, enrich.ErrStopped) {
 		t.Fatalf("Submit after stop: %v", err)
+	}
+}
+
+// TestStageWideByteBound: a lane waiting on lookups grows past its first
+// 1024 records only while the stage-wide byte bound has room; another lane
+// still gets its first 1024 (so that it keeps moving); and lanes blocked by
+// the bound move on once records are handed on.
+func TestStageWideByteBound(t *testing.T) {
+	const outage = 2 * time.Second
+	srv, url := startServer(t, enrich.ServerConfig{
+		P50: time.Millisecond, P99: 5 * time.Millisecond, Seed: 3,
+		Outages: []enrich.Outage{{Start: 0, End: outage}},
+	})
+	cfg := testConfig(url)
+	cfg.MaxInFlightRecords = 1 << 20
+	cfg.MaxInFlightBytes = -1
+	const size, total, reserve = 1000, 2_500_000, 1024
+	cfg.MaxInFlightBytesTotal = total
+	h := startStage(t, cfg)
+
+	const lanes, perLane = 2, 3000
+	qs := make([]*enrich.Queue, lanes)
+	recs := make([][]record, lanes)
+	submitted := make([]atomic.Int64, lanes)
+	var wg sync.WaitGroup
+	start := func(i int) {
+		qs[i] = h.st.NewQueue()
+		for j := range perLane {
+			recs[i] = append(recs[i], record{lane: i, seq: j, key: key(i*perLane + j)})
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer qs[i].Close()
+			for _, r := range recs[i] {
+				if err := qs[i].SubmitSized(context.Background(), []byte(r.key), r, size); err != nil {
+					t.Errorf("Submit: %v", err)
+					return
+				}
+				submitted[i].Add(1)
+			}
+		}()
+	}
+	// Nothing completes during the outage. The first lane grows to the
+	// bound and stops there.
+	start(0)
+	waitFor(t, outage/4, "lane 0 to reach the bound", func() bool { return submitted[0].Load() == total/size })
+	// The second lane still gets its first 1024 records, no more.
+	start(1)
+	waitFor(t, outage/4, "lane 1 to fill", func() bool { return submitted[1].Load() == reserve })
+	time.Sleep(outage / 8)
+	if a, b := submitted[0].Load(), submitted[1].Load(); a != total/size || b != reserve {
+		t.Fatalf("during the outage: %d and %d records submitted; want %d (the bound) and %d", a, b, total/size, reserve)
+	}
+	if b := h.metric(t, "floe_enrich_in_flight_bytes"); b != total+reserve*size {
+		t.Fatalf("in_flight_bytes = %v, want %d", b, total+reserve*size)
+	}
+
+	out := make([][]enrich.Completed, lanes)
+	var readers sync.WaitGroup
+	for i := range lanes {
+		readers.Add(1)
+		go func() {
+			defer readers.Done()
+			out[i] = collect(qs[i])
+		}()
+	}
+	wg.Wait()
+	readers.Wait()
+	checkLanes(t, srv, recs, out)
+	if b := h.metric(t, "floe_enrich_in_flight_bytes"); b != 0 {
+		t.Fatalf("in_flight_bytes = %v after every record was taken", b)
 	}
 }

@@ -104,6 +104,8 @@ type Stage struct {
 	lastErr  atomic.Pointer[error]
 
 	hedge hedger
+
+	budget budget // MaxInFlightBytesTotal, shared by the lanes
 }
 
 // flight is one key being looked up, with the lane entries waiting for it.
@@ -145,6 +147,10 @@ func NewStage(cfg Config, reg prometheus.Registerer, log *slog.Logger) (*Stage, 
 	}
 	if cfg.Mode == ModeSingle {
 		s.batch, s.linger = 1, 0
+	}
+	s.budget.max = int64(cfg.MaxInFlightBytesTotal)
+	if s.budget.max == 0 {
+		s.budget.max = DefaultMaxInFlightBytesTotal
 	}
 	s.client, err = newClient(&s.cfg, func(field string) { m.attributeErrors.WithLabelValues(field).Inc() })
 	if err != nil {

@@ -7,7 +7,6 @@ import (
 	"io"
 	"os"
 	"regexp"
-	"strconv"
 	"strings"
 	"time"
 
@@ -15,6 +14,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/floe-dev/floe/enrich"
+	"github.com/floe-dev/floe/internal/bytesize"
 	"github.com/floe-dev/floe/lakehouse"
 	"github.com/floe-dev/floe/schemas"
 )
@@ -217,38 +217,7 @@ func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
 func (d Duration) D() time.Duration { return time.Duration(d) }
 
 // ByteSize is a size written as 1048576, "512KiB", "4MiB" or "1GiB" in YAML.
-type ByteSize int64
-
-// UnmarshalYAML parses a plain number or a number with a binary unit.
-func (b *ByteSize) UnmarshalYAML(n *yaml.Node) error {
-	v, err := ParseByteSize(n.Value)
-	if err != nil {
-		return fmt.Errorf("line %d: %w", n.Line, err)
-	}
-	*b = v
-	return nil
-}
-
-// ParseByteSize parses "1048576", "512KiB", "4MiB", "1GiB" (KB/MB/GB are
-// taken as binary units too).
-func ParseByteSize(s string) (ByteSize, error) {
-	s = strings.TrimSpace(s)
-	mult := int64(1)
-	for _, u := range []struct {
-		suffix string
-		mult   int64
-	}{{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}, {"KB", 1 << 10}, {"MB", 1 << 20}, {"GB", 1 << 30}, {"B", 1}} {
-		if strings.HasSuffix(s, u.suffix) {
-			s, mult = strings.TrimSpace(strings.TrimSuffix(s, u.suffix)), u.mult
-			break
-		}
-	}
-	v, err := strconv.ParseInt(s, 10, 64)
-	if err != nil || v < 0 {
-		return 0, fmt.Errorf("%q is not a byte size (e.g. 1048576, 512KiB, 4MiB)", s)
-	}
-	return ByteSize(v * mult), nil
-}
+type ByteSize = bytesize.Size
 
 var envRef = regexp.MustCompile(`\$\{([A-Za-z_][A-Za-z0-9_]*)(:-([^}]*))?\}`)
 

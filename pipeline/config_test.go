@@ -185,20 +185,6 @@ registry:
 	}
 }
 
-func TestParseByteSize(t *testing.T) {
-	for in, want := range map[string]pipeline.ByteSize{"1048576": 1 << 20, "512KiB": 512 << 10, "4MiB": 4 << 20, "1GiB": 1 << 30, "64MB": 64 << 20} {
-		got, err := pipeline.ParseByteSize(in)
-		if err != nil || got != want {
-			t.Errorf("ParseByteSize(%q) = %d, %v; want %d", in, got, err, want)
-		}
-	}
-	for _, bad := range []string{"", "-1", "1.5MiB", "12XB"} {
-		if _, err := pipeline.ParseByteSize(bad); err == nil {
-			t.Errorf("ParseByteSize(%q) accepted", bad)
-		}
-	}
-}
-
 func TestExampleConfigLoads(t *testing.T) {
 	cfg, err := pipeline.LoadConfig("../deploy/floe.example.yaml")
 	if err != nil {

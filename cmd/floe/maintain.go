@@ -11,6 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/floe-dev/floe/internal/bytesize"
 	"github.com/floe-dev/floe/lakehouse"
 	"github.com/floe-dev/floe/pipeline"
 )
@@ -42,7 +43,7 @@ With routes, --table picks the route's table.`,
 			opts := maintainOptions(j.cfg.Maintain)
 			f := cmd.Flags()
 			if f.Changed("target-file-size") {
-				size, err := pipeline.ParseByteSize(target)
+				size, err := bytesize.Parse(target)
 				if err != nil {
 					return fmt.Errorf("--target-file-size: %w", err)
 				}
