@@ -4,6 +4,8 @@ import (
 	"strconv"
 	"testing"
 	"time"
+
+	"github.com/floe-dev/floe/schemas"
 )
 
 // TestCacheKeepsReadEntries checks the generations: an entry that is read
@@ -12,12 +14,12 @@ import (
 func TestCacheKeepsReadEntries(t *testing.T) {
 	c := newCache(16*100, time.Second) // 100 entries a shard, 50 a generation
 	now := int64(time.Second)
-	c.put("hot", Values{"h"}, false, time.Hour, now)
-	c.put("cold", Values{"c"}, false, time.Hour, now)
+	c.put("hot", Values{schemas.StringAttr("h")}, false, time.Hour, now)
+	c.put("cold", Values{schemas.StringAttr("c")}, false, time.Hour, now)
 	for i := range 20000 {
 		c.put("k"+strconv.Itoa(i), nil, true, time.Hour, now)
 		if i%10 == 0 {
-			if v, fr := c.get([]byte("hot"), now); fr != fresh || v.vals[0] != "h" {
+			if v, fr := c.get([]byte("hot"), now); fr != fresh || v.vals[0].Str != "h" {
 				t.Fatalf("after %d inserts the read entry is %v (%v)", i, v, fr)
 			}
 		}
@@ -44,7 +46,7 @@ func BenchmarkCacheGet(b *testing.B) {
 	names := make([][]byte, keys)
 	for i := range names {
 		names[i] = []byte("u-" + strconv.Itoa(i))
-		c.put(string(names[i]), Values{"gold", "DE", 0.5, int64(3), true, time.Unix(0, 0)}, false, time.Hour, 0)
+		c.put(string(names[i]), Values{schemas.StringAttr("gold"), schemas.StringAttr("DE"), schemas.DoubleAttr(0.5), schemas.LongAttr(3), schemas.BoolAttr(true), schemas.TimeAttr(time.Unix(0, 0))}, false, time.Hour, 0)
 	}
 	order := make([]int, 1<<16)
 	x := uint32(1)

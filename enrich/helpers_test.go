@@ -178,8 +178,8 @@ func checkResult(t testing.TB, srv *enrich.Server, key string, r enrich.Result) 
 		t.Fatalf("key %q: status %s (%v), want ok", key, r.Status, r.Err)
 	}
 	want := enrich.Attributes(key)
-	for i, f := range testFields {
-		got := r.Values[i]
+	for _, f := range testFields {
+		got := r.Values.Get(testFields, f.Name)
 		if w, ok := want[f.Name].(time.Time); ok {
 			if g, ok := got.(time.Time); !ok || !g.Equal(w) {
 				t.Fatalf("key %q field %s: got %v (%T), want %v", key, f.Name, got, got, w)

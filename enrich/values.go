@@ -8,20 +8,36 @@ import (
 	"time"
 
 	"github.com/valyala/fastjson"
+
+	"github.com/floe-dev/floe/schemas"
 )
 
 // Values holds the typed enrichment attributes of one key, in the order of
-// Config.Fields; a nil entry is a null. The Go types are string, int64,
-// float64, bool and time.Time (UTC), by FieldType. Values are shared through
-// the cache: callers must not modify them.
-type Values []any
+// Config.Fields, each as its table column takes it (see schemas.Attr); an
+// unset one is a null. Values are shared through the cache: callers must
+// not modify them.
+type Values []schemas.Attr
 
-// Get returns the value of the named field, or nil. It is meant for tests
-// and tools; the pipeline indexes by field position.
+// Get returns the value of the named field as a Go value of its type
+// (string, int64, float64, bool, or time.Time in UTC), or nil. It is meant
+// for tests and tools; the pipeline hands Values to the builder as they are.
 func (v Values) Get(fields []Field, name string) any {
 	for i, f := range fields {
-		if f.Name == name && i < len(v) {
-			return v[i]
+		if f.Name != name || i >= len(v) || !v[i].Set {
+			continue
+		}
+		a := v[i]
+		switch f.Type {
+		case TypeString:
+			return a.Str
+		case TypeLong:
+			return a.Num
+		case TypeDouble:
+			return a.Double()
+		case TypeBoolean:
+			return a.Bool()
+		case TypeTimestamp:
+			return a.Time()
 		}
 	}
 	return nil
@@ -40,16 +56,16 @@ func newDecoder(fields []Field, bad func(string)) *decoder {
 	d := &decoder{fields: fields, bad: bad, interns: make([]*interner, len(fields))}
 	for i, f := range fields {
 		if f.Type == TypeString {
-			d.interns[i] = &interner{m: map[string]any{}}
+			d.interns[i] = &interner{m: map[string]string{}}
 		}
 	}
 	return d
 }
 
-// interner maps a string to one shared boxed copy, up to a bound.
+// interner maps a string to one shared copy, up to a bound.
 type interner struct {
 	mu sync.Mutex
-	m  map[string]any
+	m  map[string]string
 }
 
 const (
@@ -57,7 +73,7 @@ const (
 	internMaxLen = 64   // longer strings are rarely repeated
 )
 
-func (in *interner) get(b []byte) any {
+func (in *interner) get(b []byte) string {
 	if len(b) > internMaxLen {
 		return string(b)
 	}
@@ -67,11 +83,10 @@ func (in *interner) get(b []byte) any {
 		return v
 	}
 	s := string(b)
-	var v any = s
 	if len(in.m) < internMax {
-		in.m[s] = v
+		in.m[s] = s
 	}
-	return v
+	return s
 }
 
 var errNotObject = errors.New("attributes are not a JSON object")
@@ -99,15 +114,15 @@ func (d *decoder) attrs(v *fastjson.Value) (Values, error) {
 	return vals, nil
 }
 
-// convert converts one JSON value to field i's type. A JSON null is (nil,
-// true); a value of the wrong shape is (nil, false).
-func (d *decoder) convert(i int, v *fastjson.Value) (any, bool) {
+// convert converts one JSON value to field i's type. A JSON null is an
+// unset Attr and true; a value of the wrong shape is false.
+func (d *decoder) convert(i int, v *fastjson.Value) (schemas.Attr, bool) {
 	kind := v.Type()
 	switch kind {
 	case fastjson.TypeNull:
-		return nil, true
+		return schemas.Attr{}, true
 	case fastjson.TypeObject, fastjson.TypeArray:
-		return nil, false
+		return schemas.Attr{}, false
 	}
 	var str []byte // the content of a JSON string
 	if kind == fastjson.TypeString {
@@ -118,27 +133,27 @@ func (d *decoder) convert(i int, v *fastjson.Value) (any, bool) {
 		switch kind {
 		case fastjson.TypeString:
 			if in := d.interns[i]; in != nil {
-				return in.get(str), true
+				return schemas.StringAttr(in.get(str)), true
 			}
-			return string(str), true
+			return schemas.StringAttr(string(str)), true
 		case fastjson.TypeTrue:
-			return "true", true
+			return schemas.StringAttr("true"), true
 		case fastjson.TypeFalse:
-			return "false", true
+			return schemas.StringAttr("false"), true
 		default: // a number: keep its text
-			return string(v.MarshalTo(nil)), true
+			return schemas.StringAttr(string(v.MarshalTo(nil))), true
 		}
 	case TypeLong:
 		switch kind {
 		case fastjson.TypeNumber:
 			if n, err := v.Int64(); err == nil {
-				return n, true
+				return schemas.LongAttr(n), true
 			}
 			f, err := v.Float64()
 			return integral(f, err)
 		case fastjson.TypeString:
 			if n, err := strconv.ParseInt(string(str), 10, 64); err == nil {
-				return n, true
+				return schemas.LongAttr(n), true
 			}
 			return integral(strconv.ParseFloat(string(str), 64))
 		}
@@ -146,45 +161,45 @@ func (d *decoder) convert(i int, v *fastjson.Value) (any, bool) {
 		switch kind {
 		case fastjson.TypeNumber:
 			if f, err := v.Float64(); err == nil {
-				return f, true
+				return schemas.DoubleAttr(f), true
 			}
 		case fastjson.TypeString:
 			if f, err := strconv.ParseFloat(string(str), 64); err == nil {
-				return f, true
+				return schemas.DoubleAttr(f), true
 			}
 		}
 	case TypeBoolean:
 		switch kind {
 		case fastjson.TypeTrue:
-			return true, true
+			return schemas.BoolAttr(true), true
 		case fastjson.TypeFalse:
-			return false, true
+			return schemas.BoolAttr(false), true
 		case fastjson.TypeString:
 			if b, err := strconv.ParseBool(string(str)); err == nil {
-				return b, true
+				return schemas.BoolAttr(b), true
 			}
 		}
 	case TypeTimestamp:
 		switch kind {
 		case fastjson.TypeString:
 			if ts, err := time.Parse(time.RFC3339Nano, string(str)); err == nil {
-				return ts.UTC(), true
+				return schemas.TimeAttr(ts), true
 			}
 		case fastjson.TypeNumber: // epoch milliseconds
 			if ms, err := v.Int64(); err == nil {
-				return time.UnixMilli(ms).UTC(), true
+				return schemas.TimeAttr(time.UnixMilli(ms)), true
 			}
 			if f, err := v.Float64(); err == nil && !math.IsNaN(f) && math.Abs(f) < 1e15 {
-				return time.UnixMicro(int64(math.Round(f * 1000))).UTC(), true
+				return schemas.TimeAttr(time.UnixMicro(int64(math.Round(f * 1000)))), true
 			}
 		}
 	}
-	return nil, false
+	return schemas.Attr{}, false
 }
 
-func integral(f float64, err error) (any, bool) {
+func integral(f float64, err error) (schemas.Attr, bool) {
 	if err != nil || f != math.Trunc(f) || f < math.MinInt64 || f >= math.MaxInt64 {
-		return nil, false
+		return schemas.Attr{}, false
 	}
-	return int64(f), true
+	return schemas.LongAttr(int64(f)), true
 }

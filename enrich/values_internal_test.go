@@ -5,16 +5,21 @@ import (
 	"time"
 
 	"github.com/valyala/fastjson"
+
+	"github.com/floe-dev/floe/schemas"
 )
 
-// convert converts one JSON document to a field type, through a decoder.
+// convert converts one JSON document to a field type, through a decoder,
+// and reads it back as a Go value (nil: null).
 func convert(t FieldType, raw string) (any, bool) {
-	d := newDecoder([]Field{{Name: "f", Type: t, Attribute: "f"}}, func(string) {})
+	fields := []Field{{Name: "f", Type: t, Attribute: "f"}}
+	d := newDecoder(fields, func(string) {})
 	v, err := fastjson.Parse(raw)
 	if err != nil {
 		panic(err)
 	}
-	return d.convert(0, v)
+	a, ok := d.convert(0, v)
+	return Values{a}.Get(fields, "f"), ok
 }
 
 func TestConvert(t *testing.T) {
@@ -77,7 +82,7 @@ func TestAttrsCountsBadValuesAndInterns(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(vals) != 3 || vals[0] != nil || vals[1] != "y" || vals[2] != nil {
+	if len(vals) != 3 || vals[0].Set || vals[1] != schemas.StringAttr("y") || vals[2].Set {
 		t.Fatalf("values %v", vals)
 	}
 	if len(bad) != 1 || bad[0] != "a" {
@@ -86,7 +91,7 @@ func TestAttrsCountsBadValuesAndInterns(t *testing.T) {
 	// The parser's buffer is reused: values must not alias it.
 	v, _ = p.Parse(`{"x":"z"}`)
 	again, _ := d.attrs(v)
-	if vals[1] != "y" || again[1] != "z" {
+	if vals[1].Str != "y" || again[1].Str != "z" {
 		t.Fatalf("values alias the parser: %v %v", vals, again)
 	}
 	if allocs := testing.AllocsPerRun(100, func() { d.interns[1].get([]byte("y")) }); allocs != 0 {
@@ -107,9 +112,9 @@ func TestEscapeKey(t *testing.T) {
 func TestCacheTTLAndRefresh(t *testing.T) {
 	c := newCache(100, time.Second)
 	now := int64(1000 * time.Second)
-	c.put("k", Values{"v"}, false, 10*time.Second, now)
+	c.put("k", Values{schemas.StringAttr("v")}, false, 10*time.Second, now)
 	c.put("m", nil, true, 2*time.Second, now)
-	if v, fr := c.get([]byte("k"), now+int64(time.Second)); fr != fresh || v.vals[0] != "v" {
+	if v, fr := c.get([]byte("k"), now+int64(time.Second)); fr != fresh || v.vals[0].Str != "v" {
 		t.Fatalf("fresh read: %v %v", v, fr)
 	}
 	// After 80% of the TTL: one stale read asks for a refresh, the next

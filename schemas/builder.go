@@ -196,9 +196,9 @@ func (b *Builder) Append(value []byte, m Meta, ingestedAt time.Time, enrichStatu
 }
 
 // AppendEnriched is Append that also fills the schema's extra columns from
-// extra, in Schema.Extra order: string, int64, float64, bool or time.Time
-// values; nil (or a short slice, or a value of another type) stores null.
-func (b *Builder) AppendEnriched(value []byte, m Meta, ingestedAt time.Time, enrichStatus string, extra []any) error {
+// extra, in Schema.Extra order, each Attr made for its column's type; an
+// unset Attr (or a short slice) stores null.
+func (b *Builder) AppendEnriched(value []byte, m Meta, ingestedAt time.Time, enrichStatus string, extra []Attr) error {
 	if len(value) > b.maxBytes {
 		return &DecodeError{
 			Reason: ReasonTooLarge,
@@ -212,10 +212,8 @@ func (b *Builder) AppendEnriched(value []byte, m Meta, ingestedAt time.Time, enr
 		return err
 	}
 	add := r.strBytes + len(m.Topic) + len(enrichStatus)
-	for i := range b.extra {
-		if i < len(extra) {
-			add += b.extra[i].strLen(extra[i])
-		}
+	for i := range min(len(b.extra), len(extra)) {
+		add += b.extra[i].strLen(&extra[i])
 	}
 	if b.strBytes+add > maxStringBytes {
 		return ErrBuilderFull
@@ -246,11 +244,11 @@ func (b *Builder) AppendEnriched(value []byte, m Meta, ingestedAt time.Time, enr
 		b.status.append(n, stringBytes(enrichStatus))
 	}
 	for i := range b.extra {
-		var v any
+		a := &unsetAttr
 		if i < len(extra) {
-			v = extra[i]
+			a = &extra[i]
 		}
-		b.extra[i].append(n, v)
+		b.extra[i].append(n, a)
 	}
 
 	b.rows++

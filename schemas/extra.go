@@ -74,6 +74,58 @@ func extraArrowType(t iceberg.Type) (arrow.DataType, error) {
 	return nil, fmt.Errorf("type %s is not supported for an extra column (string, long, double, boolean, timestamptz)", t)
 }
 
+// Attr is one extra-column value as AppendEnriched takes it: Str for a
+// string column, Num for the others (a long; a double's IEEE 754 bits; a
+// boolean as 0 or 1; a timestamp in microseconds since the epoch). Set is
+// false for a null. Attributes are plain values, not boxed in interfaces,
+// so that the attributes of one key lie together in memory: every enriched
+// record reads them, and with tens of thousands of keys each separate
+// allocation is a miss of the CPU cache.
+type Attr struct {
+	Str string
+	Num int64
+	Set bool
+}
+
+// StringAttr, LongAttr, DoubleAttr, BoolAttr and TimeAttr make the Attr of
+// a value for a column of that type; TimeAttr of the zero time is null.
+func StringAttr(s string) Attr { return Attr{Str: s, Set: true} }
+
+// LongAttr: see StringAttr.
+func LongAttr(n int64) Attr { return Attr{Num: n, Set: true} }
+
+// DoubleAttr: see StringAttr.
+func DoubleAttr(f float64) Attr { return Attr{Num: int64(math.Float64bits(f)), Set: true} }
+
+// BoolAttr: see StringAttr.
+func BoolAttr(b bool) Attr {
+	if b {
+		return Attr{Num: 1, Set: true}
+	}
+	return Attr{Set: true}
+}
+
+// TimeAttr: see StringAttr.
+func TimeAttr(t time.Time) Attr {
+	if t.IsZero() {
+		return Attr{}
+	}
+	return Attr{Num: t.UnixMicro(), Set: true}
+}
+
+// unsetAttr is the null every extra column gets beyond a short slice.
+var unsetAttr Attr
+
+// Double, Bool and Time read an Attr made by DoubleAttr, BoolAttr and
+// TimeAttr (in UTC).
+func (a Attr) Double() float64 { return math.Float64frombits(uint64(a.Num)) }
+
+// Bool: see Double.
+func (a Attr) Bool() bool { return a.Num != 0 }
+
+// Time: see Double.
+func (a Attr) Time() time.Time { return time.UnixMicro(a.Num).UTC() }
+
 // extraColumn buffers one extra column; exactly one of its buffers is used,
 // by kind.
 type extraColumn struct {
@@ -117,47 +169,34 @@ func newExtraColumn(mem memory.Allocator, t iceberg.Type) extraColumn {
 	return extraColumn{kind: kindOf(t), str: newStringColumn(mem), fixed: newFixedColumn(mem, 8), bools: newBoolColumn(mem)}
 }
 
-// strLen is the string bytes v would add to this column.
-func (c *extraColumn) strLen(v any) int {
-	if s, ok := v.(string); ok && c.kind == kindString {
-		return len(s)
+// strLen is the string bytes a would add to this column.
+func (c *extraColumn) strLen(a *Attr) int {
+	if a.Set && c.kind == kindString {
+		return len(a.Str)
 	}
 	return 0
 }
 
-// append stores v, or a null when v is nil or not of the column's Go type
-// (string, int64, float64, bool, time.Time).
-func (c *extraColumn) append(n int, v any) {
+// append stores a, or a null when it is not set.
+func (c *extraColumn) append(n int, a *Attr) {
 	switch c.kind {
 	case kindString:
-		if s, ok := v.(string); ok {
-			c.str.append(n, stringBytes(s))
+		if a.Set {
+			c.str.append(n, stringBytes(a.Str))
 		} else {
 			c.str.appendNull(n)
 		}
-	case kindInt64:
-		if x, ok := v.(int64); ok {
-			c.fixed.append64(n, x)
-		} else {
-			c.fixed.appendNull(n)
-		}
-	case kindFloat64:
-		if x, ok := v.(float64); ok {
-			c.fixed.append64(n, int64(math.Float64bits(x)))
+	case kindInt64, kindFloat64, kindTimestamp:
+		if a.Set {
+			c.fixed.append64(n, a.Num)
 		} else {
 			c.fixed.appendNull(n)
 		}
 	case kindBool:
-		if x, ok := v.(bool); ok {
-			c.bools.append(n, x)
+		if a.Set {
+			c.bools.append(n, a.Num != 0)
 		} else {
 			c.bools.appendNull(n)
-		}
-	case kindTimestamp:
-		if x, ok := v.(time.Time); ok && !x.IsZero() {
-			c.fixed.append64(n, x.UnixMicro())
-		} else {
-			c.fixed.appendNull(n)
 		}
 	}
 }

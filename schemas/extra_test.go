@@ -36,10 +36,10 @@ func TestWithColumnsRoundTrip(t *testing.T) {
 	b := s.NewBuilder(mem, 0)
 	defer b.Release()
 	signup := time.Date(2021, 3, 4, 5, 6, 7, 0, time.UTC)
-	rows := [][]any{
-		{"gold", int64(42), 0.5, true, signup},
-		nil,                                  // not enriched: all null
-		{"silver", "not a long", nil, false}, // wrong type and short: nulls
+	rows := [][]schemas.Attr{
+		{schemas.StringAttr("gold"), schemas.LongAttr(42), schemas.DoubleAttr(0.5), schemas.BoolAttr(true), schemas.TimeAttr(signup)},
+		nil, // not enriched: all null
+		{schemas.StringAttr("silver"), {}, {}, schemas.BoolAttr(false)}, // unset and short: nulls
 	}
 	for i, extra := range rows {
 		if err := b.AppendEnriched(message(i, 333), testMeta(int64(i)), testIngested, "ok", extra); err != nil {

@@ -25,7 +25,7 @@ import (
 // RecordBuilder is not safe for concurrent use.
 type RecordBuilder interface {
 	Append(value []byte, m Meta, ingestedAt time.Time, enrichStatus string) error
-	AppendEnriched(value []byte, m Meta, ingestedAt time.Time, enrichStatus string, extra []any) error
+	AppendEnriched(value []byte, m Meta, ingestedAt time.Time, enrichStatus string, extra []Attr) error
 	Len() int
 	SizeBytes() int
 	NewRecord() arrow.RecordBatch
@@ -91,7 +91,7 @@ func (b *genericBuilder) Append(value []byte, m Meta, ingestedAt time.Time, enri
 	return b.AppendEnriched(value, m, ingestedAt, enrichStatus, nil)
 }
 
-func (b *genericBuilder) AppendEnriched(value []byte, m Meta, ingestedAt time.Time, enrichStatus string, extra []any) error {
+func (b *genericBuilder) AppendEnriched(value []byte, m Meta, ingestedAt time.Time, enrichStatus string, extra []Attr) error {
 	if len(value) > b.maxBytes {
 		return &DecodeError{
 			Reason: ReasonTooLarge,
@@ -104,10 +104,8 @@ func (b *genericBuilder) AppendEnriched(value []byte, m Meta, ingestedAt time.Ti
 	// Every string a row stores comes from the message (no format expands
 	// strings), the metadata or the extra values.
 	add := len(value) + len(m.Topic) + len(enrichStatus)
-	for _, v := range extra {
-		if s, ok := v.(string); ok {
-			add += len(s)
-		}
+	for i := range extra {
+		add += len(extra[i].Str)
 	}
 	if b.strBytes+add > maxStringBytes {
 		return ErrBuilderFull
@@ -133,11 +131,11 @@ func (b *genericBuilder) AppendEnriched(value []byte, m Meta, ingestedAt time.Ti
 		meta[5].(*array.StringBuilder).Append(enrichStatus)
 	}
 	for i, c := range meta[numCols-colKafkaTopic:] {
-		var v any
+		a := &unsetAttr
 		if i < len(extra) {
-			v = extra[i]
+			a = &extra[i]
 		}
-		putExtra(c, b.schema.Extra[i], v)
+		putExtra(c, a)
 	}
 	b.rows++
 	b.strBytes += add
@@ -153,37 +151,27 @@ func putTime(c array.Builder, t time.Time) {
 	c.(*array.TimestampBuilder).Append(arrow.Timestamp(t.UnixMicro()))
 }
 
-// putExtra appends an enrichment value, or null when v is nil or not of the
-// column's Go type, as the clickstream Builder does.
-func putExtra(c array.Builder, col Column, v any) {
-	switch x := v.(type) {
-	case string:
-		if sb, ok := c.(*array.StringBuilder); ok {
-			sb.Append(x)
-			return
-		}
-	case int64:
-		if ib, ok := c.(*array.Int64Builder); ok {
-			ib.Append(x)
-			return
-		}
-	case float64:
-		if fb, ok := c.(*array.Float64Builder); ok {
-			fb.Append(x)
-			return
-		}
-	case bool:
-		if bb, ok := c.(*array.BooleanBuilder); ok {
-			bb.Append(x)
-			return
-		}
-	case time.Time:
-		if tb, ok := c.(*array.TimestampBuilder); ok && !x.IsZero() {
-			tb.Append(arrow.Timestamp(x.UnixMicro()))
-			return
-		}
+// putExtra appends an enrichment value, or null when it is not set, as the
+// clickstream Builder does.
+func putExtra(c array.Builder, a *Attr) {
+	if !a.Set {
+		c.AppendNull()
+		return
 	}
-	c.AppendNull()
+	switch cb := c.(type) {
+	case *array.StringBuilder:
+		cb.Append(a.Str)
+	case *array.Int64Builder:
+		cb.Append(a.Num)
+	case *array.Float64Builder:
+		cb.Append(a.Double())
+	case *array.BooleanBuilder:
+		cb.Append(a.Bool())
+	case *array.TimestampBuilder:
+		cb.Append(arrow.Timestamp(a.Num))
+	default:
+		c.AppendNull() // WithColumns admits no other type
+	}
 }
 
 func (b *genericBuilder) Len() int { return b.rows }
