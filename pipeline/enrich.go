@@ -53,13 +53,14 @@ func icebergType(t enrich.FieldType) (iceberg.Type, error) {
 // for the rare values the scanner leaves to it, so each fetch worker has its
 // own.
 type keyExtractor struct {
-	field  string
-	quoted []byte // "field", with the quotes
-	p      fastjson.Parser
+	field string
+	tail  []byte // field", without the opening quote (see indexQuoted)
+	p     fastjson.Parser
 }
 
 func newKeyExtractor(field string) *keyExtractor {
-	return &keyExtractor{field: field, quoted: []byte(strconv.Quote(field))}
+	q := strconv.Quote(field)
+	return &keyExtractor{field: field, tail: []byte(q[1:])}
 }
 
 // key returns the lookup key: a JSON string, or an integer written in
@@ -78,7 +79,7 @@ func newKeyExtractor(field string) *keyExtractor {
 // its scalars: a record it takes a key from may still fail to decode, and
 // is then dead-lettered; only its lookup was wasted.
 func (k *keyExtractor) key(value []byte) []byte {
-	if key, ok := findKey(value, k.quoted); ok {
+	if key, ok := findKey(value, k.tail); ok {
 		return key
 	}
 	if key, ok := scanKey(value, k.field); ok {
@@ -90,28 +91,29 @@ func (k *keyExtractor) key(value []byte) []byte {
 // findKey is the fast path of key for objects without escapes or nesting
 // before the key, which clickstream records are: there every quote opens or
 // closes a string, so in a well-formed object the quoted field name followed
-// by a colon is the member, found with a few vectorized searches. ok is
-// false for any other value (an escape, a nested object or array before the
-// name, the name twice), and for
-// values that are not a well-formed object the answer is only a guess the
-// decoder then overrules.
-func findKey(v []byte, quoted []byte) (key []byte, ok bool) {
-	if len(quoted) < 3 || len(v) < 2 || v[0] != '{' {
+// by a colon is the member, found with a few vectorized searches. tail is
+// the quoted name without its opening quote. ok is false for any other
+// value (an escape, a nested object or array before the name, the name
+// twice), and for values that are not a well-formed object the answer is
+// only a guess the decoder then overrules.
+func findKey(v []byte, tail []byte) (key []byte, ok bool) {
+	if len(tail) < 2 || len(v) < 2 || v[0] != '{' {
 		return nil, false
 	}
-	at := bytes.Index(v, quoted)
+	at := indexQuoted(v, 1, tail)
 	if at < 0 {
 		return nil, false // absent, or not found this way: let the scan decide
 	}
+	end := at + 1 + len(tail)
 	// Only what comes before the name can make it something else than a
 	// top-level member name (a nested object's, or part of a string); the
 	// name again anywhere after it defers to the scan, so nothing after
 	// it needs checking.
 	if before := v[1:at]; bytes.IndexByte(before, '\\') >= 0 || bytes.IndexByte(before, '{') >= 0 ||
-		bytes.IndexByte(before, '[') >= 0 || bytes.Index(v[at+len(quoted):], quoted) >= 0 {
+		bytes.IndexByte(before, '[') >= 0 || indexQuoted(v, end, tail) >= 0 {
 		return nil, false
 	}
-	i := skipSpace(v, at+len(quoted))
+	i := skipSpace(v, end)
 	if i >= len(v) || v[i] != ':' {
 		return nil, false
 	}
@@ -127,6 +129,26 @@ func findKey(v []byte, quoted []byte) (key []byte, ok bool) {
 		return nil, false
 	}
 	return val, true
+}
+
+// indexQuoted returns the index of the first "name" in v at or after from
+// (the opening quote's), or -1; tail is name" without the opening quote. It
+// searches for tail and checks the quote before it, because bytes.Index
+// anchors on a pattern's first byte, and a JSON object is full of quotes:
+// each would be a candidate to compare.
+func indexQuoted(v []byte, from int, tail []byte) int {
+	for from < len(v) {
+		i := bytes.Index(v[from:], tail)
+		if i < 0 {
+			return -1
+		}
+		at := from + i
+		if v[at-1] == '"' {
+			return at - 1
+		}
+		from = at + 1
+	}
+	return -1
 }
 
 // parse is key with a full parse: the reference for scanKey.

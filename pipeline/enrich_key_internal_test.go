@@ -135,8 +135,9 @@ func BenchmarkKey(b *testing.B) {
 // TestFindKeyDefers: the fast path answers only for flat objects without
 // escapes and with the name once; everything else is left to the scan.
 func TestFindKeyDefers(t *testing.T) {
-	q := []byte(`"user_id"`)
+	q := []byte(`user_id"`)
 	for _, v := range []string{
+		`{"xuser_id":"u-0","user_id":"u-1","user_id":"u-2"}`,
 		`{"a":{"b":1},"user_id":"u-1"}`,
 		`{"a":[1],"user_id":"u-1"}`,
 		`{"a":"\\","user_id":"u-1"}`,
@@ -151,8 +152,9 @@ func TestFindKeyDefers(t *testing.T) {
 		}
 	}
 	for v, want := range map[string]string{
-		`{"a":"x","user_id" : 12 }`:                "12",
-		`{"user_id":"u-1","a":{"b":[1]},"c":"\\"}`: "u-1", // nothing after the key matters
+		`{"a":"x","user_id" : 12 }`:                        "12",
+		`{"user_id":"u-1","a":{"b":[1]},"c":"\\"}`:         "u-1", // nothing after the key matters
+		`{"xuser_id":"u-0","a_user_id":1,"user_id":"u-1"}`: "u-1", // names ending like it are not it
 	} {
 		if key, ok := findKey([]byte(v), q); !ok || string(key) != want {
 			t.Errorf("findKey(%s) = %q, %v; want %q, true", v, key, ok, want)
