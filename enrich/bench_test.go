@@ -24,7 +24,7 @@ import (
 //     latency, starting with an empty cache: the first pass over the users
 //     stalls the lanes, then the cache carries them.
 //   - p50=600ms/p99=2.8s no-cache: every record needs a lookup (coalescing
-//     still applies): the Little's-law bound of 12 lanes × 20,000 in flight.
+//     still applies): the Little's-law bound of the lanes' in-flight records.
 //
 // Run with e.g. -benchtime 2000000x; it reports records/s, the CPU time per
 // record (the harness's own submitting and receiving included, and the

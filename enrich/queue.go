@@ -64,7 +64,15 @@ type Queue struct {
 	closed   bool          // Close or Abort called
 	aborted  bool
 	shut     bool    // the lane is done: nothing more is taken
-	slab     []entry // entries not yet used, allocated entrySlab at a time
+	// Entries are handed out from slabs of entrySlab, in order, and taken
+	// in the same order: a slab is free again once its last entry is
+	// taken. slab is the rest of the current one; slabs are those with
+	// entries not taken yet, oldest first; taken counts the oldest one's
+	// taken entries; free are slabs to reuse.
+	slab  []entry
+	slabs []*[entrySlab]entry
+	taken int
+	free  []*[entrySlab]entry
 
 	// What the stage's metrics have not been told yet (see reportEvery).
 	reported      int   // inflight as last added to the in-flight gauge
@@ -80,6 +88,43 @@ type Queue struct {
 // per record would cost the garbage collector more than the few idle
 // entries a slab keeps alive.
 const entrySlab = 256
+
+// freeSlabs is how many taken slabs a lane keeps for reuse: enough for a
+// lane that keeps moving (readyMax records) never to allocate, while one
+// that grew behind a cold key lets the rest go.
+const freeSlabs = readyMax/entrySlab + 1
+
+// newSlabLocked makes q.slab a fresh slab, reused if one is free.
+func (q *Queue) newSlabLocked() {
+	var sl *[entrySlab]entry
+	if n := len(q.free); n > 0 {
+		sl = q.free[n-1]
+		q.free[n-1] = nil
+		q.free = q.free[:n-1]
+	} else {
+		sl = new([entrySlab]entry)
+	}
+	q.slabs = append(q.slabs, sl)
+	q.slab = sl[:]
+}
+
+// takenLocked counts one entry taken, freeing the oldest slab once all of
+// its entries are.
+func (q *Queue) takenLocked() {
+	if q.taken++; q.taken < entrySlab {
+		return
+	}
+	q.taken = 0
+	sl := q.slabs[0]
+	q.slabs[0] = nil
+	q.slabs = q.slabs[1:]
+	if len(q.slabs) == 0 {
+		q.slabs = nil // let the backing array go with the lane's growth
+	}
+	if len(q.free) < freeSlabs {
+		q.free = append(q.free, sl)
+	}
+}
 
 // entry is one submitted record. res and done are guarded by the lane's lock.
 type entry struct {
@@ -176,7 +221,7 @@ func (q *Queue) SubmitSized(ctx context.Context, key []byte, item any, size int)
 		q.mu.Lock()
 	}
 	if len(q.slab) == 0 {
-		q.slab = make([]entry, entrySlab)
+		q.newSlabLocked()
 	}
 	e := &q.slab[0]
 	q.slab = q.slab[1:]
@@ -265,9 +310,10 @@ func (q *Queue) Take(ctx context.Context, buf []Completed) ([]Completed, error) 
 			}
 			out = append(out, Completed{Item: e.item, Result: e.res})
 			size += e.size
-			e.item, e.res = nil, Result{} // its slab may outlive it
+			*e = entry{} // its slab may outlive it, or be reused
 			q.pending[q.start] = nil
 			q.start++
+			q.takenLocked()
 		}
 		q.compactLocked()
 		if len(out) > 0 {

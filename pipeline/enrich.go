@@ -341,9 +341,13 @@ func skipSpace(v []byte, i int) int {
 	return i
 }
 
-// laneSlab is how many lane records are allocated at once. A slab lives
-// until its last record has left the lane.
+// laneSlab is how many lane records are allocated at once. A slab is
+// reused once its last record has been buffered (records leave the lane in
+// the order they were put in their slabs).
 const laneSlab = 256
+
+// freeLaneSlabs is how many buffered slabs a partition keeps for reuse.
+const freeLaneSlabs = 4
 
 // laneOverhead is what a record costs in a lane beyond its key and value:
 // its laneRecord and the lane's entry, rounded up.
@@ -361,6 +365,9 @@ type laneRecord struct {
 	time       time.Time
 	offset     int64
 	highWater  int64
+	// slab is set in a slab's last record: once it is buffered, the slab
+	// is free.
+	slab *[laneSlab]laneRecord
 }
 
 func newLaneRecord(m *kafka.Message) laneRecord {
@@ -392,23 +399,35 @@ func (m *Member) fetchEnriched(ctx context.Context, b *partitionBuffer, seek int
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	drained := make(chan error, 1)
+	free := make(chan *[laneSlab]laneRecord, freeLaneSlabs)
 	go func() {
-		err := m.drain(ctx, b, lane, win, end, reached)
+		err := m.drain(ctx, b, lane, free, win, end, reached)
 		cancel() // a failed drainer stops the fetcher
 		drained <- err
 	}()
 	ex := newKeyExtractor(m.cfg.Enrich.Key)
 	// The lane holds *laneRecord: boxing a laneRecord in an any would
-	// allocate a copy of it per record, so they are kept in slabs instead.
-	var slab []laneRecord
+	// allocate a copy of it per record, so they are kept in slabs instead,
+	// which the drainer hands back once buffered.
+	var slab *[laneSlab]laneRecord
+	used := laneSlab
 	for {
 		msg, err := r.FetchMessage(ctx)
 		if err == nil {
-			if len(slab) == cap(slab) {
-				slab = make([]laneRecord, 0, laneSlab)
+			if used == laneSlab {
+				select {
+				case slab = <-free:
+				default:
+					slab = new([laneSlab]laneRecord)
+				}
+				used = 0
 			}
-			slab = append(slab, newLaneRecord(&msg))
-			err = lane.SubmitSized(ctx, ex.key(msg.Value), &slab[len(slab)-1], len(msg.Key)+len(msg.Value)+laneOverhead)
+			rec := &slab[used]
+			*rec = newLaneRecord(&msg)
+			if used++; used == laneSlab {
+				rec.slab = slab
+			}
+			err = lane.SubmitSized(ctx, ex.key(msg.Value), rec, len(msg.Key)+len(msg.Value)+laneOverhead)
 		}
 		if err != nil {
 			lane.Abort()
@@ -422,8 +441,8 @@ func (m *Member) fetchEnriched(ctx context.Context, b *partitionBuffer, seek int
 }
 
 // drain buffers a lane's completed records in offset order until the lane
-// closes or ctx ends.
-func (m *Member) drain(ctx context.Context, b *partitionBuffer, lane *enrich.Queue, win *window, end int64, reached func()) error {
+// closes or ctx ends, handing their slabs back to the fetcher through free.
+func (m *Member) drain(ctx context.Context, b *partitionBuffer, lane *enrich.Queue, free chan<- *[laneSlab]laneRecord, win *window, end int64, reached func()) error {
 	topic := m.cfg.Kafka.Topic
 	buf := make([]enrich.Completed, 0, takeBatch)
 	for {
@@ -441,6 +460,13 @@ func (m *Member) drain(ctx context.Context, b *partitionBuffer, lane *enrich.Que
 			// The slab outlives this record: let go of its bytes, which
 			// the window counts from now on.
 			rec.key, rec.value = nil, nil
+			if sl := rec.slab; sl != nil {
+				*sl = [laneSlab]laneRecord{} // every record of it is taken
+				select {
+				case free <- sl:
+				default:
+				}
+			}
 			if err := m.buffer(b, msg, c.Result, win, end, reached); err != nil {
 				return err
 			}
