@@ -4,6 +4,7 @@ package bytesize
 
 import (
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 
@@ -37,9 +38,13 @@ func Parse(s string) (Size, error) {
 			break
 		}
 	}
-	v, err := strconv.ParseInt(s, 10, 64)
+	// Base 0, as YAML reads an integer: 16_777_216 and 0x1000000 too.
+	v, err := strconv.ParseInt(s, 0, 64)
 	if err != nil || v < 0 {
 		return 0, fmt.Errorf("%q is not a byte size (e.g. 1048576, 512KiB, 4MiB)", s)
+	}
+	if v > math.MaxInt64/mult {
+		return 0, fmt.Errorf("%q is too large a byte size", s)
 	}
 	return Size(v * mult), nil
 }

@@ -9,13 +9,13 @@ import (
 )
 
 func TestParse(t *testing.T) {
-	for in, want := range map[string]bytesize.Size{"1048576": 1 << 20, "512KiB": 512 << 10, "4MiB": 4 << 20, "1GiB": 1 << 30, "64MB": 64 << 20} {
+	for in, want := range map[string]bytesize.Size{"1048576": 1 << 20, "512KiB": 512 << 10, "4MiB": 4 << 20, "1GiB": 1 << 30, "64MB": 64 << 20, "16_777_216": 16 << 20, "0x1000000": 16 << 20} {
 		got, err := bytesize.Parse(in)
 		if err != nil || got != want {
 			t.Errorf("Parse(%q) = %d, %v; want %d", in, got, err, want)
 		}
 	}
-	for _, bad := range []string{"", "-1", "1.5MiB", "12XB"} {
+	for _, bad := range []string{"", "-1", "1.5MiB", "12XB", "17179869184GiB", "9223372036854775808"} {
 		if _, err := bytesize.Parse(bad); err == nil {
 			t.Errorf("Parse(%q) accepted", bad)
 		}
