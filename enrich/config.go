@@ -155,9 +155,9 @@ type Config struct {
 	BackoffMax time.Duration `yaml:"backoff_max"`
 
 	// CacheSize bounds the cached keys (results and misses). Default
-	// 200000; -1 disables the cache. Budget about 350 bytes per entry with
+	// 200000; -1 disables the cache. Budget about 270 bytes per entry with
 	// six attributes (BenchmarkCacheEntryBytes): the default may reach
-	// ~70 MB, a small share of a 1 GiB budget.
+	// ~55 MB, a small share of a 1 GiB budget.
 	CacheSize int `yaml:"cache_size"`
 	// CacheTTL is how long a result is used. Default 10m. Hot keys are
 	// refreshed in the background after 80% of it, so they never stall a
