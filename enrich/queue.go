@@ -63,7 +63,7 @@ type Queue struct {
 	space    chan struct{} // closed when inflight drops; nil if nobody waits
 	closed   bool          // Close or Abort called
 	aborted  bool
-	shut     bool    // the lane is done: nothing more is taken
+	shut     bool // the lane is done: nothing more is taken
 	// Entries are handed out from slabs of entrySlab, in order, and taken
 	// in the same order: a slab is free again once its last entry is
 	// taken. slab is the rest of the current one; slabs are those with
