@@ -400,7 +400,17 @@ func BenchmarkEnrichment(b *testing.B) {
 		b.ReportMetric(er/pr, "enriched/plain")
 		b.ReportMetric(syncRate, "sync-rec/s")
 		b.ReportMetric(float64(enriched.rss)/(1<<20), "enriched-peak-MiB")
+		// CPU per record moves far less with the machine's other users than
+		// wall time: the ratio of the means is what a run bound by CPU on
+		// both sides would reach.
+		var plainCPU, enrichedCPU float64
+		for r := range plains {
+			plainCPU += plains[r].cpuPerRecord(n) / float64(len(plains))
+			enrichedCPU += enricheds[r].cpuPerRecord(n) / float64(len(plains))
+		}
+		b.ReportMetric(plainCPU/enrichedCPU, "cpu-plain/enriched")
 		var all strings.Builder
+		fmt.Fprintf(&all, "\n  CPU µs/record, mean of %d rounds: plain %.1f, enriched %.1f: %.2f", len(plains), plainCPU, enrichedCPU, plainCPU/enrichedCPU)
 		for r := range plains {
 			fmt.Fprintf(&all, "\n  round %d: plain %.0f rec/s (%.1f µs CPU/record), enriched %.0f rec/s (%.1f µs CPU/record, %d requests): %.2f",
 				r+1, plains[r].rate(n), plains[r].cpuPerRecord(n), enricheds[r].rate(n), enricheds[r].cpuPerRecord(n),
