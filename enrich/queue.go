@@ -89,10 +89,11 @@ type Queue struct {
 // entries a slab keeps alive.
 const entrySlab = 256
 
-// freeSlabs is how many taken slabs a lane keeps for reuse: enough for a
-// lane that keeps moving (readyMax records) never to allocate, while one
-// that grew behind a cold key lets the rest go.
-const freeSlabs = readyMax/entrySlab + 1
+// freeSlabs is how many taken slabs a lane keeps for reuse (22.5 KiB
+// each): while new keys keep arriving a lane often holds more than
+// readyMax records, so this is 8 times what a lane that keeps moving
+// needs; one that grew far behind a cold key lets the rest go.
+const freeSlabs = 8 * (readyMax/entrySlab + 1)
 
 // newSlabLocked makes q.slab a fresh slab, reused if one is free.
 func (q *Queue) newSlabLocked() {

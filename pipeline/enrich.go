@@ -346,8 +346,9 @@ func skipSpace(v []byte, i int) int {
 // the order they were put in their slabs).
 const laneSlab = 256
 
-// freeLaneSlabs is how many buffered slabs a partition keeps for reuse.
-const freeLaneSlabs = 4
+// freeLaneSlabs is how many buffered slabs (24 KiB each) a partition keeps
+// for reuse; see enrich's freeSlabs.
+const freeLaneSlabs = 40
 
 // laneOverhead is what a record costs in a lane beyond its key and value:
 // its laneRecord and the lane's entry, rounded up.

@@ -277,12 +277,16 @@ func floeRun(b *testing.B, brokers []string, extra string) run {
 }
 
 // floeRunConfig runs the floe binary with config cfg until caught up. With
-// FLOE_BENCH_CPUPROFILE set, each run writes its CPU profile to that path
+// FLOE_BENCH_CPUPROFILE (FLOE_BENCH_MEMPROFILE) set, each run writes its CPU (allocation) profile to that path
 // with a sequence number appended.
 func floeRunConfig(b *testing.B, cfg string) run {
 	args := []string{"run", "--until-caught-up", "--config", cfg}
+	seq := profileSeq.Add(1)
 	if p := os.Getenv("FLOE_BENCH_CPUPROFILE"); p != "" {
-		args = append(args, "--cpuprofile", fmt.Sprintf("%s.%d", p, profileSeq.Add(1)))
+		args = append(args, "--cpuprofile", fmt.Sprintf("%s.%d", p, seq))
+	}
+	if p := os.Getenv("FLOE_BENCH_MEMPROFILE"); p != "" {
+		args = append(args, "--memprofile", fmt.Sprintf("%s.%d", p, seq))
 	}
 	cmd := exec.Command(floeBinary(b), args...)
 	cmd.Stderr = os.Stderr

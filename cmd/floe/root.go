@@ -43,6 +43,7 @@ type globalFlags struct {
 	group    string
 	table    string
 	cpuProf  string
+	memProf  string
 }
 
 func rootCmd() *cobra.Command {
@@ -63,6 +64,8 @@ func rootCmd() *cobra.Command {
 	pf.StringVar(&g.table, "table", "", "override table.name; with routes, the route (table) to work on")
 	pf.StringVar(&g.cpuProf, "cpuprofile", "", "write a Go CPU profile to this file")
 	_ = pf.MarkHidden("cpuprofile")
+	pf.StringVar(&g.memProf, "memprofile", "", "write a Go allocation profile to this file on exit")
+	_ = pf.MarkHidden("memprofile")
 	var prof *os.File
 	root.PersistentPreRunE = func(*cobra.Command, []string) error {
 		if g.cpuProf == "" {
@@ -78,6 +81,11 @@ func rootCmd() *cobra.Command {
 		if prof != nil {
 			pprof.StopCPUProfile()
 			prof.Close()
+		}
+		if g.memProf != "" {
+			if err := writeAllocProfile(g.memProf); err != nil {
+				fmt.Fprintln(os.Stderr, "floe: --memprofile:", err)
+			}
 		}
 	}
 	root.AddCommand(runCmd(g), replayCmd(g), verifyCmd(g), demoCmd(g), enrichdCmd(g), doctorCmd(g), maintainCmd(g))
@@ -253,4 +261,17 @@ func openTable(ctx context.Context, cfg pipeline.Config, log *slog.Logger) (*lak
 		return nil, nil, err
 	}
 	return tbl, sc, nil
+}
+
+// writeAllocProfile writes the allocations since the process started.
+func writeAllocProfile(path string) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := pprof.Lookup("allocs").WriteTo(f, 0); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }
