@@ -124,7 +124,7 @@ type Config struct {
 	// many partitions a member owns. A lane may always hold 1024 records
 	// (the records that keep it moving while nothing in it waits), so with
 	// very many partitions the total can exceed it by that much per lane. 0
-	// means 256 MiB; -1 means no stage-wide bound.
+	// means 128 MiB; -1 means no stage-wide bound.
 	MaxInFlightBytesTotal bytesize.Bound `yaml:"max_in_flight_bytes_total"`
 	// MaxInFlightRequests bounds the requests in flight for the whole stage.
 	// Default 256.

@@ -22,7 +22,7 @@ const DefaultMaxInFlightBytes = 64 << 20
 
 // DefaultMaxInFlightBytesTotal is the stage-wide byte bound when
 // Config.MaxInFlightBytesTotal is 0.
-const DefaultMaxInFlightBytesTotal = 256 << 20
+const DefaultMaxInFlightBytesTotal = 128 << 20
 
 // readyMax bounds the records a lane holds while none of them waits for a
 // lookup: then the lane waits only for its consumer, and holding more would
