@@ -77,8 +77,11 @@ type Queue struct {
 	// What the stage's metrics have not been told yet (see reportEvery).
 	reported      int   // inflight as last added to the in-flight gauge
 	reportedBytes int64 // bytes as last added to the in-flight bytes gauge
-	hits, misses  int
-	unreported    int // records submitted or taken since the last report
+	// unbudgeted is what bytes has changed by since the lane last told
+	// the stage-wide budget (see budgetBatch).
+	unbudgeted   int64
+	hits, misses int
+	unreported   int // records submitted or taken since the last report
 
 	outOnce sync.Once
 	out     chan Completed // Out's channel, once asked for
@@ -229,7 +232,9 @@ func (q *Queue) SubmitSized(ctx context.Context, key []byte, item any, size int)
 	e.item, e.size = item, int64(size)
 	q.inflight++
 	q.bytes += int64(size)
-	s.budget.add(int64(size))
+	if q.unbudgeted += int64(size); q.unbudgeted >= budgetBatch {
+		q.budgetLocked()
+	}
 	q.pending = append(q.pending, e)
 	if immediate {
 		e.res, e.done = res, true
@@ -277,10 +282,29 @@ func (q *Queue) roomLocked(size int64) (room, shared bool) {
 	if q.waiting == 0 {
 		return false, false
 	}
+	q.budgetLocked()
 	if !q.s.budget.fits(size) {
 		return false, true
 	}
 	return true, false
+}
+
+// budgetBatch is how far a lane's bytes may move before it tells the
+// stage-wide budget: a shared atomic updated per record would move its
+// cache line between the cores for every record. A lane tells it at once
+// before judging room against it, and when a lane is waiting for it.
+const budgetBatch = 64 << 10
+
+// budgetLocked tells the stage-wide budget what the lane's bytes changed
+// by since it last did.
+func (q *Queue) budgetLocked() {
+	switch d := q.unbudgeted; {
+	case d > 0:
+		q.s.budget.add(d)
+	case d < 0:
+		q.s.budget.release(-d)
+	}
+	q.unbudgeted = 0
 }
 
 // Take waits until the record at the head of the lane has its result, then
@@ -320,7 +344,9 @@ func (q *Queue) Take(ctx context.Context, buf []Completed) ([]Completed, error) 
 		if len(out) > 0 {
 			q.inflight -= len(out)
 			q.bytes -= size
-			s.budget.release(size)
+			if q.unbudgeted -= size; q.unbudgeted <= -budgetBatch || s.budget.waiters.Load() {
+				q.budgetLocked()
+			}
 			q.unreported += len(out)
 			q.reportLocked()
 			q.releaseLocked()
@@ -475,8 +501,8 @@ func (q *Queue) shutLocked() {
 	if q.shut {
 		return
 	}
-	q.s.budget.release(q.bytes)
-	q.inflight, q.waiting, q.bytes = 0, 0, 0
+	q.s.budget.release(q.bytes - q.unbudgeted) // what the budget holds of this lane
+	q.inflight, q.waiting, q.bytes, q.unbudgeted = 0, 0, 0, 0
 	q.reportLocked()
 	clear(q.pending)
 	q.pending, q.start = nil, 0
