@@ -619,17 +619,7 @@ func metricValue(t *testing.T, body, series string) float64 {
 // topic that does not exist: that route fails, the clicks route is stopped
 // (not left running), and `floe run` exits with status 2 naming the route.
 func TestRoutingRouteFailureStopsAll(t *testing.T) {
-	cl, err := embedded.Start(1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(cl.Close)
-	if err := cl.CreateTopic(t.Context(), "clicks", 2); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := cl.ProduceRate(t.Context(), "clicks", clickgen.New(clickgen.Config{Seed: 3}), 500, 0); err != nil {
-		t.Fatal(err)
-	}
+	cl := clicksCluster(t, 3, 500)
 	e := &env{t: t, dir: t.TempDir(), cluster: cl, topic: "clicks"}
 	props, _ := json.Marshal(sqliteCatalog(e.dir))
 	e.config = filepath.Join(e.dir, "floe.yaml")
@@ -644,7 +634,7 @@ routes:
 		t.Fatal(err)
 	}
 	p := e.start("run", "run")
-	err = p.wait(t, 60*time.Second)
+	err := p.wait(t, 60*time.Second)
 	var exit *exec.ExitError
 	if !errors.As(err, &exit) || exit.ExitCode() != 2 {
 		t.Fatalf("floe run exited with %v, want status 2\n%s", err, p.output())
@@ -659,17 +649,7 @@ routes:
 // a common offset) with an error naming the hazard and the override, and
 // starts with --accept-routing-change.
 func TestRoutingChangeRefused(t *testing.T) {
-	cl, err := embedded.Start(1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(cl.Close)
-	if err := cl.CreateTopic(t.Context(), "clicks", 2); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := cl.ProduceRate(t.Context(), "clicks", clickgen.New(clickgen.Config{Seed: 5}), 500, 0); err != nil {
-		t.Fatal(err)
-	}
+	cl := clicksCluster(t, 5, 500)
 	dir := t.TempDir()
 	props, _ := json.Marshal(sqliteCatalog(dir))
 	config := func(orderTypes string) string {
@@ -708,17 +688,7 @@ routes:
 // (read as its own they would flag each row as "row and dead letter"), and
 // that of finance.payments counts all of its own.
 func TestRoutingSharedDeadLetters(t *testing.T) {
-	cl, err := embedded.Start(1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(cl.Close)
-	if err := cl.CreateTopic(t.Context(), "clicks", 2); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := cl.ProduceRate(t.Context(), "clicks", clickgen.New(clickgen.Config{Seed: 7}), 400, 0); err != nil {
-		t.Fatal(err)
-	}
+	cl := clicksCluster(t, 7, 400)
 	dir := t.TempDir()
 	schema, err := filepath.Abs("../../schemas/examples/payments.avsc")
 	if err != nil {
@@ -757,4 +727,21 @@ routes:
 			t.Errorf("%s: %d rows, %d dead letters; want %d, %d", c.table, r.Rows, r.DeadLetters, c.rows, c.dead)
 		}
 	}
+}
+
+// clicksCluster starts a broker whose 2-partition topic clicks holds n
+// clickstream records generated with seed.
+func clicksCluster(t *testing.T, seed int64, n int) *embedded.Cluster {
+	cl, err := embedded.Start(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Close)
+	if err := cl.CreateTopic(t.Context(), "clicks", 2); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cl.ProduceRate(t.Context(), "clicks", clickgen.New(clickgen.Config{Seed: seed}), n, 0); err != nil {
+		t.Fatal(err)
+	}
+	return cl
 }
