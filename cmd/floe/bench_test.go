@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"encoding/json"
@@ -257,6 +258,87 @@ type run struct {
 	took time.Duration
 	rss  int64
 	cpu  time.Duration
+	// commits are the run's table commits, from its debug log.
+	commits []commitAt
+}
+
+// commitAt is one table commit: when it ended, counted from the process's
+// start, and the rows it added.
+type commitAt struct {
+	at   time.Duration
+	rows int64
+}
+
+// firstCommit is when the run's first commit ended: the start-up, and with
+// enrichment the cold start (the first lookups), before the pipeline
+// reaches its steady rate.
+func (r run) firstCommit() time.Duration {
+	if len(r.commits) == 0 {
+		return r.took
+	}
+	return r.commits[0].at
+}
+
+// steadyRate is records per second from the first commit to the last: the
+// rate without the start-up and cold start. Zero with fewer than two commits.
+func (r run) steadyRate() float64 {
+	if len(r.commits) < 2 {
+		return 0
+	}
+	var rows int64
+	for _, c := range r.commits[1:] {
+		rows += c.rows
+	}
+	return float64(rows) / (r.commits[len(r.commits)-1].at - r.commits[0].at).Seconds()
+}
+
+// commitLog passes a floe process's log through to w, except its debug
+// lines, and keeps the times and row counts of its "committed" lines.
+type commitLog struct {
+	w       io.Writer
+	started time.Time
+	partial []byte
+	commits []commitAt
+}
+
+func (l *commitLog) Write(p []byte) (int, error) {
+	l.partial = append(l.partial, p...)
+	for {
+		i := bytes.IndexByte(l.partial, '\n')
+		if i < 0 {
+			return len(p), nil
+		}
+		line := string(l.partial[:i+1])
+		l.partial = l.partial[i+1:]
+		if !strings.Contains(line, " level=DEBUG ") {
+			if _, err := io.WriteString(l.w, line); err != nil {
+				return 0, err
+			}
+			continue
+		}
+		if !strings.Contains(line, " msg=committed ") {
+			continue
+		}
+		if rows, ok := logField(line, "rows"); ok {
+			n, err := strconv.ParseInt(rows, 10, 64)
+			if err == nil {
+				l.commits = append(l.commits, commitAt{at: time.Since(l.started), rows: n})
+			}
+		}
+	}
+}
+
+// logField returns the value of key=value in a logfmt line.
+func logField(line, key string) (string, bool) {
+	i := strings.Index(line, " "+key+"=")
+	if i < 0 {
+		return "", false
+	}
+	v := line[i+len(key)+2:]
+	if j := strings.IndexAny(v, " \n"); j >= 0 {
+		v = v[:j]
+	}
+	return v, true
 }
 
 // rate is records per second of wall time.
@@ -280,7 +362,7 @@ func floeRun(b *testing.B, brokers []string, extra string) run {
 // FLOE_BENCH_CPUPROFILE (FLOE_BENCH_MEMPROFILE) set, each run writes its CPU (allocation) profile to that path
 // with a sequence number appended.
 func floeRunConfig(b *testing.B, cfg string) run {
-	args := []string{"run", "--until-caught-up", "--config", cfg}
+	args := []string{"run", "--until-caught-up", "--config", cfg, "--log-level", "debug"}
 	seq := profileSeq.Add(1)
 	if p := os.Getenv("FLOE_BENCH_CPUPROFILE"); p != "" {
 		args = append(args, "--cpuprofile", fmt.Sprintf("%s.%d", p, seq))
@@ -289,12 +371,13 @@ func floeRunConfig(b *testing.B, cfg string) run {
 		args = append(args, "--memprofile", fmt.Sprintf("%s.%d", p, seq))
 	}
 	cmd := exec.Command(floeBinary(b), args...)
-	cmd.Stderr = os.Stderr
 	started := time.Now()
+	log := &commitLog{w: os.Stderr, started: started}
+	cmd.Stderr = log
 	if err := cmd.Run(); err != nil {
 		b.Fatalf("floe run: %v", err)
 	}
-	r := run{took: time.Since(started)}
+	r := run{took: time.Since(started), commits: log.commits}
 	r.rss, r.cpu = usage(cmd.ProcessState)
 	return r
 }
@@ -413,12 +496,20 @@ func BenchmarkEnrichment(b *testing.B) {
 			enrichedCPU += enricheds[r].cpuPerRecord(n) / float64(len(plains))
 		}
 		b.ReportMetric(plainCPU/enrichedCPU, "cpu-plain/enriched")
+		// Where the wall time goes: until the first commit (start-up, and
+		// the cold start's first lookups) and from there on.
+		ps, es := plain.steadyRate(), enriched.steadyRate()
+		if ps > 0 && es > 0 {
+			b.ReportMetric(es/ps, "steady-enriched/plain")
+		}
 		var all strings.Builder
 		fmt.Fprintf(&all, "\n  CPU µs/record, mean of %d rounds: plain %.1f, enriched %.1f: %.2f", len(plains), plainCPU, enrichedCPU, plainCPU/enrichedCPU)
 		for r := range plains {
+			p, e := plains[r], enricheds[r]
 			fmt.Fprintf(&all, "\n  round %d: plain %.0f rec/s (%.1f µs CPU/record), enriched %.0f rec/s (%.1f µs CPU/record, %d requests): %.2f",
-				r+1, plains[r].rate(n), plains[r].cpuPerRecord(n), enricheds[r].rate(n), enricheds[r].cpuPerRecord(n),
-				requests[r], enricheds[r].rate(n)/plains[r].rate(n))
+				r+1, p.rate(n), p.cpuPerRecord(n), e.rate(n), e.cpuPerRecord(n), requests[r], e.rate(n)/p.rate(n))
+			fmt.Fprintf(&all, "\n    first commit after %.1f s plain, %.1f s enriched; from there %.0f and %.0f rec/s: %.2f",
+				p.firstCommit().Seconds(), e.firstCommit().Seconds(), p.steadyRate(), e.steadyRate(), e.steadyRate()/p.steadyRate())
 		}
 		b.Logf("%s\n| %d records, 12 partitions, %d cores, fastest of %d | records/s | vs plain | CPU µs/record | peak RSS |\n|---|---|---|---|---|\n"+
 			"| floe, no enrichment | %.0f | 1.00 | %.1f | %d MiB |\n| floe, enrichment p50 600 ms / p99 2.8 s | %.0f | %.2f | %.1f | %d MiB |\n"+
