@@ -43,7 +43,8 @@
 // # Ordering, coalescing, batching, bounds
 //
 //   - A Queue (lane) per partition: Submit order is Take order. A cached key
-//     completes at once but still leaves behind earlier records of its lane.
+//     completes at once but still leaves behind earlier records of its lane;
+//     so does an item passed without a lookup (Pass: another route's record).
 //     Take hands over every completed record at the head at once, a batch per
 //     wake-up; a lane has no goroutine of its own (Out, a channel over Take,
 //     starts one).

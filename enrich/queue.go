@@ -157,6 +157,15 @@ func (q *Queue) Submit(ctx context.Context, key string, item any) error {
 	return q.SubmitSized(ctx, []byte(key), item, 0)
 }
 
+// Pass enqueues item, of size bytes, for no enrichment: it leaves the lane
+// in order like any record, with the zero Result, and counts in no result
+// or cache metric. It is for records the caller does not enrich (another
+// route's, say) whose place in the order still matters. It blocks and fails
+// like SubmitSized.
+func (q *Queue) Pass(ctx context.Context, item any, size int) error {
+	return q.submit(ctx, nil, item, size, true)
+}
+
 // SubmitSized enqueues item, of size bytes, to be enriched with the lookup of
 // key. The lane keeps key only while the call lasts: it may be a slice of
 // the record. It blocks while the lane holds MaxInFlightRecords records or
@@ -166,12 +175,19 @@ func (q *Queue) Submit(ctx context.Context, key string, item any) error {
 // ErrStopped once the stage's Run has returned. A record without a key
 // (empty) completes at once with StatusMiss.
 func (q *Queue) SubmitSized(ctx context.Context, key []byte, item any, size int) error {
+	return q.submit(ctx, key, item, size, false)
+}
+
+// submit is SubmitSized, or Pass when pass is set.
+func (q *Queue) submit(ctx context.Context, key []byte, item any, size int, pass bool) error {
 	s := q.s
 	var res Result
 	immediate, hit := true, false
-	if len(key) == 0 {
+	switch {
+	case pass:
+	case len(key) == 0:
 		res = Result{Status: StatusMiss}
-	} else {
+	default:
 		v, fr := s.cache.get(key, monoNow())
 		switch fr {
 		case absent:
@@ -353,7 +369,9 @@ func (q *Queue) Take(ctx context.Context, buf []Completed) ([]Completed, error) 
 			q.mu.Unlock()
 			var counts [len(s.m.results)]int
 			for i := range out {
-				counts[statusIndex(out[i].Result.Status)]++
+				if st := out[i].Result.Status; st != "" { // "": passed (Pass)
+					counts[statusIndex(st)]++
+				}
 			}
 			for i, n := range counts {
 				if n > 0 {

@@ -96,6 +96,46 @@ func TestTakeBatchesInOrder(t *testing.T) {
 	}
 }
 
+// TestPassKeepsItsPlace: an item passed without a lookup leaves the lane
+// in order — behind a record still waiting for its lookup — with the zero
+// Result, and is counted in no result or cache metric.
+func TestPassKeepsItsPlace(t *testing.T) {
+	_, url := startServer(t, enrich.ServerConfig{P50: 50 * time.Millisecond, P99: 50 * time.Millisecond})
+	h := startStage(t, testConfig(url))
+	ctx := context.Background()
+	q := h.st.NewQueue()
+	if err := q.Submit(ctx, key(1), 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := q.Pass(ctx, 1, 10); err != nil {
+		t.Fatal(err)
+	}
+	if err := q.Submit(ctx, key(1), 2); err != nil { // joins the lookup of 0
+		t.Fatal(err)
+	}
+	q.Close()
+	got := collect(q)
+	if len(got) != 3 {
+		t.Fatalf("%d items out, want 3", len(got))
+	}
+	for i, c := range got {
+		if c.Item.(int) != i {
+			t.Fatalf("item %d out at %d", c.Item.(int), i)
+		}
+		r := c.Result
+		passed := r.Status == "" && r.Values == nil && r.Err == nil
+		if (i == 1) != passed || (i != 1 && r.Status != enrich.StatusOK) {
+			t.Fatalf("item %d: result %+v", i, c.Result)
+		}
+	}
+	if n := h.metric(t, "floe_enrich_results_total", "status", "ok"); n != 2 {
+		t.Fatalf("%v ok results, want 2 (the passed item counts in none)", n)
+	}
+	if n := h.metric(t, "floe_enrich_cache_misses_total") + h.metric(t, "floe_enrich_cache_hits_total"); n != 2 {
+		t.Fatalf("%v cache reads, want 2", n)
+	}
+}
+
 // TestTakeEnds: Take returns promptly when the lane is aborted, when its
 // context ends, and when the stage stops while the head waits for a lookup.
 func TestTakeEnds(t *testing.T) {

@@ -369,6 +369,9 @@ type laneRecord struct {
 	// slab is set in a slab's last record: once it is buffered, the slab
 	// is free.
 	slab *[laneSlab]laneRecord
+	// other is set for another route's record: it passes the lane without
+	// a lookup, and without its key and value.
+	other bool
 }
 
 func newLaneRecord(m *kafka.Message) laneRecord {
@@ -386,6 +389,8 @@ func (r *laneRecord) message(topic string, partition int32) kafka.Message {
 // buffering: the fetcher submits records to the partition's lane (blocking
 // when the lane is full, which stops fetching), and the drainer buffers them
 // in offset order as their lookups complete, a batch of them at a time.
+// Records the member's route does not take are not looked up: they pass
+// the lane for their place in the order only.
 func (m *Member) fetchEnriched(ctx context.Context, b *partitionBuffer, seek int64, win *window, end int64, reached func()) error {
 	k := m.cfg.Kafka
 	r, err := openReader(k, b.partition, m.dialer, seek)
@@ -428,7 +433,14 @@ func (m *Member) fetchEnriched(ctx context.Context, b *partitionBuffer, seek int
 			if used++; used == laneSlab {
 				rec.slab = slab
 			}
-			err = lane.SubmitSized(ctx, ex.key(msg.Value), rec, len(msg.Key)+len(msg.Value)+laneOverhead)
+			if m.takes(msg.Value) {
+				err = lane.SubmitSized(ctx, ex.key(msg.Value), rec, len(msg.Key)+len(msg.Value)+laneOverhead)
+			} else {
+				// Another route's record is not looked up; it keeps its
+				// place in the lane, which covers its offset in order.
+				rec.key, rec.value, rec.other = nil, nil, true
+				err = lane.Pass(ctx, rec, laneOverhead)
+			}
 		}
 		if err != nil {
 			lane.Abort()
@@ -457,7 +469,7 @@ func (m *Member) drain(ctx context.Context, b *partitionBuffer, lane *enrich.Que
 			}
 			c := &batch[i]
 			rec := c.Item.(*laneRecord)
-			msg := rec.message(topic, b.partition)
+			msg, other := rec.message(topic, b.partition), rec.other
 			// The slab outlives this record: let go of its bytes, which
 			// the window counts from now on.
 			rec.key, rec.value = nil, nil
@@ -468,7 +480,11 @@ func (m *Member) drain(ctx context.Context, b *partitionBuffer, lane *enrich.Que
 				default:
 				}
 			}
-			if err := m.buffer(b, msg, c.Result, win, end, reached); err != nil {
+			if other {
+				m.filtered(b, msg, end, reached)
+				continue
+			}
+			if err := m.append(b, msg, c.Result, win, end, reached); err != nil {
 				return err
 			}
 		}

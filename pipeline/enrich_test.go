@@ -281,3 +281,47 @@ func gatherCounter(t *testing.T, reg *prometheus.Registry, name string) float64 
 	}
 	return sum
 }
+
+// TestEnrichmentOnlyWhatTheRouteTakes: a field route of an enriched topic
+// looks up the keys of the records it takes and no others; the others pass
+// its lanes in order without a lookup, and its watermark covers them.
+func TestEnrichmentOnlyWhatTheRouteTakes(t *testing.T) {
+	_, url := startServer(t, enrich.ServerConfig{P50: 5 * time.Millisecond, P99: 50 * time.Millisecond})
+	const n = 3000
+	j := newJob(t, n, fastCommit, enrichConfig(url, enrich.PolicyPause))
+	cfg := j.cfg
+	table := cfg.Table.Name
+	cfg.Kafka.Topic, cfg.Table.Name = "", ""
+	cfg.Routes = []pipeline.RouteConfig{
+		{Topic: "clicks", Group: "g", Table: pipeline.TableConfig{Name: table},
+			Where: &pipeline.WhereConfig{Field: "event_type", In: []string{"page_view"}}},
+		{Topic: "clicks", Group: "g.other", Table: pipeline.TableConfig{Name: "t.other"},
+			Where: &pipeline.WhereConfig{Default: true}},
+	}
+	if err := cfg.Finish(); err != nil {
+		t.Fatal(err)
+	}
+	route := cfg.Jobs()[0]
+	reg := prometheus.NewRegistry()
+	m := runMember(t, route, j.tbl, j.sc, pipeline.WithRegisterer(reg))
+	waitCaughtUp(t, j.tbl, j.end, 60*time.Second)
+
+	rows := readEnriched(t, j.tbl)
+	checkOnceInOrder(t, rows)
+	filtered := m.Stats().Filtered.Load()
+	if len(rows) == 0 || filtered == 0 || int64(len(rows))+filtered != n {
+		t.Fatalf("%d rows and %d records filtered, want both and %d in all", len(rows), filtered, n)
+	}
+	for _, r := range rows {
+		if r.status != "ok" || r.segment != enrich.Attributes(r.user)["segment"] {
+			t.Fatalf("user %s: status %q segment %q", r.user, r.status, r.segment)
+		}
+	}
+	// Every record the route takes has a user_id, so each is one cache
+	// read (a hit, or a miss that joins or starts a lookup); the others none.
+	looked := gatherCounter(t, reg, "floe_enrich_cache_hits_total") + gatherCounter(t, reg, "floe_enrich_cache_misses_total")
+	results := gatherCounter(t, reg, "floe_enrich_results_total")
+	if looked != float64(len(rows)) || results != float64(len(rows)) {
+		t.Fatalf("%v cache reads and %v results for %d rows taken: records of other routes were looked up", looked, results, len(rows))
+	}
+}

@@ -519,13 +519,21 @@ func (m *Member) fetch(ctx context.Context, b *partitionBuffer, seek int64, win 
 // buffer appends one record to b and accounts for it: counters, the window,
 // and whether the partition reached its scheduled end.
 func (m *Member) buffer(b *partitionBuffer, msg kafka.Message, res enrich.Result, win *window, end int64, reached func()) error {
-	if m.cfg.where != nil && !m.cfg.where.takes(msg.Value) {
-		m.filtered(b, msg) // another route's record: a covered offset, no row
-		if msg.Offset+1 == end {
-			reached()
-		}
+	if !m.takes(msg.Value) {
+		m.filtered(b, msg, end, reached)
 		return nil
 	}
+	return m.append(b, msg, res, win, end, reached)
+}
+
+// takes reports whether the member's route takes the record with this
+// value (every record, without a where).
+func (m *Member) takes(value []byte) bool {
+	return m.cfg.where == nil || m.cfg.where.takes(value)
+}
+
+// append is buffer for a record the route takes.
+func (m *Member) append(b *partitionBuffer, msg kafka.Message, res enrich.Result, win *window, end int64, reached func()) error {
 	rows, bytes, dead, err := b.appendEnriched(msg, time.Now(), res)
 	if err != nil {
 		return err

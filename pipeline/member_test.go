@@ -58,12 +58,19 @@ func startMemberWith(t *testing.T, n int, commit pipeline.CommitConfig, enrichCf
 		}
 		t.Cleanup(func() { memberTable.Close() })
 	}
-	runCtx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	m, err := pipeline.NewMember(cfg, memberTable, sc, opts...)
+	return tbl, j.end, runMember(t, cfg, memberTable, sc, opts...)
+}
+
+// runMember starts a member of cfg on tbl; the test's cleanup stops it and
+// fails the test if Run returned an error.
+func runMember(t *testing.T, cfg pipeline.Config, tbl *lakehouse.Table, sc *schemas.Schema, opts ...pipeline.Option) *pipeline.Member {
+	t.Helper()
+	m, err := pipeline.NewMember(cfg, tbl, sc, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
+	runCtx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
 	go func() { done <- m.Run(runCtx) }()
 	t.Cleanup(func() {
 		cancel()
@@ -71,7 +78,7 @@ func startMemberWith(t *testing.T, n int, commit pipeline.CommitConfig, enrichCf
 			t.Error(err)
 		}
 	})
-	return tbl, j.end, m
+	return m
 }
 
 // job is a broker with n records on a 4-partition topic, a config and a
@@ -263,19 +270,7 @@ func TestPartitionsAdded(t *testing.T) {
 	j := newJob(t, 0, pipeline.CommitConfig{Interval: pipeline.Duration(200 * time.Millisecond)}, nil)
 	j.cfg.Kafka.StartOffset = "latest"
 	ctx := t.Context()
-	m, err := pipeline.NewMember(j.cfg, j.tbl, j.sc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	runCtx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- m.Run(runCtx) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Error(err)
-		}
-	}()
+	m := runMember(t, j.cfg, j.tbl, j.sc)
 	deadline := time.Now().Add(30 * time.Second)
 	for m.Stats().Assigned.Load() != 4 && time.Now().Before(deadline) {
 		time.Sleep(50 * time.Millisecond)

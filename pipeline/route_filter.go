@@ -74,11 +74,16 @@ func (b *partitionBuffer) skip(msg kafka.Message) {
 	b.next = msg.Offset + 1
 }
 
-// filtered accounts for a record the member's route does not take.
-func (m *Member) filtered(b *partitionBuffer, msg kafka.Message) {
+// filtered accounts for a record the member's route does not take (another
+// route's: a covered offset, no row), and for whether the partition reached
+// its scheduled end.
+func (m *Member) filtered(b *partitionBuffer, msg kafka.Message, end int64, reached func()) {
 	b.skip(msg)
 	m.stats.Filtered.Add(1)
 	if b.lag != nil && msg.HighWaterMark > 0 {
 		b.lag.highWater.Store(msg.HighWaterMark)
+	}
+	if msg.Offset+1 == end {
+		reached()
 	}
 }
