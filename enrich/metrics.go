@@ -106,7 +106,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	}
 	results := register(prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "floe_enrich_results_total",
-		Help: "Records leaving the enrichment stage, by status.",
+		Help: "Records leaving the enrichment stage, by status (records passed without a lookup, such as another route's, are not counted).",
 	}, []string{"status"})).(*prometheus.CounterVec)
 	for _, st := range []Status{StatusOK, StatusMiss, StatusSkipped, StatusDead, StatusError} {
 		m.results[statusIndex(st)] = results.WithLabelValues(string(st))

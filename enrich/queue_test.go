@@ -128,8 +128,12 @@ func TestPassKeepsItsPlace(t *testing.T) {
 			t.Fatalf("item %d: result %+v", i, c.Result)
 		}
 	}
-	if n := h.metric(t, "floe_enrich_results_total", "status", "ok"); n != 2 {
-		t.Fatalf("%v ok results, want 2 (the passed item counts in none)", n)
+	var results float64
+	for _, st := range []enrich.Status{enrich.StatusOK, enrich.StatusMiss, enrich.StatusSkipped, enrich.StatusDead, enrich.StatusError} {
+		results += h.metric(t, "floe_enrich_results_total", "status", string(st))
+	}
+	if ok := h.metric(t, "floe_enrich_results_total", "status", "ok"); ok != 2 || results != 2 {
+		t.Fatalf("%v results, %v of them ok; want 2 and 2 (the passed item counts in none)", results, ok)
 	}
 	if n := h.metric(t, "floe_enrich_cache_misses_total") + h.metric(t, "floe_enrich_cache_hits_total"); n != 2 {
 		t.Fatalf("%v cache reads, want 2", n)
