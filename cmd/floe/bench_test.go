@@ -357,9 +357,48 @@ func (r run) rate(n int) float64 { return float64(n) / r.took.Seconds() }
 // cpuPerRecord is the process's CPU time per record, in microseconds.
 func (r run) cpuPerRecord(n int) float64 { return float64(r.cpu.Microseconds()) / float64(n) }
 
-func usage(ps *os.ProcessState) (rss int64, cpu time.Duration) {
+// cpuUsed is the CPU time (user + system) an ended process used.
+func cpuUsed(ps *os.ProcessState) time.Duration {
 	ru := ps.SysUsage().(*syscall.Rusage)
-	return ru.Maxrss << 10, time.Duration(syscall.TimevalToNsec(ru.Utime) + syscall.TimevalToNsec(ru.Stime))
+	return time.Duration(syscall.TimevalToNsec(ru.Utime) + syscall.TimevalToNsec(ru.Stime))
+}
+
+// peakRSS follows a running process's peak resident set size (VmHWM in
+// /proc/<pid>/status, every 25 ms) until stop, which returns the last value
+// read. getrusage's ru_maxrss cannot be used for a child: exec carries the
+// parent's high-water mark over into the child's (Linux's exec_mmap), so
+// every floe run would report at least this benchmark process's own peak,
+// which holds a broker full of records. Growth in a run's last 25 ms is
+// missed.
+func peakRSS(pid int) (stop func() int64) {
+	var peak atomic.Int64
+	done, exited := make(chan struct{}), make(chan struct{})
+	path := fmt.Sprintf("/proc/%d/status", pid)
+	go func() {
+		defer close(exited)
+		t := time.NewTicker(25 * time.Millisecond)
+		defer t.Stop()
+		for {
+			if st, err := os.ReadFile(path); err == nil {
+				if i := bytes.Index(st, []byte("VmHWM:")); i >= 0 {
+					var kb int64
+					if _, err := fmt.Sscan(string(st[i+len("VmHWM:"):]), &kb); err == nil && kb<<10 > peak.Load() {
+						peak.Store(kb << 10)
+					}
+				}
+			}
+			select {
+			case <-done:
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	return func() int64 {
+		close(done)
+		<-exited
+		return peak.Load()
+	}
 }
 
 // floeRun runs the floe binary until caught up with the config benchConfig
@@ -384,7 +423,12 @@ func floeRunConfig(b *testing.B, cfg string) run {
 	started := time.Now()
 	log := &commitLog{w: os.Stderr, started: started}
 	cmd.Stderr = log
-	err := cmd.Run()
+	if err := cmd.Start(); err != nil {
+		b.Fatalf("floe run: %v", err)
+	}
+	peak := peakRSS(cmd.Process.Pid)
+	err := cmd.Wait()
+	rss := peak()
 	_, _ = log.w.Write(log.partial) // a last line without a newline
 	if err != nil {
 		b.Fatalf("floe run: %v", err)
@@ -392,9 +436,7 @@ func floeRunConfig(b *testing.B, cfg string) run {
 	if len(log.commits) == 0 {
 		b.Errorf("floe run: no commit in its debug log (has the \"committed\" line changed?)")
 	}
-	r := run{took: time.Since(started), commits: log.commits}
-	r.rss, r.cpu = usage(cmd.ProcessState)
-	return r
+	return run{took: time.Since(started), rss: rss, cpu: cpuUsed(cmd.ProcessState), commits: log.commits}
 }
 
 // profileSeq numbers the CPU profiles of one benchmark process.
@@ -627,16 +669,19 @@ func BenchmarkBacklogDrain(b *testing.B) {
 		if err := cmd.Start(); err != nil {
 			b.Fatal(err)
 		}
+		peak := peakRSS(cmd.Process.Pid)
 		d := waitDrained(b, cl, cfg, start, 250_000, 10*time.Minute)
 		took := time.Since(started)
 		selfUsed := selfCPU() - selfBefore
 		stopProducing()
 		n := <-produced
 		_ = cmd.Process.Signal(syscall.SIGTERM)
-		if err := cmd.Wait(); err != nil {
+		err := cmd.Wait()
+		rss := peak()
+		if err != nil {
 			b.Fatalf("floe run: %v", err)
 		}
-		rss, floeUsed := usage(cmd.ProcessState)
+		floeUsed := cpuUsed(cmd.ProcessState)
 		b.Logf("lag every 10 s: %v", d.timeline)
 		b.Logf("over %s: floe process %.0f%% of a core, benchmark process (kfake broker, producer at %d/s) %.0f%%; %d records produced",
 			took.Round(time.Second), 100*floeUsed.Seconds()/took.Seconds(), arrivals,
