@@ -149,15 +149,12 @@ func runFloeForMetrics(t *testing.T) map[string]*dto.MetricFamily {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 
-	cluster, err := embedded.Start(1)
+	const topic, partitions = "clicks", 3
+	cluster, err := embedded.StartTopic(ctx, topic, partitions)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(cluster.Close)
-	const topic, partitions = "clicks", 3
-	if err := cluster.CreateTopic(ctx, topic, partitions); err != nil {
-		t.Fatal(err)
-	}
 	if err := cluster.CreateTopic(ctx, topic+".dlq", 1); err != nil {
 		t.Fatal(err)
 	}

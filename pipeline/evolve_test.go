@@ -76,14 +76,11 @@ type evolveRig struct {
 func newEvolveRig(t *testing.T, format, onIncompatible string, partitions int) *evolveRig {
 	t.Helper()
 	ctx := t.Context()
-	cl, err := embedded.Start(1)
+	cl, err := embedded.StartTopic(ctx, "orders", partitions)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(cl.Close)
-	if err := cl.CreateTopic(ctx, "orders", partitions); err != nil {
-		t.Fatal(err)
-	}
 	reg := srfake.New()
 	t.Cleanup(reg.Close)
 	src, err := sr.NewClient(sr.URLs(reg.URL()))

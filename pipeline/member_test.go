@@ -94,14 +94,11 @@ type job struct {
 func newJob(t *testing.T, n int, commit pipeline.CommitConfig, enrichCfg *enrich.Config) *job {
 	t.Helper()
 	ctx := t.Context()
-	cl, err := embedded.Start(1)
+	cl, err := embedded.StartTopic(ctx, "clicks", 4)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(cl.Close)
-	if err := cl.CreateTopic(ctx, "clicks", 4); err != nil {
-		t.Fatal(err)
-	}
 	if n > 0 {
 		if _, err := cl.ProduceRate(ctx, "clicks", clickgen.New(clickgen.Config{Sessions: 100, Seed: 3}), n, 0); err != nil {
 			t.Fatal(err)

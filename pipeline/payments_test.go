@@ -241,14 +241,11 @@ const paymentCount = 600
 // and the dead letters against payment(i)'s data.
 func runPayments(t *testing.T, values [][]byte, good []bool, format string, registry *schemas.RegistryConfig) {
 	ctx := t.Context()
-	cl, err := embedded.Start(1)
+	cl, err := embedded.StartTopic(ctx, "payments", 2)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(cl.Close)
-	if err := cl.CreateTopic(ctx, "payments", 2); err != nil {
-		t.Fatal(err)
-	}
 	n := len(values)
 	var msgs []clickgen.Message
 	wantSum, wantGood := new(big.Int), 0
@@ -501,14 +498,11 @@ func waitTopicCaughtUp(t *testing.T, cl *embedded.Cluster, tbl *lakehouse.Table,
 // SQLite catalog, flushing every 40 records.
 func dedupeJob(t *testing.T, topic, schema string, dd *pipeline.DedupeConfig) (*embedded.Cluster, pipeline.Config, *lakehouse.Table, *schemas.Schema) {
 	t.Helper()
-	cl, err := embedded.Start(1)
+	cl, err := embedded.StartTopic(t.Context(), topic, 2)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(cl.Close)
-	if err := cl.CreateTopic(t.Context(), topic, 2); err != nil {
-		t.Fatal(err)
-	}
 	dir := t.TempDir()
 	cfg := pipeline.Config{
 		Kafka: pipeline.KafkaConfig{Brokers: cl.Addrs(), Topic: topic, Group: "g",

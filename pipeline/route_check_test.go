@@ -30,14 +30,11 @@ type routeRig struct {
 
 func newRouteRig(t *testing.T) *routeRig {
 	t.Helper()
-	cl, err := embedded.Start(1)
+	cl, err := embedded.StartTopic(t.Context(), "clicks", 2)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(cl.Close)
-	if err := cl.CreateTopic(t.Context(), "clicks", 2); err != nil {
-		t.Fatal(err)
-	}
 	return &routeRig{cl: cl, dir: t.TempDir(), gen: clickgen.New(clickgen.Config{Sessions: 50, Seed: 11}),
 		tables: map[string]*lakehouse.Table{}}
 }

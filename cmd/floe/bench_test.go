@@ -46,15 +46,12 @@ func benchRecords() int {
 // backlogCluster starts a broker whose 12-partition topic holds n
 // clickstream records over 50,000 sessions; gen continues the stream.
 func backlogCluster(b *testing.B, n int, seed int64) (*embedded.Cluster, *clickgen.Generator) {
-	cl, err := embedded.Start(1)
+	ctx := context.Background()
+	cl, err := embedded.StartTopic(ctx, testTopic, 12)
 	if err != nil {
 		b.Fatal(err)
 	}
 	b.Cleanup(cl.Close)
-	ctx := context.Background()
-	if err := cl.CreateTopic(ctx, testTopic, 12); err != nil {
-		b.Fatal(err)
-	}
 	gen := clickgen.New(clickgen.Config{Sessions: 50000, Seed: seed})
 	started := time.Now()
 	if _, err := cl.ProduceRate(ctx, testTopic, gen, n, 0); err != nil {

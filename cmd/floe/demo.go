@@ -88,15 +88,12 @@ func runDemo(ctx context.Context, d *demoFlags, log *slog.Logger) error {
 		return err
 	}
 
-	cluster, err := embedded.Start(1)
+	const topic = "clicks"
+	cluster, err := embedded.StartTopic(ctx, topic, d.partitions)
 	if err != nil {
 		return err
 	}
 	defer cluster.Close()
-	const topic = "clicks"
-	if err := cluster.CreateTopic(ctx, topic, d.partitions); err != nil {
-		return err
-	}
 	if err := cluster.CreateTopic(ctx, topic+".dlq", 1); err != nil {
 		return err
 	}

@@ -122,14 +122,11 @@ const testTopic = "clicks"
 // newEnv starts a broker with a 12-partition topic and writes a config.
 func newEnv(t *testing.T, partitions int, extra string) *env {
 	t.Helper()
-	cl, err := embedded.Start(1)
+	cl, err := embedded.StartTopic(t.Context(), testTopic, partitions)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(cl.Close)
-	if err := cl.CreateTopic(t.Context(), testTopic, partitions); err != nil {
-		t.Fatal(err)
-	}
 	if err := cl.CreateTopic(t.Context(), testTopic+".dlq", 2); err != nil {
 		t.Fatal(err)
 	}

@@ -732,14 +732,11 @@ routes:
 // clicksCluster starts a broker whose 2-partition topic clicks holds n
 // clickstream records generated with seed.
 func clicksCluster(t *testing.T, seed int64, n int) *embedded.Cluster {
-	cl, err := embedded.Start(1)
+	cl, err := embedded.StartTopic(t.Context(), "clicks", 2)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(cl.Close)
-	if err := cl.CreateTopic(t.Context(), "clicks", 2); err != nil {
-		t.Fatal(err)
-	}
 	if _, err := cl.ProduceRate(t.Context(), "clicks", clickgen.New(clickgen.Config{Seed: seed}), n, 0); err != nil {
 		t.Fatal(err)
 	}

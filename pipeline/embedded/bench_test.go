@@ -61,15 +61,12 @@ func loadBenchTopic(b *testing.B) *benchTopic {
 
 func newBenchTopic(n int) (*benchTopic, error) {
 	ctx := context.Background()
-	c, err := embedded.Start(1)
+	bt := &benchTopic{topic: "clicks"}
+	c, err := embedded.StartTopic(ctx, bt.topic, 12)
 	if err != nil {
 		return nil, err
 	}
-	bt := &benchTopic{c: c, topic: "clicks"}
-	if err := c.CreateTopic(ctx, bt.topic, 12); err != nil {
-		c.Close()
-		return nil, err
-	}
+	bt.c = c
 	start := time.Now()
 	got, err := c.ProduceRate(ctx, bt.topic, clickgen.New(clickgen.Config{Seed: 1}), n, 0)
 	if err != nil {

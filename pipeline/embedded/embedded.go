@@ -133,6 +133,21 @@ func withTimeout(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(ctx, requestTimeout)
 }
 
+// StartTopic is Start with one broker and topic created with the given
+// number of partitions: what most tests and the demo begin with. The caller
+// must Close the cluster.
+func StartTopic(ctx context.Context, topic string, partitions int) (*Cluster, error) {
+	c, err := Start(1)
+	if err != nil {
+		return nil, err
+	}
+	if err := c.CreateTopic(ctx, topic, partitions); err != nil {
+		c.Close()
+		return nil, err
+	}
+	return c, nil
+}
+
 // CreateTopic creates topic with the given number of partitions. An existing
 // topic is an error wrapping kerr.TopicAlreadyExists, so a test never
 // silently reuses a topic with a different partition count.
