@@ -48,6 +48,12 @@
 //     Take hands over every completed record at the head at once, a batch per
 //     wake-up; a lane has no goroutine of its own (Out, a channel over Take,
 //     starts one).
+//   - The fast path: while a lane is idle (every record submitted to it
+//     taken and Delivered), Direct answers a cached key at once and the
+//     caller hands its record on itself: a warm cache's records cost a cache
+//     read, not a trip through the lane. AwaitIdle lets the caller wait for
+//     an idle lane instead of queueing behind records that wait for nothing
+//     but their consumer.
 //   - A key already being looked up is not looked up again: every record
 //     waiting for it gets the one result (coalescing).
 //   - New keys from all lanes are gathered into requests of up to BatchSize

@@ -265,3 +265,105 @@ func TestStageWideByteBound(t *testing.T) {
 		t.Fatalf("in_flight_bytes = %v after every record was taken", b)
 	}
 }
+
+// TestDirectOnlyWhenIdle: Direct answers a cached key, or a record without
+// one, at once while the lane is idle, and declines while a submitted
+// record is in the lane or taken but not yet Delivered; AwaitIdle declines
+// at once while a record waits for a lookup, and otherwise waits for
+// Delivered. Direct's answers count in the results and cache metrics.
+func TestDirectOnlyWhenIdle(t *testing.T) {
+	srv, url := startServer(t, enrich.ServerConfig{P50: 100 * time.Millisecond, P99: 100 * time.Millisecond})
+	h := startStage(t, testConfig(url))
+	ctx := context.Background()
+
+	warm := h.st.NewQueue()
+	if err := warm.Submit(ctx, key(1), 0); err != nil {
+		t.Fatal(err)
+	}
+	warm.Close()
+	collect(warm)
+
+	q := h.st.NewQueue()
+	if !q.Idle() || !q.AwaitIdle(ctx) {
+		t.Fatal("a new lane is not idle")
+	}
+	r, ok := q.Direct([]byte(key(1)))
+	if !ok {
+		t.Fatal("Direct declined a cached key on an idle lane")
+	}
+	checkResult(t, srv, key(1), r)
+	if r, ok := q.Direct(nil); !ok || r.Status != enrich.StatusMiss {
+		t.Fatalf("Direct without a key: %+v, %v; want a miss", r, ok)
+	}
+	if _, ok := q.Direct([]byte(key(2))); ok {
+		t.Fatal("Direct answered a key that is not cached")
+	}
+
+	// A record waiting for its lookup: nothing goes around it.
+	if err := q.Submit(ctx, key(2), 1); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := q.Direct([]byte(key(1))); ok {
+		t.Fatal("Direct answered while a record waits in the lane")
+	}
+	if q.AwaitIdle(ctx) {
+		t.Fatal("AwaitIdle waited while a record waits for a lookup")
+	}
+	batch, err := q.Take(ctx, nil)
+	if err != nil || len(batch) != 1 {
+		t.Fatalf("Take: %d records, %v", len(batch), err)
+	}
+	// Taken, not yet handed on: still not idle, and AwaitIdle waits.
+	if _, ok := q.Direct([]byte(key(1))); ok {
+		t.Fatal("Direct answered before the taken record was Delivered")
+	}
+	idle := make(chan bool, 1)
+	go func() { idle <- q.AwaitIdle(ctx) }()
+	select {
+	case <-idle:
+		t.Fatal("AwaitIdle returned before Delivered")
+	case <-time.After(100 * time.Millisecond):
+	}
+	q.Delivered(len(batch))
+	select {
+	case ok := <-idle:
+		if !ok {
+			t.Fatal("AwaitIdle: false after Delivered")
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("AwaitIdle still waiting after Delivered")
+	}
+	if _, ok := q.Direct([]byte(key(2))); !ok {
+		t.Fatal("Direct declined a key cached by the lane's own lookup")
+	}
+
+	// A waiting AwaitIdle ends with its context.
+	if err := q.Submit(ctx, key(1), 2); err != nil { // cached: ready at once
+		t.Fatal(err)
+	}
+	cctx, cancel := context.WithCancel(ctx)
+	go func() { idle <- q.AwaitIdle(cctx) }()
+	cancel()
+	select {
+	case ok := <-idle:
+		if ok {
+			t.Fatal("AwaitIdle: true after its context ended")
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("AwaitIdle still waiting after its context ended")
+	}
+	q.Abort()
+	if _, ok := q.Direct([]byte(key(1))); ok {
+		t.Fatal("Direct answered on an aborted lane")
+	}
+
+	// Three answered by Direct (two ok, one miss without a key), two taken
+	// (the warm-up's and key 2's), none for the aborted record: all in the
+	// results. Direct's two cache reads and the last Submit's are hits.
+	if ok, miss := h.metric(t, "floe_enrich_results_total", "status", "ok"), h.metric(t, "floe_enrich_results_total", "status", "miss"); ok != 4 || miss != 1 {
+		t.Fatalf("results: %v ok, %v miss; want 4 and 1", ok, miss)
+	}
+	if hits := h.metric(t, "floe_enrich_cache_hits_total"); hits != 3 {
+		t.Fatalf("%v cache hits, want 3", hits)
+	}
+}

@@ -85,9 +85,15 @@ func (b *partitionBuffer) resumeAt(seek int64) int64 {
 
 // extend makes msg's offset the next one of the current segment (the caller
 // covers it by setting next past it): it reports offsets the log skipped,
-// opens a segment when none is open and keeps its Kafka timestamps. b.mu
-// must be held.
-func (b *partitionBuffer) extend(msg kafka.Message) {
+// opens a segment when none is open and keeps its Kafka timestamps. It
+// refuses an offset the buffer has covered already: records must reach it
+// in offset order, or the offsets committed with the rows would be wrong.
+// b.mu must be held.
+func (b *partitionBuffer) extend(msg kafka.Message) error {
+	if b.started && msg.Offset < b.next {
+		return fmt.Errorf("buffering %s/%d@%d: offsets up to %d are buffered already: records out of order",
+			b.topic, b.partition, msg.Offset, b.next-1)
+	}
 	expect := b.next
 	if !b.started {
 		expect = b.resume
@@ -105,6 +111,7 @@ func (b *partitionBuffer) extend(msg kafka.Message) {
 		}
 	}
 	b.lastTS = ts
+	return nil
 }
 
 // offResult is the enrichment result of every record when enrichment is off.
@@ -119,7 +126,9 @@ var offResult = enrich.Result{Status: "off"}
 func (b *partitionBuffer) appendEnriched(msg kafka.Message, now time.Time, res enrich.Result) (rowsDelta, bytesDelta int, dead bool, err error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.extend(msg)
+	if err := b.extend(msg); err != nil {
+		return 0, 0, false, err
+	}
 	if res.Status == enrich.StatusDead {
 		detail := "enrichment unavailable"
 		if res.Err != nil {

@@ -389,8 +389,10 @@ func (r *laneRecord) message(topic string, partition int32) kafka.Message {
 // buffering: the fetcher submits records to the partition's lane (blocking
 // when the lane is full, which stops fetching), and the drainer buffers them
 // in offset order as their lookups complete, a batch of them at a time.
-// Records the member's route does not take are not looked up: they pass
-// the lane for their place in the order only.
+// While the lane is idle, the fetcher buffers a record whose key is cached
+// itself, which a warm cache makes the common case. Records the member's
+// route does not take are not looked up: they pass the lane for their
+// place in the order only.
 func (m *Member) fetchEnriched(ctx context.Context, b *partitionBuffer, seek int64, win *window, end int64, reached func()) error {
 	k := m.cfg.Kafka
 	r, err := openReader(k, b.partition, m.dialer, seek)
@@ -417,35 +419,72 @@ func (m *Member) fetchEnriched(ctx context.Context, b *partitionBuffer, seek int
 	// which the drainer hands back once buffered.
 	var slab *[laneSlab]laneRecord
 	used := laneSlab
+	// stop ends the drainer and returns its error, if it failed.
+	stop := func() error {
+		lane.Abort()
+		cancel()
+		return <-drained
+	}
 	for {
 		msg, err := r.FetchMessage(ctx)
-		if err == nil {
-			if used == laneSlab {
-				select {
-				case slab = <-free:
-				default:
-					slab = new([laneSlab]laneRecord)
+		if err != nil {
+			if derr := stop(); derr != nil || outer.Err() != nil {
+				return derr
+			}
+			return fmt.Errorf("fetching %s/%d: %w", k.Topic, b.partition, err)
+		}
+		takes := m.takes(msg.Value)
+		var key []byte
+		if takes {
+			key = ex.key(msg.Value)
+		}
+		// While nothing before it waits in the lane, a record whose key is
+		// cached, or another route's, skips the lane (enrich.Queue.Direct):
+		// the fetcher buffers it at once, as without enrichment. While no
+		// record in the lane waits for a lookup, the fetcher lets the
+		// drainer finish rather than queue behind it.
+		idle := lane.AwaitIdle(ctx)
+		if takes && idle {
+			if res, ok := lane.Direct(key); ok {
+				if err := win.wait(ctx); err != nil {
+					return stop() // stopped, or the drainer failed
 				}
-				used = 0
+				if err := m.append(b, msg, res, win, end, reached); err != nil {
+					stop()
+					return err
+				}
+				continue
 			}
-			rec := &slab[used]
-			*rec = newLaneRecord(&msg)
-			if used++; used == laneSlab {
-				rec.slab = slab
+		} else if !takes && idle {
+			if err := m.filtered(b, msg, end, reached); err != nil {
+				stop()
+				return err
 			}
-			if m.takes(msg.Value) {
-				err = lane.SubmitSized(ctx, ex.key(msg.Value), rec, len(msg.Key)+len(msg.Value)+laneOverhead)
-			} else {
-				// Another route's record is not looked up; it keeps its
-				// place in the lane, which covers its offset in order.
-				rec.key, rec.value, rec.other = nil, nil, true
-				err = lane.Pass(ctx, rec, laneOverhead)
+			continue
+		}
+		if used == laneSlab {
+			select {
+			case slab = <-free:
+			default:
+				slab = new([laneSlab]laneRecord)
 			}
+			used = 0
+		}
+		rec := &slab[used]
+		*rec = newLaneRecord(&msg)
+		if used++; used == laneSlab {
+			rec.slab = slab
+		}
+		if takes {
+			err = lane.SubmitSized(ctx, key, rec, len(msg.Key)+len(msg.Value)+laneOverhead)
+		} else {
+			// Another route's record is not looked up; it keeps its
+			// place in the lane, which covers its offset in order.
+			rec.key, rec.value, rec.other = nil, nil, true
+			err = lane.Pass(ctx, rec, laneOverhead)
 		}
 		if err != nil {
-			lane.Abort()
-			cancel()
-			if derr := <-drained; derr != nil || outer.Err() != nil {
+			if derr := stop(); derr != nil || outer.Err() != nil {
 				return derr
 			}
 			return fmt.Errorf("fetching %s/%d: %w", k.Topic, b.partition, err)
@@ -481,12 +520,15 @@ func (m *Member) drain(ctx context.Context, b *partitionBuffer, lane *enrich.Que
 				}
 			}
 			if other {
-				m.filtered(b, msg, end, reached)
+				if err := m.filtered(b, msg, end, reached); err != nil {
+					return err
+				}
 				continue
 			}
 			if err := m.append(b, msg, c.Result, win, end, reached); err != nil {
 				return err
 			}
 		}
+		lane.Delivered(len(batch)) // the fetcher may buffer records itself again
 	}
 }

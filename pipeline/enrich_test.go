@@ -1,9 +1,11 @@
 package pipeline_test
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
+	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/iceberg-go/table"
 	"github.com/prometheus/client_golang/prometheus"
@@ -12,6 +14,7 @@ import (
 	"github.com/floe-dev/floe/enrich"
 	"github.com/floe-dev/floe/lakehouse"
 	"github.com/floe-dev/floe/pipeline"
+	"github.com/floe-dev/floe/schemas/clickgen"
 )
 
 // enrichedRow is what the enrichment tests read back from the table.
@@ -41,6 +44,7 @@ func readEnriched(t *testing.T, tbl *lakehouse.Table) []enrichedRow {
 		if err != nil {
 			t.Fatal(err)
 		}
+		checkBufferedInOrder(t, b)
 		col := func(n string) int { return b.Schema().FieldIndices(n)[0] }
 		ps := b.Column(col("_kafka_partition")).(*array.Int32)
 		os := b.Column(col("_kafka_offset")).(*array.Int64)
@@ -59,6 +63,27 @@ func readEnriched(t *testing.T, tbl *lakehouse.Table) []enrichedRow {
 		b.Release()
 	}
 	return rows
+}
+
+// checkBufferedInOrder asserts that within one batch of a scan, which comes
+// from one data file, each session's rows are in offset order. A file's rows
+// are sorted by session with a stable sort, so this is the order they were
+// buffered in: it fails if a record overtook an earlier one of its
+// partition on the way to the buffer, which the offsets and seqs of the
+// rows alone cannot show.
+func checkBufferedInOrder(t *testing.T, b arrow.RecordBatch) {
+	t.Helper()
+	col := func(n string) int { return b.Schema().FieldIndices(n)[0] }
+	os := b.Column(col("_kafka_offset")).(*array.Int64)
+	ss := b.Column(col("session_id")).(*array.String)
+	last := map[string]int64{}
+	for i := 0; i < int(b.NumRows()); i++ {
+		s, o := ss.Value(i), os.Value(i)
+		if p, ok := last[s]; ok && o <= p {
+			t.Fatalf("session %s: offset %d written after offset %d in one data file: records buffered out of order", s, o, p)
+		}
+		last[s] = o
+	}
 }
 
 // checkOnceInOrder asserts no (partition, offset) repeats and each session's
@@ -323,5 +348,63 @@ func TestEnrichmentOnlyWhatTheRouteTakes(t *testing.T) {
 	results := gatherCounter(t, reg, "floe_enrich_results_total")
 	if looked != float64(len(rows)) || results != float64(len(rows)) {
 		t.Fatalf("%v cache reads and %v results for %d rows taken: records of other routes were looked up", looked, results, len(rows))
+	}
+}
+
+// TestEnrichmentCachedRecordWaitsItsTurn: once a lane is idle, a record
+// whose key is cached skips it (enrich.Queue.Direct), but never while an
+// earlier record of its partition waits for a lookup. One session (so one
+// partition) first brings a user into the cache, then sends a record of an
+// unknown user followed by records of the cached one: they must be
+// buffered after it, and all rows are committed once, enriched.
+func TestEnrichmentCachedRecordWaitsItsTurn(t *testing.T) {
+	srv, url := startServer(t, enrich.ServerConfig{P50: 400 * time.Millisecond, P99: 400 * time.Millisecond})
+	reg := prometheus.NewRegistry()
+	j := newJob(t, 0, fastCommit, enrichConfig(url, enrich.PolicyPause))
+	runMember(t, j.cfg, j.tbl, j.sc, pipeline.WithRegisterer(reg))
+
+	seq := 0
+	produce := func(users ...string) map[int32]int64 {
+		t.Helper()
+		msgs := make([]clickgen.Message, len(users))
+		for i, u := range users {
+			seq++
+			msgs[i] = clickgen.Message{Key: []byte("s-1"), Value: fmt.Appendf(nil,
+				`{"event_id":"e-%d","session_id":"s-1","user_id":%q,"event_type":"page_view","ts":1732860000000,"seq":%d}`, seq, u, seq)}
+		}
+		got, err := j.cl.Produce(t.Context(), "clicks", msgs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		end := map[int32]int64{}
+		for p, offs := range got {
+			end[p] = offs[len(offs)-1] + 1
+		}
+		return end
+	}
+	waitCaughtUp(t, j.tbl, produce("u-warm", "u-warm"), 30*time.Second)
+	waitCaughtUp(t, j.tbl, produce("u-cold", "u-warm", "u-warm", "u-warm"), 30*time.Second)
+
+	rows := readEnriched(t, j.tbl) // checks the order they were buffered in
+	if len(rows) != 6 {
+		t.Fatalf("%d rows, want 6", len(rows))
+	}
+	checkOnceInOrder(t, rows)
+	for _, r := range rows {
+		if want := enrich.Attributes(r.user)["segment"]; r.status != "ok" || r.segment != want {
+			t.Fatalf("offset %d, user %s: status %s, segment %q; want ok, %q", r.offset, r.user, r.status, r.segment, want)
+		}
+	}
+	if n := srv.Requests(); n != 2 {
+		t.Fatalf("%d lookup requests, want 2 (one per user)", n)
+	}
+	// The last three hit the cache (the second joined the first's lookup);
+	// the metrics of a quiet lane catch up within a second.
+	deadline := time.Now().Add(5 * time.Second)
+	for gatherCounter(t, reg, "floe_enrich_cache_hits_total") != 3 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%v cache hits, want 3", gatherCounter(t, reg, "floe_enrich_cache_hits_total"))
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }

@@ -520,8 +520,7 @@ func (m *Member) fetch(ctx context.Context, b *partitionBuffer, seek int64, win 
 // and whether the partition reached its scheduled end.
 func (m *Member) buffer(b *partitionBuffer, msg kafka.Message, res enrich.Result, win *window, end int64, reached func()) error {
 	if !m.takes(msg.Value) {
-		m.filtered(b, msg, end, reached)
-		return nil
+		return m.filtered(b, msg, end, reached)
 	}
 	return m.append(b, msg, res, win, end, reached)
 }

@@ -67,18 +67,23 @@ func (f *routeFilter) takes(value []byte) bool {
 // skip covers msg's offset without a row or a dead letter: a record another
 // route of the topic takes. Like a compacted-away offset it is part of the
 // segment [from, next), so the watermark advances past it.
-func (b *partitionBuffer) skip(msg kafka.Message) {
+func (b *partitionBuffer) skip(msg kafka.Message) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.extend(msg)
+	if err := b.extend(msg); err != nil {
+		return err
+	}
 	b.next = msg.Offset + 1
+	return nil
 }
 
 // filtered accounts for a record the member's route does not take (another
 // route's: a covered offset, no row), and for whether the partition reached
 // its scheduled end.
-func (m *Member) filtered(b *partitionBuffer, msg kafka.Message, end int64, reached func()) {
-	b.skip(msg)
+func (m *Member) filtered(b *partitionBuffer, msg kafka.Message, end int64, reached func()) error {
+	if err := b.skip(msg); err != nil {
+		return err
+	}
 	m.stats.Filtered.Add(1)
 	if b.lag != nil && msg.HighWaterMark > 0 {
 		b.lag.highWater.Store(msg.HighWaterMark)
@@ -86,4 +91,5 @@ func (m *Member) filtered(b *partitionBuffer, msg kafka.Message, end int64, reac
 	if msg.Offset+1 == end {
 		reached()
 	}
+	return nil
 }
