@@ -173,10 +173,10 @@ func (q *Queue) Idle() bool { return q.held.Load() == 0 }
 // AwaitIdle waits until the lane is Idle, unless a record in it waits for
 // a lookup: the records it holds then all leave as soon as the consumer
 // takes them, and rather than queue behind them the caller waits and then
-// hands its records on itself (Direct). It returns false at once while a
-// record waits for a lookup (the caller submits, so that the keys behind
-// it are looked up meanwhile), and when ctx ends or the lane is aborted or
-// the stage stopped first.
+// hands its record on itself. It returns false at once while a record
+// waits for a lookup (the caller submits, so that its record keeps its
+// place behind it), and when ctx ends or the lane is aborted or the stage
+// stopped first.
 func (q *Queue) AwaitIdle(ctx context.Context) bool {
 	if q.Idle() {
 		return true
@@ -205,19 +205,21 @@ func (q *Queue) AwaitIdle(ctx context.Context) bool {
 	return false
 }
 
-// Direct is the lane's fast path: when the lane is Idle and key's outcome
-// is cached (or key is empty: a miss), it returns the record's Result at
-// once, counted in the stage's metrics like a record taken from the lane
-// (within reportIdle while a consumer waits in Take), and the caller hands
-// the record on itself instead of submitting it. ok is false otherwise,
-// and the caller submits the record. Only the goroutine that submits may
-// call it: nothing may be submitted between the check and the hand-off.
+// Direct is the lane's fast path. When key's outcome is cached (or key is
+// empty: a miss) and no record in the lane waits for a lookup, it waits
+// for the lane to be Idle (AwaitIdle) and returns the record's Result,
+// counted in the stage's metrics like a record taken from the lane (within
+// reportIdle while a consumer waits in Take); the caller then hands the
+// record on itself instead of submitting it. ok is false otherwise, at
+// once for a key that is not cached, and the caller submits the record.
+// Only the goroutine that submits may call it: nothing may be submitted
+// between the check and the hand-off.
 //
 // Once the cache is warm, most records of a steady stream take this path,
 // which costs a cache read: no lane entry, no hand-off between goroutines.
-func (q *Queue) Direct(key []byte) (res Result, ok bool) {
-	if !q.Idle() {
-		return Result{}, false
+func (q *Queue) Direct(ctx context.Context, key []byte) (res Result, ok bool) {
+	if !q.Idle() && q.lookingUp() {
+		return Result{}, false // behind a lookup: no need to read the cache
 	}
 	s := q.s
 	hit := false
@@ -233,6 +235,9 @@ func (q *Queue) Direct(key []byte) (res Result, ok bool) {
 		}
 		hit, res = true, cachedResult(v)
 	}
+	if !q.AwaitIdle(ctx) {
+		return Result{}, false
+	}
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.closed {
@@ -242,10 +247,20 @@ func (q *Queue) Direct(key []byte) (res Result, ok bool) {
 		q.hits++
 	}
 	q.direct[statusIndex(res.Status)]++
-	if q.unreported++; q.unreported >= reportEvery {
+	switch q.unreported++; q.unreported {
+	case 1:
+		q.wake() // a consumer asleep in Take arms its reportIdle timer
+	case reportEvery:
 		q.reportLocked()
 	}
 	return res, true
+}
+
+// lookingUp reports whether a record in the lane waits for a lookup.
+func (q *Queue) lookingUp() bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.waiting > 0
 }
 
 // Delivered tells the lane that n records taken from it have been handed

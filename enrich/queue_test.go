@@ -287,15 +287,15 @@ func TestDirectOnlyWhenIdle(t *testing.T) {
 	if !q.Idle() || !q.AwaitIdle(ctx) {
 		t.Fatal("a new lane is not idle")
 	}
-	r, ok := q.Direct([]byte(key(1)))
+	r, ok := q.Direct(ctx, []byte(key(1)))
 	if !ok {
 		t.Fatal("Direct declined a cached key on an idle lane")
 	}
 	checkResult(t, srv, key(1), r)
-	if r, ok := q.Direct(nil); !ok || r.Status != enrich.StatusMiss {
+	if r, ok := q.Direct(ctx, nil); !ok || r.Status != enrich.StatusMiss {
 		t.Fatalf("Direct without a key: %+v, %v; want a miss", r, ok)
 	}
-	if _, ok := q.Direct([]byte(key(2))); ok {
+	if _, ok := q.Direct(ctx, []byte(key(2))); ok {
 		t.Fatal("Direct answered a key that is not cached")
 	}
 
@@ -303,7 +303,7 @@ func TestDirectOnlyWhenIdle(t *testing.T) {
 	if err := q.Submit(ctx, key(2), 1); err != nil {
 		t.Fatal(err)
 	}
-	if _, ok := q.Direct([]byte(key(1))); ok {
+	if _, ok := q.Direct(ctx, []byte(key(1))); ok {
 		t.Fatal("Direct answered while a record waits in the lane")
 	}
 	if q.AwaitIdle(ctx) {
@@ -313,27 +313,33 @@ func TestDirectOnlyWhenIdle(t *testing.T) {
 	if err != nil || len(batch) != 1 {
 		t.Fatalf("Take: %d records, %v", len(batch), err)
 	}
-	// Taken, not yet handed on: still not idle, and AwaitIdle waits.
-	if _, ok := q.Direct([]byte(key(1))); ok {
+	// Taken, not yet handed on: Direct waits for the lane to be idle.
+	short, cancelShort := context.WithTimeout(ctx, 100*time.Millisecond)
+	_, ok = q.Direct(short, []byte(key(1)))
+	cancelShort()
+	if ok {
 		t.Fatal("Direct answered before the taken record was Delivered")
 	}
-	idle := make(chan bool, 1)
-	go func() { idle <- q.AwaitIdle(ctx) }()
+	direct := make(chan bool, 1)
+	go func() {
+		_, ok := q.Direct(ctx, []byte(key(1)))
+		direct <- ok
+	}()
 	select {
-	case <-idle:
-		t.Fatal("AwaitIdle returned before Delivered")
+	case <-direct:
+		t.Fatal("Direct returned before Delivered")
 	case <-time.After(100 * time.Millisecond):
 	}
 	q.Delivered(len(batch))
 	select {
-	case ok := <-idle:
+	case ok := <-direct:
 		if !ok {
-			t.Fatal("AwaitIdle: false after Delivered")
+			t.Fatal("Direct declined once the lane was idle")
 		}
 	case <-time.After(5 * time.Second):
-		t.Fatal("AwaitIdle still waiting after Delivered")
+		t.Fatal("Direct still waiting after Delivered")
 	}
-	if _, ok := q.Direct([]byte(key(2))); !ok {
+	if _, ok := q.Direct(ctx, []byte(key(2))); !ok {
 		t.Fatal("Direct declined a key cached by the lane's own lookup")
 	}
 
@@ -341,6 +347,7 @@ func TestDirectOnlyWhenIdle(t *testing.T) {
 	if err := q.Submit(ctx, key(1), 2); err != nil { // cached: ready at once
 		t.Fatal(err)
 	}
+	idle := make(chan bool, 1)
 	cctx, cancel := context.WithCancel(ctx)
 	go func() { idle <- q.AwaitIdle(cctx) }()
 	cancel()
@@ -353,17 +360,54 @@ func TestDirectOnlyWhenIdle(t *testing.T) {
 		t.Fatal("AwaitIdle still waiting after its context ended")
 	}
 	q.Abort()
-	if _, ok := q.Direct([]byte(key(1))); ok {
+	if _, ok := q.Direct(ctx, []byte(key(1))); ok {
 		t.Fatal("Direct answered on an aborted lane")
 	}
 
-	// Three answered by Direct (two ok, one miss without a key), two taken
+	// Four answered by Direct (three ok, one miss without a key), two taken
 	// (the warm-up's and key 2's), none for the aborted record: all in the
-	// results. Direct's two cache reads and the last Submit's are hits.
-	if ok, miss := h.metric(t, "floe_enrich_results_total", "status", "ok"), h.metric(t, "floe_enrich_results_total", "status", "miss"); ok != 4 || miss != 1 {
-		t.Fatalf("results: %v ok, %v miss; want 4 and 1", ok, miss)
+	// results. Direct's three cache reads and the last Submit's are hits.
+	if ok, miss := h.metric(t, "floe_enrich_results_total", "status", "ok"), h.metric(t, "floe_enrich_results_total", "status", "miss"); ok != 5 || miss != 1 {
+		t.Fatalf("results: %v ok, %v miss; want 5 and 1", ok, miss)
 	}
-	if hits := h.metric(t, "floe_enrich_cache_hits_total"); hits != 3 {
-		t.Fatalf("%v cache hits, want 3", hits)
+	if hits := h.metric(t, "floe_enrich_cache_hits_total"); hits != 4 {
+		t.Fatalf("%v cache hits, want 4", hits)
+	}
+}
+
+// TestDirectReportsWhileQuiet: what Direct answers reaches the metrics
+// while the lane's consumer sleeps in Take and nothing else happens on the
+// lane, within reportIdle.
+func TestDirectReportsWhileQuiet(t *testing.T) {
+	_, url := startServer(t, enrich.ServerConfig{P50: 10 * time.Millisecond, P99: 10 * time.Millisecond})
+	h := startStage(t, testConfig(url))
+	ctx := context.Background()
+	warm := h.st.NewQueue()
+	if err := warm.Submit(ctx, key(1), 0); err != nil {
+		t.Fatal(err)
+	}
+	warm.Close()
+	collect(warm)
+
+	q := h.st.NewQueue()
+	defer q.Abort()
+	go q.Take(ctx, nil) // the consumer, asleep until the Abort
+	time.Sleep(50 * time.Millisecond)
+	const n = 10
+	for range n {
+		if _, ok := q.Direct(ctx, []byte(key(1))); !ok {
+			t.Fatal("Direct declined a cached key on an idle lane")
+		}
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		ok, hits := h.metric(t, "floe_enrich_results_total", "status", "ok"), h.metric(t, "floe_enrich_cache_hits_total")
+		if ok == 1+n && hits == n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%v ok results and %v cache hits, want %d and %d", ok, hits, 1+n, n)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }

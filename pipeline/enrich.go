@@ -438,14 +438,12 @@ func (m *Member) fetchEnriched(ctx context.Context, b *partitionBuffer, seek int
 		if takes {
 			key = ex.key(msg.Value)
 		}
-		// While nothing before it waits in the lane, a record whose key is
-		// cached, or another route's, skips the lane (enrich.Queue.Direct):
-		// the fetcher buffers it at once, as without enrichment. While no
-		// record in the lane waits for a lookup, the fetcher lets the
-		// drainer finish rather than queue behind it.
-		idle := lane.AwaitIdle(ctx)
-		if takes && idle {
-			if res, ok := lane.Direct(key); ok {
+		// Unless a record in the lane waits for a lookup, a record whose key
+		// is cached, or another route's, skips the lane (enrich.Queue.Direct):
+		// once the drainer has buffered what the lane holds, the fetcher
+		// buffers it itself, as without enrichment.
+		if takes {
+			if res, ok := lane.Direct(ctx, key); ok {
 				if err := win.wait(ctx); err != nil {
 					return stop() // stopped, or the drainer failed
 				}
@@ -455,7 +453,7 @@ func (m *Member) fetchEnriched(ctx context.Context, b *partitionBuffer, seek int
 				}
 				continue
 			}
-		} else if !takes && idle {
+		} else if lane.AwaitIdle(ctx) {
 			if err := m.filtered(b, msg, end, reached); err != nil {
 				stop()
 				return err
