@@ -266,6 +266,19 @@ func TestStageWideByteBound(t *testing.T) {
 	}
 }
 
+// warmUp caches keys through a lane of their own (one ok result each).
+func warmUp(t *testing.T, h *harness, keys ...string) {
+	t.Helper()
+	warm := h.st.NewQueue()
+	for i, k := range keys {
+		if err := warm.Submit(context.Background(), k, i); err != nil {
+			t.Fatal(err)
+		}
+	}
+	warm.Close()
+	collect(warm)
+}
+
 // TestDirectOnlyWhenIdle: Direct answers a cached key, or a record without
 // one, at once while the lane is idle, and declines while a submitted
 // record is in the lane or taken but not yet Delivered; AwaitIdle declines
@@ -276,12 +289,7 @@ func TestDirectOnlyWhenIdle(t *testing.T) {
 	h := startStage(t, testConfig(url))
 	ctx := context.Background()
 
-	warm := h.st.NewQueue()
-	if err := warm.Submit(ctx, key(1), 0); err != nil {
-		t.Fatal(err)
-	}
-	warm.Close()
-	collect(warm)
+	warmUp(t, h, key(1))
 
 	q := h.st.NewQueue()
 	if !q.Idle() || !q.AwaitIdle(ctx) {
@@ -382,12 +390,7 @@ func TestDirectReportsWhileQuiet(t *testing.T) {
 	_, url := startServer(t, enrich.ServerConfig{P50: 10 * time.Millisecond, P99: 10 * time.Millisecond})
 	h := startStage(t, testConfig(url))
 	ctx := context.Background()
-	warm := h.st.NewQueue()
-	if err := warm.Submit(ctx, key(1), 0); err != nil {
-		t.Fatal(err)
-	}
-	warm.Close()
-	collect(warm)
+	warmUp(t, h, key(1))
 
 	q := h.st.NewQueue()
 	defer q.Abort()
