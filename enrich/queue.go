@@ -97,6 +97,7 @@ type Queue struct {
 
 	outOnce sync.Once
 	out     chan Completed // Out's channel, once asked for
+	viaOut  bool           // Out was asked for: nothing calls Delivered
 }
 
 // entrySlab is how many entries a lane allocates at once: one allocation
@@ -167,7 +168,8 @@ func (s *Stage) NewQueue() *Queue {
 // Idle reports whether every record submitted to the lane has been
 // Delivered: a record the caller hands on itself now keeps its place in
 // the order. Idle, Direct and Delivered are for a consumer that calls
-// Delivered; with Out, the lane is never idle once a record went through.
+// Delivered; with Out, the lane is never idle once a record went through,
+// and AwaitIdle and Direct decline at once.
 func (q *Queue) Idle() bool { return q.held.Load() == 0 }
 
 // AwaitIdle waits until the lane is Idle, unless a record in it waits for
@@ -182,7 +184,7 @@ func (q *Queue) AwaitIdle(ctx context.Context) bool {
 		return true
 	}
 	q.mu.Lock()
-	if q.waiting > 0 || q.aborted {
+	if q.waiting > 0 || q.aborted || q.viaOut {
 		q.mu.Unlock()
 		return false
 	}
@@ -556,6 +558,9 @@ func (q *Queue) Take(ctx context.Context, buf []Completed) ([]Completed, error) 
 // stopped; records it already holds can still be received after that.
 func (q *Queue) Out() <-chan Completed {
 	q.outOnce.Do(func() {
+		q.mu.Lock()
+		q.viaOut = true
+		q.mu.Unlock()
 		q.out = make(chan Completed, takeBatch)
 		go func() {
 			defer close(q.out)

@@ -372,14 +372,27 @@ func TestDirectOnlyWhenIdle(t *testing.T) {
 		t.Fatal("Direct answered on an aborted lane")
 	}
 
-	// Four answered by Direct (three ok, one miss without a key), two taken
-	// (the warm-up's and key 2's), none for the aborted record: all in the
-	// results. Direct's three cache reads and the last Submit's are hits.
-	if ok, miss := h.metric(t, "floe_enrich_results_total", "status", "ok"), h.metric(t, "floe_enrich_results_total", "status", "miss"); ok != 5 || miss != 1 {
-		t.Fatalf("results: %v ok, %v miss; want 5 and 1", ok, miss)
+	// A lane read through Out is never Delivered: Direct declines at once
+	// rather than wait for it to be idle.
+	out := h.st.NewQueue()
+	if err := out.Submit(ctx, key(1), 3); err != nil {
+		t.Fatal(err)
 	}
-	if hits := h.metric(t, "floe_enrich_cache_hits_total"); hits != 4 {
-		t.Fatalf("%v cache hits, want 4", hits)
+	<-out.Out()
+	if _, ok := out.Direct(ctx, []byte(key(1))); ok || out.AwaitIdle(ctx) {
+		t.Fatal("Direct or AwaitIdle answered on a lane read through Out")
+	}
+	out.Abort()
+
+	// Four answered by Direct (three ok, one miss without a key), three
+	// taken (the warm-up's, key 2's and the Out lane's), none for the
+	// aborted record: all in the results. Direct's three cache reads and
+	// the two Submits' of key 1 are hits.
+	if ok, miss := h.metric(t, "floe_enrich_results_total", "status", "ok"), h.metric(t, "floe_enrich_results_total", "status", "miss"); ok != 6 || miss != 1 {
+		t.Fatalf("results: %v ok, %v miss; want 6 and 1", ok, miss)
+	}
+	if hits := h.metric(t, "floe_enrich_cache_hits_total"); hits != 5 {
+		t.Fatalf("%v cache hits, want 5", hits)
 	}
 }
 
