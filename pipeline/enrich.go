@@ -389,10 +389,11 @@ func (r *laneRecord) message(topic string, partition int32) kafka.Message {
 // buffering: the fetcher submits records to the partition's lane (blocking
 // when the lane is full, which stops fetching), and the drainer buffers them
 // in offset order as their lookups complete, a batch of them at a time.
-// While the lane is idle, the fetcher buffers a record whose key is cached
-// itself, which a warm cache makes the common case. Records the member's
-// route does not take are not looked up: they pass the lane for their
-// place in the order only.
+// While no record in the lane waits for a lookup, the fetcher itself
+// buffers a record whose key is cached, once the drainer has buffered what
+// the lane holds: with a warm cache, nearly every record. Records the
+// member's route does not take are not looked up: they pass the lane for
+// their place in the order only, or skip it like a cached one.
 func (m *Member) fetchEnriched(ctx context.Context, b *partitionBuffer, seek int64, win *window, end int64, reached func()) error {
 	k := m.cfg.Kafka
 	r, err := openReader(k, b.partition, m.dialer, seek)
