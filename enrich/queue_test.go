@@ -427,3 +427,51 @@ func TestDirectReportsWhileQuiet(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// TestAwaitIdleEnds: a waiting AwaitIdle returns false when its lane is
+// aborted and when the stage stops.
+func TestAwaitIdleEnds(t *testing.T) {
+	_, url := startServer(t, enrich.ServerConfig{P50: 10 * time.Millisecond, P99: 10 * time.Millisecond})
+	h := startStage(t, testConfig(url))
+	ctx := context.Background()
+	warmUp(t, h, key(1))
+
+	// A lane holding a record that is ready but not taken: AwaitIdle waits.
+	busy := func() *enrich.Queue {
+		q := h.st.NewQueue()
+		if err := q.Submit(ctx, key(1), 0); err != nil {
+			t.Fatal(err)
+		}
+		return q
+	}
+	await := func(q *enrich.Queue) chan bool {
+		ch := make(chan bool, 1)
+		go func() { ch <- q.AwaitIdle(ctx) }()
+		select {
+		case <-ch:
+			t.Fatal("AwaitIdle returned on a busy lane")
+		case <-time.After(50 * time.Millisecond):
+		}
+		return ch
+	}
+	ended := func(ch chan bool, why string) {
+		t.Helper()
+		select {
+		case ok := <-ch:
+			if ok {
+				t.Fatalf("AwaitIdle: true after %s", why)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("AwaitIdle still waiting after %s", why)
+		}
+	}
+
+	q := busy()
+	ch := await(q)
+	q.Abort()
+	ended(ch, "Abort")
+
+	ch = await(busy())
+	h.stop()
+	ended(ch, "the stage stopped")
+}
