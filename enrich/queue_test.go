@@ -266,17 +266,19 @@ func TestStageWideByteBound(t *testing.T) {
 	}
 }
 
-// warmUp caches keys through a lane of their own (one ok result each).
-func warmUp(t *testing.T, h *harness, keys ...string) {
+// warmStage starts a reference server answering after latency, a stage on
+// it, and caches key(1) through a lane of its own (one ok result).
+func warmStage(t *testing.T, latency time.Duration) (*enrich.Server, *harness) {
 	t.Helper()
+	srv, url := startServer(t, enrich.ServerConfig{P50: latency, P99: latency})
+	h := startStage(t, testConfig(url))
 	warm := h.st.NewQueue()
-	for i, k := range keys {
-		if err := warm.Submit(context.Background(), k, i); err != nil {
-			t.Fatal(err)
-		}
+	if err := warm.Submit(context.Background(), key(1), 0); err != nil {
+		t.Fatal(err)
 	}
 	warm.Close()
 	collect(warm)
+	return srv, h
 }
 
 // TestDirectOnlyWhenIdle: Direct answers a cached key, or a record without
@@ -285,11 +287,8 @@ func warmUp(t *testing.T, h *harness, keys ...string) {
 // at once while a record waits for a lookup, and otherwise waits for
 // Delivered. Direct's answers count in the results and cache metrics.
 func TestDirectOnlyWhenIdle(t *testing.T) {
-	srv, url := startServer(t, enrich.ServerConfig{P50: 100 * time.Millisecond, P99: 100 * time.Millisecond})
-	h := startStage(t, testConfig(url))
+	srv, h := warmStage(t, 100*time.Millisecond)
 	ctx := context.Background()
-
-	warmUp(t, h, key(1))
 
 	q := h.st.NewQueue()
 	if !q.Idle() || !q.AwaitIdle(ctx) {
@@ -400,10 +399,8 @@ func TestDirectOnlyWhenIdle(t *testing.T) {
 // while the lane's consumer sleeps in Take and nothing else happens on the
 // lane, within reportIdle.
 func TestDirectReportsWhileQuiet(t *testing.T) {
-	_, url := startServer(t, enrich.ServerConfig{P50: 10 * time.Millisecond, P99: 10 * time.Millisecond})
-	h := startStage(t, testConfig(url))
+	_, h := warmStage(t, 10*time.Millisecond)
 	ctx := context.Background()
-	warmUp(t, h, key(1))
 
 	q := h.st.NewQueue()
 	defer q.Abort()
@@ -431,10 +428,8 @@ func TestDirectReportsWhileQuiet(t *testing.T) {
 // TestAwaitIdleEnds: a waiting AwaitIdle returns false when its lane is
 // aborted and when the stage stops.
 func TestAwaitIdleEnds(t *testing.T) {
-	_, url := startServer(t, enrich.ServerConfig{P50: 10 * time.Millisecond, P99: 10 * time.Millisecond})
-	h := startStage(t, testConfig(url))
+	_, h := warmStage(t, 10*time.Millisecond)
 	ctx := context.Background()
-	warmUp(t, h, key(1))
 
 	// A lane holding a record that is ready but not taken: AwaitIdle waits.
 	busy := func() *enrich.Queue {
