@@ -408,8 +408,10 @@ func (q *Queue) submit(ctx context.Context, key []byte, item any, size int, pass
 // bytes: it holds fewer than MaxInFlightRecords records and, unless it is
 // empty, fewer than MaxInFlightBytes bytes with this one; and beyond
 // readyMax records only while one of them waits for a lookup, and the
-// stage-wide MaxInFlightBytesTotal has room for it. shared is true when
-// only that stage-wide bound is in the way.
+// stage-wide MaxInFlightBytesTotal has room for it. Its first readyMax
+// records may also use the budget's reserve, as much again: lanes running
+// ahead of cold keys fill the budget itself, and the other lanes must still
+// keep moving. shared is true when only the stage-wide bound is in the way.
 func (q *Queue) roomLocked(size int64) (room, shared bool) {
 	if q.inflight == 0 {
 		return true, false
@@ -421,7 +423,12 @@ func (q *Queue) roomLocked(size int64) (room, shared bool) {
 		return false, false
 	}
 	if q.inflight < readyMax {
-		return true, false
+		// The lane's unbudgeted bytes count, not told to the budget: that
+		// would move the budget's cache line for every record.
+		if q.s.budget.fitsReserve(q.unbudgeted + size) {
+			return true, false
+		}
+		return false, true
 	}
 	if q.waiting == 0 {
 		return false, false
@@ -719,6 +726,12 @@ func (b *budget) add(n int64) { b.used.Add(n) }
 // fits reports whether n more bytes stay within the bound.
 func (b *budget) fits(n int64) bool {
 	return b.max < 0 || b.used.Load()+n <= b.max
+}
+
+// fitsReserve reports whether n more bytes stay within the bound and its
+// reserve, as much again, which only a lane's first readyMax records use.
+func (b *budget) fitsReserve(n int64) bool {
+	return b.max < 0 || b.used.Load()+n <= 2*b.max
 }
 
 // space returns a channel closed at the next release.

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/floe-dev/floe/enrich"
+	"github.com/floe-dev/floe/internal/bytesize"
 )
 
 // TestTakeBatchesInOrder: Take hands over the completed head of the lane in
@@ -196,20 +197,13 @@ func TestTakeEnds(t *testing.T) {
 
 // TestStageWideByteBound: a lane waiting on lookups grows past its first
 // 1024 records only while the stage-wide byte bound has room; another lane
-// still gets its first 1024 (so that it keeps moving); and lanes blocked by
-// the bound move on once records are handed on.
+// still gets its first 1024, from the bound's reserve (so that it keeps
+// moving); and lanes blocked by the bound move on once records are handed
+// on.
 func TestStageWideByteBound(t *testing.T) {
 	const outage = 2 * time.Second
-	srv, url := startServer(t, enrich.ServerConfig{
-		P50: time.Millisecond, P99: 5 * time.Millisecond, Seed: 3,
-		Outages: []enrich.Outage{{Start: 0, End: outage}},
-	})
-	cfg := testConfig(url)
-	cfg.MaxInFlightRecords = 1 << 20
-	cfg.MaxInFlightBytes = -1
 	const size, total, reserve = 1000, 2_500_000, 1024
-	cfg.MaxInFlightBytesTotal = total
-	h := startStage(t, cfg)
+	srv, h := stageBoundedBy(t, total, outage)
 
 	const lanes, perLane = 2, 3000
 	qs := make([]*enrich.Queue, lanes)
@@ -217,22 +211,8 @@ func TestStageWideByteBound(t *testing.T) {
 	submitted := make([]atomic.Int64, lanes)
 	var wg sync.WaitGroup
 	start := func(i int) {
-		qs[i] = h.st.NewQueue()
-		for j := range perLane {
-			recs[i] = append(recs[i], record{lane: i, seq: j, key: key(i*perLane + j)})
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			defer qs[i].Close()
-			for _, r := range recs[i] {
-				if err := qs[i].SubmitSized(context.Background(), []byte(r.key), r, size); err != nil {
-					t.Errorf("Submit: %v", err)
-					return
-				}
-				submitted[i].Add(1)
-			}
-		}()
+		recs[i] = distinctRecords(i, perLane)
+		qs[i] = sizedLane(t, h.st, recs[i], size, &submitted[i], &wg)
 	}
 	// Nothing completes during the outage. The first lane grows to the
 	// bound and stops there.
@@ -249,21 +229,107 @@ func TestStageWideByteBound(t *testing.T) {
 		t.Fatalf("in_flight_bytes = %v, want %d", b, total+reserve*size)
 	}
 
-	out := make([][]enrich.Completed, lanes)
-	var readers sync.WaitGroup
-	for i := range lanes {
-		readers.Add(1)
-		go func() {
-			defer readers.Done()
-			out[i] = collect(qs[i])
-		}()
-	}
+	out := collectAll(qs)
 	wg.Wait()
-	readers.Wait()
 	checkLanes(t, srv, recs, out)
 	if b := h.metric(t, "floe_enrich_in_flight_bytes"); b != 0 {
 		t.Fatalf("in_flight_bytes = %v after every record was taken", b)
 	}
+}
+
+// TestManyLanesStayWithinTwiceTheBound: with many lanes, each lane's first
+// records draw on the stage-wide bound's reserve rather than each being
+// allowed 1024 of them, so the lanes together hold at most twice the bound
+// (here 64 lanes would otherwise hold 1 GB against a bound of 4 MB); and
+// every record still comes out once the service answers.
+func TestManyLanesStayWithinTwiceTheBound(t *testing.T) {
+	const outage = 2 * time.Second
+	const size, total = 16_000, 4_000_000
+	srv, h := stageBoundedBy(t, total, outage)
+
+	const lanes, perLane = 64, 1024
+	qs := make([]*enrich.Queue, lanes)
+	recs := make([][]record, lanes)
+	var submitted atomic.Int64
+	var wg sync.WaitGroup
+	for i := range lanes {
+		recs[i] = distinctRecords(i, perLane)
+		qs[i] = sizedLane(t, h.st, recs[i], size, &submitted, &wg)
+	}
+	// Nothing completes during the outage: the lanes fill the bound and
+	// its reserve, and stop there.
+	waitFor(t, outage/2, "the lanes to fill the bound", func() bool { return submitted.Load() >= total/size })
+	time.Sleep(outage / 8)
+	held := h.metric(t, "floe_enrich_in_flight_bytes")
+	// A lane always admits one record, and a lane tells the bound its
+	// bytes in batches (64 KiB), so each may pass it by that much.
+	if limit := float64(2*total + lanes*(size+64<<10)); held > limit || submitted.Load() >= lanes*perLane {
+		t.Fatalf("during the outage the lanes hold %v bytes (%d records); want at most %v", held, submitted.Load(), limit)
+	}
+	t.Logf("during the outage: %d records, %v bytes held", submitted.Load(), held)
+
+	out := collectAll(qs)
+	wg.Wait()
+	checkLanes(t, srv, recs, out)
+}
+
+// stageBoundedBy starts a stage whose only bound is total bytes for all
+// lanes, on a reference server that answers nothing for outage, then at
+// once.
+func stageBoundedBy(t *testing.T, total int64, outage time.Duration) (*enrich.Server, *harness) {
+	srv, url := startServer(t, enrich.ServerConfig{
+		P50: time.Millisecond, P99: 5 * time.Millisecond, Seed: 3,
+		Outages: []enrich.Outage{{Start: 0, End: outage}},
+	})
+	cfg := testConfig(url)
+	cfg.MaxInFlightRecords = 1 << 20
+	cfg.MaxInFlightBytes = -1
+	cfg.MaxInFlightBytesTotal = bytesize.Bound(total)
+	return srv, startStage(t, cfg)
+}
+
+// distinctRecords is n records for lane, each with a key of its own.
+func distinctRecords(lane, n int) []record {
+	recs := make([]record, n)
+	for j := range recs {
+		recs[j] = record{lane: lane, seq: j, key: key(lane*n + j)}
+	}
+	return recs
+}
+
+// sizedLane submits recs, sized size bytes each, to a new lane of st from a
+// goroutine of its own, counting each in submitted, and closes the lane
+// after the last; wg is done once it has.
+func sizedLane(t *testing.T, st *enrich.Stage, recs []record, size int, submitted *atomic.Int64, wg *sync.WaitGroup) *enrich.Queue {
+	q := st.NewQueue()
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		defer q.Close()
+		for _, r := range recs {
+			if err := q.SubmitSized(context.Background(), []byte(r.key), r, size); err != nil {
+				t.Errorf("Submit: %v", err)
+				return
+			}
+			submitted.Add(1)
+		}
+	}()
+	return q
+}
+
+// collectAll reads every lane to its end, all at once.
+func collectAll(qs []*enrich.Queue) [][]enrich.Completed {
+	out := make([][]enrich.Completed, len(qs))
+	var wg sync.WaitGroup
+	for i := range qs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			out[i] = collect(qs[i])
+		}()
+	}
+	wg.Wait()
+	return out
 }
 
 // warmStage starts a reference server answering after latency, a stage on
