@@ -120,13 +120,14 @@ type Config struct {
 	MaxInFlightBytes bytesize.Bound `yaml:"max_in_flight_bytes"`
 	// MaxInFlightBytesTotal bounds the bytes all lanes together hold, as
 	// sized like MaxInFlightBytes: lanes waiting on cold keys share it, so
-	// a few of them can run far ahead while the total stays bounded however
-	// many partitions a member owns. A lane's first 1024 records (the ones
-	// that keep it moving while nothing in it waits) may also use a reserve
-	// of the same size, so that lanes behind cold keys cannot starve the
-	// others: the lanes together hold at most twice it, plus one record and
-	// 64 KiB per lane (which lanes tell the bound in batches). 0 means 128
-	// MiB; -1 means no stage-wide bound.
+	// a few of them can run far ahead while the total stays bounded. A
+	// lane's first 1024 records (the ones that keep it moving while nothing
+	// in it waits) may also use a reserve of the same size, so that lanes
+	// behind cold keys cannot starve the others: the lanes together hold at
+	// most twice it, plus one record and 64 KiB per lane (which lanes tell
+	// the bound in batches). With hundreds of partitions their first
+	// records alone may fill it, and lanes then no longer run ahead. 0
+	// means 128 MiB; -1 means no stage-wide bound.
 	MaxInFlightBytesTotal bytesize.Bound `yaml:"max_in_flight_bytes_total"`
 	// MaxInFlightRequests bounds the requests in flight for the whole stage.
 	// Default 256.

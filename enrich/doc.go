@@ -69,10 +69,11 @@
 //     MaxInFlightBytesTotal, shared by all lanes: during a cold start the
 //     lanes behind slow lookups run far ahead (their keys looked up
 //     meanwhile) while the stage's memory stays bounded however many
-//     partitions it serves. A lane's first 1024 records draw on a reserve
-//     of the same size once the bound is full, so the other lanes keep
-//     moving and the total stays within twice the bound, however many
-//     lanes there are. That is the backpressure that stops the
+//     partitions it serves. A lane's first 1024 records may also use a
+//     reserve of the same size, so lanes behind cold keys cannot starve
+//     the others, and the lanes together hold at most twice the bound
+//     (plus one record and 64 KiB each). That is the backpressure that
+//     stops the
 //     partition's fetching: the pipeline's group heartbeats run elsewhere,
 //     so a slow service can never cause a rebalance.
 //   - Results are cached for CacheTTL, misses for NegativeCacheTTL, in a

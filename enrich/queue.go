@@ -423,9 +423,14 @@ func (q *Queue) roomLocked(size int64) (room, shared bool) {
 		return false, false
 	}
 	if q.inflight < readyMax {
-		// The lane's unbudgeted bytes count, not told to the budget: that
-		// would move the budget's cache line for every record.
+		// The lane's unbudgeted bytes count without being told to the
+		// budget, which would move its cache line for every record; only
+		// a refusal tells it first.
 		if q.s.budget.fitsReserve(q.unbudgeted + size) {
+			return true, false
+		}
+		q.budgetLocked()
+		if q.s.budget.fitsReserve(size) {
 			return true, false
 		}
 		return false, true
@@ -443,7 +448,10 @@ func (q *Queue) roomLocked(size int64) (room, shared bool) {
 // budgetBatch is how far a lane's bytes may move before it tells the
 // stage-wide budget: a shared atomic updated per record would move its
 // cache line between the cores for every record. A lane tells it at once
-// before judging room against it, and when a lane is waiting for it.
+// before judging room against the bound itself, before refusing a record
+// for want of the reserve, when a lane is waiting for it, and when it has
+// handed on every record it held (an idle lane would otherwise keep up to
+// budgetBatch charged for good).
 const budgetBatch = 64 << 10
 
 // budgetLocked tells the stage-wide budget what the lane's bytes changed
@@ -496,7 +504,7 @@ func (q *Queue) Take(ctx context.Context, buf []Completed) ([]Completed, error) 
 		if len(out) > 0 {
 			q.inflight -= len(out)
 			q.bytes -= size
-			if q.unbudgeted -= size; q.unbudgeted <= -budgetBatch || s.budget.waiters.Load() {
+			if q.unbudgeted -= size; q.unbudgeted <= -budgetBatch || q.inflight == 0 || s.budget.waiters.Load() {
 				q.budgetLocked()
 			}
 			q.unreported += len(out)
@@ -730,8 +738,9 @@ func (b *budget) fits(n int64) bool {
 
 // fitsReserve reports whether n more bytes stay within the bound and its
 // reserve, as much again, which only a lane's first readyMax records use.
+// (Not 2*max, which would overflow for a bound near the largest int64.)
 func (b *budget) fitsReserve(n int64) bool {
-	return b.max < 0 || b.used.Load()+n <= 2*b.max
+	return b.max < 0 || b.used.Load()+n-b.max <= b.max
 }
 
 // space returns a channel closed at the next release.
