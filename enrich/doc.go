@@ -73,9 +73,8 @@
 //     reserve of the same size, so lanes behind cold keys cannot starve
 //     the others, and the lanes together hold at most twice the bound
 //     (plus one record and 64 KiB each). That is the backpressure that
-//     stops the
-//     partition's fetching: the pipeline's group heartbeats run elsewhere,
-//     so a slow service can never cause a rebalance.
+//     stops the partition's fetching: the pipeline's group heartbeats run
+//     elsewhere, so a slow service can never cause a rebalance.
 //   - Results are cached for CacheTTL, misses for NegativeCacheTTL, in a
 //     cache bounded by CacheSize that evicts keys not read for a while (two
 //     generations per shard, an approximate LRU whose hit is a single map
