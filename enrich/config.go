@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"math"
 	"net/url"
+	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -168,6 +170,16 @@ type Config struct {
 	CacheTTL time.Duration `yaml:"cache_ttl"`
 	// NegativeCacheTTL is how long a miss is remembered. Default 1m.
 	NegativeCacheTTL time.Duration `yaml:"negative_cache_ttl"`
+	// CacheFile, if set, is where the cache is saved when the job stops
+	// and loaded from when it starts, so that a scheduled job's next run
+	// starts with the keys its last run looked up rather than with a cold
+	// start. An entry keeps its expiry (CacheTTL or NegativeCacheTTL from
+	// its lookup, whichever run made it). A file saved for another key
+	// field or other fields is ignored; one saved against another URL is
+	// not: delete it when the service's answers change. It holds the
+	// attributes, so it is written readable by its owner only. floe
+	// replay neither reads nor writes it.
+	CacheFile string `yaml:"cache_file"`
 
 	// AuthHeader is sent with every request, as "Name: value", e.g.
 	// "Authorization: Bearer ${TOKEN}". It is never logged nor put in
@@ -306,6 +318,14 @@ func (c *Config) validate() error {
 	}
 	if c.NegativeCacheTTL < 0 {
 		bad("negative_cache_ttl", "must be positive")
+	}
+	if c.CacheFile != "" {
+		if c.CacheSize < 0 {
+			bad("cache_file", "needs the cache, which enrich.cache_size -1 disables")
+		}
+		if st, err := os.Stat(filepath.Dir(c.CacheFile)); err != nil || !st.IsDir() {
+			bad("cache_file", "%q: its directory does not exist", c.CacheFile)
+		}
 	}
 	if c.AuthHeader != "" {
 		if _, _, err := parseAuthHeader(c.AuthHeader); err != nil {

@@ -161,6 +161,7 @@ func NewStage(cfg Config, reg prometheus.Registerer, log *slog.Logger) (*Stage, 
 	perRequest := time.Duration(max(cfg.Retries, 0)+1) * (cfg.Timeout + cfg.BackoffMax)
 	if cfg.CacheSize > 0 {
 		s.cache = newCache(cfg.CacheSize, perRequest)
+		s.loadCacheFile()
 	}
 	ratio, minReq := cfg.Breaker.FailureRatio, cfg.Breaker.MinRequests
 	s.cb = gobreaker.NewTwoStepCircuitBreaker[struct{}](gobreaker.Settings{
@@ -207,6 +208,7 @@ func (s *Stage) Run(ctx context.Context) error {
 	defer func() {
 		wg.Wait()
 		s.client.closeIdle()
+		s.saveCacheFile()
 		close(s.done)
 	}()
 	linger := time.NewTimer(time.Hour)

@@ -2,6 +2,7 @@ package pipeline_test
 
 import (
 	"fmt"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -419,5 +420,40 @@ func TestEnrichmentCachedRecordWaitsItsTurn(t *testing.T) {
 			t.Fatalf("%v cache hits, want 5", gatherCounter(t, reg, "floe_enrich_cache_hits_total"))
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestEnrichmentCacheFileWarmsTheNextRun: a job with enrich.cache_file saves
+// its cache when it stops, and the next run (a scheduled job's) looks up
+// none of the users the first one did, and still writes their values.
+func TestEnrichmentCacheFileWarmsTheNextRun(t *testing.T) {
+	srv, url := startServer(t, enrich.ServerConfig{P50: 5 * time.Millisecond, P99: 50 * time.Millisecond, MissRate: 0.1})
+	ecfg := enrichConfig(url, enrich.PolicyPause)
+	ecfg.CacheFile = filepath.Join(t.TempDir(), "enrich.cache")
+	// run consumes the same 2,000 records into a new table until caught
+	// up, stops, checks the rows and returns the lookup requests it sent.
+	run := func() int64 {
+		t.Helper()
+		j := newJob(t, 2000, fastCommit, ecfg)
+		before := srv.Requests()
+		runUntilCaughtUp(t, j)
+		rows := readEnriched(t, j.tbl)
+		checkOnceInOrder(t, rows)
+		for _, r := range rows {
+			known := srv.Knows(r.user)
+			if (!known && r.status != "miss") || (known && (r.status != "ok" || r.segment != enrich.Attributes(r.user)["segment"])) {
+				t.Fatalf("user %s (known to the service: %v): status %q segment %q", r.user, known, r.status, r.segment)
+			}
+		}
+		if len(rows) != 2000 {
+			t.Fatalf("%d rows, want 2000", len(rows))
+		}
+		return srv.Requests() - before
+	}
+	if n := run(); n == 0 {
+		t.Fatal("the first run sent no lookup request")
+	}
+	if n := run(); n != 0 {
+		t.Fatalf("the second run sent %d lookup requests for the users the first looked up", n)
 	}
 }

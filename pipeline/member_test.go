@@ -81,6 +81,24 @@ func runMember(t *testing.T, cfg pipeline.Config, tbl *lakehouse.Table, sc *sche
 	return m
 }
 
+// runUntilCaughtUp runs a member of j until its table holds every record
+// produced, then stops it; a failed Run fails the test.
+func runUntilCaughtUp(t *testing.T, j *job) {
+	t.Helper()
+	m, err := pipeline.NewMember(j.cfg, j.tbl, j.sc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- m.Run(ctx) }()
+	waitCaughtUp(t, j.tbl, j.end, 60*time.Second)
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
+
 // job is a broker with n records on a 4-partition topic, a config and a
 // table, for tests that run members or replays on them.
 type job struct {

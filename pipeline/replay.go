@@ -103,7 +103,11 @@ func Replay(ctx context.Context, cfg Config, tbl *lakehouse.Table, sc *schemas.S
 	rp.dlq = newDeadLetterWriter(k, cfg.Table.Name, tr)
 	defer rp.dlq.close()
 	if cfg.Enrich != nil {
-		st, err := enrich.NewStage(*cfg.Enrich, nil, log)
+		// A replay looks every key up afresh: it is run to re-enrich
+		// rows, and a saved miss would answer for the service.
+		ecfg := *cfg.Enrich
+		ecfg.CacheFile = ""
+		st, err := enrich.NewStage(ecfg, nil, log)
 		if err != nil {
 			return res, err
 		}

@@ -131,18 +131,7 @@ func TestReplayReenrichAfterPassthrough(t *testing.T) {
 	srv, url := startServer(t, enrich.ServerConfig{P50: enrich.NoLatency})
 	srv.SetOutage(true)
 	j := newJob(t, 1000, fastCommit, enrichConfig(url, enrich.PolicyPassthrough))
-	m, err := pipeline.NewMember(j.cfg, j.tbl, j.sc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- m.Run(ctx) }()
-	waitCaughtUp(t, j.tbl, j.end, 60*time.Second)
-	cancel()
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
+	runUntilCaughtUp(t, j)
 	unenriched := 0
 	for _, r := range readEnriched(t, j.tbl) {
 		if r.status == "skipped" || r.status == "error" {

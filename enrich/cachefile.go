@@ -1,0 +1,192 @@
+package enrich
+
+import (
+	"bufio"
+	"encoding/gob"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"time"
+
+	"github.com/floe-dev/floe/schemas"
+)
+
+// Config.CacheFile: the cache saved when the stage stops and loaded when it
+// starts, so that a scheduled job's next run starts with the keys its last
+// run looked up instead of a cold start (every record of a lane waiting for
+// the slowest of the first requests). An entry keeps the expiry it had: a
+// result is used for CacheTTL and a miss for NegativeCacheTTL from its
+// lookup, whichever run it was.
+
+// cacheFileVersion is the format of the cache file; a file of another
+// version is ignored.
+const cacheFileVersion = 1
+
+// cacheFileHeader opens a cache file. A file saved for other fields or
+// another key field holds values that do not fit, and is ignored.
+type cacheFileHeader struct {
+	Version int
+	Key     string
+	Fields  []Field
+}
+
+// cacheFileEntry is one cached outcome; times are Unix nanoseconds.
+type cacheFileEntry struct {
+	Key     string
+	Values  []schemas.Attr
+	Miss    bool
+	Expires int64
+	Refresh int64
+}
+
+func (s *Stage) cacheFileHeader() cacheFileHeader {
+	return cacheFileHeader{Version: cacheFileVersion, Key: s.cfg.Key, Fields: s.cfg.Fields}
+}
+
+// loadCacheFile fills the cache from Config.CacheFile, if set. A missing
+// file is a first run; a file that cannot be read, or was saved for other
+// fields, is logged and the stage starts cold.
+func (s *Stage) loadCacheFile() {
+	path := s.cfg.CacheFile
+	if path == "" || s.cache == nil {
+		return
+	}
+	f, err := os.Open(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return
+	}
+	if err != nil {
+		s.log.Warn("enrichment cache file not read; starting with an empty cache", "file", path, "err", err)
+		return
+	}
+	defer f.Close()
+	n, err := s.cache.load(f, s.cacheFileHeader(), time.Now(), monoNow())
+	if err != nil {
+		s.log.Warn("enrichment cache file not read; starting with an empty cache", "file", path, "err", err)
+		return
+	}
+	s.log.Info("enrichment cache loaded", "file", path, "entries", n)
+}
+
+// saveCacheFile writes the cache to Config.CacheFile, if set, replacing the
+// file only once the new one is complete. Failures are logged: the next run
+// then starts from the previous file, or cold.
+func (s *Stage) saveCacheFile() {
+	path := s.cfg.CacheFile
+	if path == "" || s.cache == nil {
+		return
+	}
+	n, err := s.writeCacheFile(path)
+	if err != nil {
+		s.log.Warn("enrichment cache not saved", "file", path, "err", err)
+		return
+	}
+	s.log.Info("enrichment cache saved", "file", path, "entries", n)
+}
+
+func (s *Stage) writeCacheFile(path string) (int, error) {
+	tmp, err := os.CreateTemp(filepath.Dir(path), filepath.Base(path)+".*.tmp")
+	if err != nil {
+		return 0, err
+	}
+	defer os.Remove(tmp.Name()) // after the rename, there is nothing to remove
+	w := bufio.NewWriter(tmp)
+	n, err := s.cache.save(w, s.cacheFileHeader(), time.Now(), monoNow())
+	if err == nil {
+		err = w.Flush()
+	}
+	if err == nil {
+		err = tmp.Sync()
+	}
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp.Name(), path)
+	}
+	return n, err
+}
+
+// save writes h and every unexpired entry to w, with monoNow value mono
+// taken at wall time now; it returns how many entries it wrote.
+func (c *cache) save(w io.Writer, h cacheFileHeader, now time.Time, mono int64) (int, error) {
+	enc := gob.NewEncoder(w)
+	if err := enc.Encode(h); err != nil {
+		return 0, err
+	}
+	wall := func(m int64) int64 { return now.UnixNano() + m - mono }
+	n := 0
+	for i := range c.shards {
+		sh := &c.shards[i]
+		sh.mu.Lock()
+		var entries []cacheFileEntry
+		for _, gen := range []map[string]cached{sh.old, sh.cur} {
+			for k, v := range gen {
+				if v.expires > mono {
+					entries = append(entries, cacheFileEntry{Key: k, Values: v.vals, Miss: v.miss, Expires: wall(v.expires), Refresh: wall(v.refresh)})
+				}
+			}
+		}
+		sh.mu.Unlock()
+		for _, e := range entries {
+			if err := enc.Encode(e); err != nil {
+				return n, err
+			}
+			n++
+		}
+	}
+	return n, nil
+}
+
+// load adds the unexpired entries saved in r, if its header is want, with
+// monoNow value mono taken at wall time now; it returns how many it added.
+func (c *cache) load(r io.Reader, want cacheFileHeader, now time.Time, mono int64) (int, error) {
+	dec := gob.NewDecoder(bufio.NewReader(r))
+	var h cacheFileHeader
+	if err := dec.Decode(&h); err != nil {
+		return 0, fmt.Errorf("reading its header: %w", err)
+	}
+	if h.Version != want.Version || h.Key != want.Key || !slices.Equal(h.Fields, want.Fields) {
+		return 0, errors.New("it was saved for another key or other fields")
+	}
+	monoOf := func(w int64) int64 { return mono + w - now.UnixNano() }
+	// Share each distinct short string, as the response decoder does: a
+	// cached record's attributes are read for every record of its key.
+	shared := map[string]string{}
+	intern := func(v []schemas.Attr) {
+		for i := range v {
+			if str := v[i].Str; str != "" && len(str) <= internMaxLen {
+				if s, ok := shared[str]; ok {
+					v[i].Str = s
+				} else if len(shared) < internMax*len(want.Fields) {
+					shared[str] = str
+				}
+			}
+		}
+	}
+	n := 0
+	for {
+		var e cacheFileEntry
+		err := dec.Decode(&e)
+		if errors.Is(err, io.EOF) {
+			return n, nil
+		}
+		if err != nil {
+			return n, fmt.Errorf("reading entry %d: %w", n+1, err)
+		}
+		expires := monoOf(e.Expires)
+		if expires <= mono || (!e.Miss && len(e.Values) != len(want.Fields)) {
+			continue
+		}
+		intern(e.Values)
+		sh := c.shard([]byte(e.Key))
+		sh.mu.Lock()
+		delete(sh.old, e.Key)
+		sh.addLocked(e.Key, cached{vals: e.Values, miss: e.Miss, expires: expires, refresh: monoOf(e.Refresh)})
+		sh.mu.Unlock()
+		n++
+	}
+}

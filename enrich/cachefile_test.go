@@ -1,0 +1,103 @@
+package enrich_test
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/floe-dev/floe/enrich"
+)
+
+// cacheFileRecords is two lanes over keys u-0 … u-59, each key twice.
+func cacheFileRecords() [][]record {
+	recs := make([][]record, 2)
+	for i := range recs {
+		for j := range 60 {
+			recs[i] = append(recs[i], record{lane: i, seq: j, key: key((j + 30*i) % 60)})
+		}
+	}
+	return recs
+}
+
+// TestCacheFileCarriesLookupsToTheNextRun: a stage with cache_file saves its
+// cache when it stops; the next stage loads it and answers every key the
+// first looked up, results and misses alike, without a request, with the
+// service's values; a key it never saw is still looked up.
+func TestCacheFileCarriesLookupsToTheNextRun(t *testing.T) {
+	srv, url := startServer(t, enrich.ServerConfig{P50: time.Millisecond, P99: 5 * time.Millisecond, MissRate: 0.2, Seed: 2})
+	cfg := testConfig(url)
+	cfg.CacheFile = filepath.Join(t.TempDir(), "enrich.cache")
+	recs := cacheFileRecords()
+
+	first := startStage(t, cfg)
+	checkLanes(t, srv, recs, runLanes(t, first.st, recs))
+	first.stop()
+	if st, err := os.Stat(cfg.CacheFile); err != nil || st.Mode().Perm() != 0o600 {
+		t.Fatalf("cache file after the first run: %v, %v (want mode 0600)", st, err)
+	}
+	if !strings.Contains(first.logs.String(), "entries=60") {
+		t.Fatalf("the first run did not log saving 60 entries:\n%s", first.logs)
+	}
+	before := srv.Requests()
+
+	second := startStage(t, cfg)
+	checkLanes(t, srv, recs, runLanes(t, second.st, recs))
+	if n := srv.Requests() - before; n != 0 {
+		t.Fatalf("the second run sent %d requests for keys the first had looked up", n)
+	}
+	if hits := second.metric(t, "floe_enrich_cache_hits_total"); hits != 120 {
+		t.Fatalf("second run: %v cache hits, want 120", hits)
+	}
+	other := [][]record{{{key: key(1000)}}}
+	checkLanes(t, srv, other, runLanes(t, second.st, other))
+	if n := srv.Requests() - before; n != 1 {
+		t.Fatalf("%d requests for one key the first run never saw, want 1", n)
+	}
+}
+
+// TestCacheFileIgnoredWhenItDoesNotFit: an expired entry is looked up
+// again; a file saved for other fields, or one that is not a cache file at
+// all, is ignored with a warning and the stage starts cold.
+func TestCacheFileIgnoredWhenItDoesNotFit(t *testing.T) {
+	srv, url := startServer(t, enrich.ServerConfig{P50: time.Millisecond, P99: 5 * time.Millisecond, Seed: 2})
+	cfg := testConfig(url)
+	cfg.CacheFile = filepath.Join(t.TempDir(), "enrich.cache")
+	cfg.CacheTTL = 300 * time.Millisecond
+	recs := cacheFileRecords()
+	// lookedUp runs recs through a new stage with cfg (checking the values
+	// when it has all the fields) and returns how many requests it sent
+	// and what it logged.
+	lookedUp := func(cfg enrich.Config) (int64, string) {
+		t.Helper()
+		h := startStage(t, cfg)
+		before := srv.Requests()
+		out := runLanes(t, h.st, recs)
+		if len(cfg.Fields) == len(testFields) {
+			checkLanes(t, srv, recs, out)
+		}
+		h.stop()
+		return srv.Requests() - before, h.logs.String()
+	}
+
+	if n, _ := lookedUp(cfg); n == 0 {
+		t.Fatal("the first run sent no request")
+	}
+	time.Sleep(cfg.CacheTTL)
+	if n, _ := lookedUp(cfg); n == 0 {
+		t.Fatal("entries past their TTL were used")
+	}
+	other := cfg
+	other.CacheTTL = time.Minute
+	other.Fields = other.Fields[:2]
+	if n, logs := lookedUp(other); n == 0 || !strings.Contains(logs, "saved for another key or other fields") {
+		t.Fatalf("a file saved for other fields was used (%d requests), or not explained:\n%s", n, logs)
+	}
+	if err := os.WriteFile(cfg.CacheFile, []byte("not a cache file"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if n, logs := lookedUp(cfg); n == 0 || !strings.Contains(logs, "enrichment cache file not read") {
+		t.Fatalf("a corrupt file was used (%d requests), or not explained:\n%s", n, logs)
+	}
+}
