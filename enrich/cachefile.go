@@ -63,12 +63,24 @@ func (s *Stage) loadCacheFile() {
 		return
 	}
 	defer f.Close()
-	n, err := s.cache.load(f, s.cacheFileHeader(), time.Now(), monoNow())
+	n, err := s.cache.load(f, s.cacheFileHeader(), time.Now(), monoNow(), s.cfg.CacheTTL, s.cfg.NegativeCacheTTL)
 	if err != nil {
 		s.log.Warn("enrichment cache file not read; starting with an empty cache", "file", path, "err", err)
 		return
 	}
 	s.log.Info("enrichment cache loaded", "file", path, "entries", n)
+}
+
+// checkCacheFile reports a CacheFile whose directory does not exist, when
+// the stage is made rather than when it stops.
+func checkCacheFile(path string) error {
+	if path == "" {
+		return nil
+	}
+	if st, err := os.Stat(filepath.Dir(path)); err != nil || !st.IsDir() {
+		return fmt.Errorf("enrich.cache_file: %q: its directory does not exist", path)
+	}
+	return nil
 }
 
 // saveCacheFile writes the cache to Config.CacheFile, if set, replacing the
@@ -141,9 +153,12 @@ func (c *cache) save(w io.Writer, h cacheFileHeader, now time.Time, mono int64) 
 	return n, nil
 }
 
-// load adds the unexpired entries saved in r, if its header is want, with
-// monoNow value mono taken at wall time now; it returns how many it added.
-func (c *cache) load(r io.Reader, want cacheFileHeader, now time.Time, mono int64) (int, error) {
+// load adds the unexpired entries saved in r, if its header is want and r
+// reads to its end without error (else none), with monoNow value mono taken
+// at wall time now. An entry lives no longer than ttl (a result) or negTTL
+// (a miss) from now: the settings may have been lowered since it was saved,
+// or the clock was wrong then. It returns how many entries it added.
+func (c *cache) load(r io.Reader, want cacheFileHeader, now time.Time, mono int64, ttl, negTTL time.Duration) (int, error) {
 	dec := gob.NewDecoder(bufio.NewReader(r))
 	var h cacheFileHeader
 	if err := dec.Decode(&h); err != nil {
@@ -167,17 +182,26 @@ func (c *cache) load(r io.Reader, want cacheFileHeader, now time.Time, mono int6
 			}
 		}
 	}
-	n := 0
+	var entries []cacheFileEntry
 	for {
 		var e cacheFileEntry
 		err := dec.Decode(&e)
 		if errors.Is(err, io.EOF) {
-			return n, nil
+			break
 		}
 		if err != nil {
-			return n, fmt.Errorf("reading entry %d: %w", n+1, err)
+			return 0, fmt.Errorf("reading entry %d: %w", len(entries)+1, err)
 		}
-		expires := monoOf(e.Expires)
+		entries = append(entries, e)
+	}
+	n := 0
+	for _, e := range entries {
+		life := ttl
+		if e.Miss {
+			life = negTTL
+		}
+		expires := min(monoOf(e.Expires), mono+int64(life))
+		refresh := min(monoOf(e.Refresh), mono+int64(float64(life)*c.refreshAfter))
 		if expires <= mono || (!e.Miss && len(e.Values) != len(want.Fields)) {
 			continue
 		}
@@ -185,8 +209,9 @@ func (c *cache) load(r io.Reader, want cacheFileHeader, now time.Time, mono int6
 		sh := c.shard([]byte(e.Key))
 		sh.mu.Lock()
 		delete(sh.old, e.Key)
-		sh.addLocked(e.Key, cached{vals: e.Values, miss: e.Miss, expires: expires, refresh: monoOf(e.Refresh)})
+		sh.addLocked(e.Key, cached{vals: e.Values, miss: e.Miss, expires: expires, refresh: refresh})
 		sh.mu.Unlock()
 		n++
 	}
+	return n, nil
 }

@@ -101,3 +101,14 @@ func TestCacheFileIgnoredWhenItDoesNotFit(t *testing.T) {
 		t.Fatalf("a corrupt file was used (%d requests), or not explained:\n%s", n, logs)
 	}
 }
+
+// TestCacheFileDirectoryMustExist: a cache_file in a directory that does
+// not exist fails the stage at start, not when it stops and would save.
+func TestCacheFileDirectoryMustExist(t *testing.T) {
+	cfg := testConfig("http://127.0.0.1:9")
+	cfg.CacheFile = filepath.Join(t.TempDir(), "gone", "enrich.cache")
+	_, err := enrich.NewStage(cfg, nil, nil)
+	if err == nil || !strings.Contains(err.Error(), `enrich.cache_file: "`+cfg.CacheFile+`": its directory does not exist`) {
+		t.Fatalf("NewStage: %v", err)
+	}
+}

@@ -6,8 +6,6 @@ import (
 	"log/slog"
 	"math"
 	"net/url"
-	"os"
-	"path/filepath"
 	"strings"
 	"time"
 
@@ -174,11 +172,14 @@ type Config struct {
 	// and loaded from when it starts, so that a scheduled job's next run
 	// starts with the keys its last run looked up rather than with a cold
 	// start. An entry keeps its expiry (CacheTTL or NegativeCacheTTL from
-	// its lookup, whichever run made it). A file saved for another key
-	// field or other fields is ignored; one saved against another URL is
-	// not: delete it when the service's answers change. It holds the
-	// attributes, so it is written readable by its owner only. floe
-	// replay neither reads nor writes it.
+	// its lookup, whichever run made it), but no more than those settings
+	// now allow. A file saved for another key field or other fields, or
+	// that cannot be read to its end, is ignored; one saved against
+	// another URL is not: delete it when the service's answers change.
+	// Each job (each route, each member on a host) needs a file of its
+	// own. It holds the attributes, so it is written readable by its owner
+	// only. floe replay neither reads nor writes it. Its directory must
+	// exist.
 	CacheFile string `yaml:"cache_file"`
 
 	// AuthHeader is sent with every request, as "Name: value", e.g.
@@ -319,13 +320,8 @@ func (c *Config) validate() error {
 	if c.NegativeCacheTTL < 0 {
 		bad("negative_cache_ttl", "must be positive")
 	}
-	if c.CacheFile != "" {
-		if c.CacheSize < 0 {
-			bad("cache_file", "needs the cache, which enrich.cache_size -1 disables")
-		}
-		if st, err := os.Stat(filepath.Dir(c.CacheFile)); err != nil || !st.IsDir() {
-			bad("cache_file", "%q: its directory does not exist", c.CacheFile)
-		}
+	if c.CacheFile != "" && c.CacheSize < 0 {
+		bad("cache_file", "needs the cache, which enrich.cache_size -1 disables")
 	}
 	if c.AuthHeader != "" {
 		if _, _, err := parseAuthHeader(c.AuthHeader); err != nil {

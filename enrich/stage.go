@@ -126,6 +126,9 @@ func NewStage(cfg Config, reg prometheus.Registerer, log *slog.Logger) (*Stage, 
 	if err := cfg.Finish(); err != nil {
 		return nil, err
 	}
+	if err := checkCacheFile(cfg.CacheFile); err != nil {
+		return nil, err
+	}
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}

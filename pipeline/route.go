@@ -284,6 +284,7 @@ func (c *Config) validateRoutes() error {
 			}
 		}
 	}
+	cacheFiles := map[string]int{}
 	for i, r := range c.Routes {
 		if r.Topic == "" || r.Table.Name == "" {
 			continue
@@ -303,6 +304,14 @@ func (c *Config) validateRoutes() error {
 		if rc.Enrich != nil && r.Enrich != nil {
 			if err := rc.Enrich.Finish(); err != nil {
 				errs = append(errs, fmt.Errorf("%s: %w", routeName(i, r), err))
+			}
+		}
+		if rc.Enrich != nil && rc.Enrich.CacheFile != "" {
+			if j, dup := cacheFiles[rc.Enrich.CacheFile]; dup {
+				errs = append(errs, fmt.Errorf("%s: enrich.cache_file: %s is also the cache file of %s: each route saves its own cache, so the last to stop would overwrite the others'; give each route an enrich section with a file of its own",
+					routeName(i, r), rc.Enrich.CacheFile, routeName(j, c.Routes[j])))
+			} else {
+				cacheFiles[rc.Enrich.CacheFile] = i
 			}
 		}
 	}

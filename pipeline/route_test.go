@@ -187,6 +187,17 @@ func TestRouteConfigErrors(t *testing.T) {
     where: {default: true}
     table: {name: shop.other}
 `, []string{"routes[0] (table shop.orders): where: routing by field reads JSON values; format avro is not supported"}},
+		{"shared enrichment cache file", routesHead + `enrich:
+  url: http://127.0.0.1:9/lookup
+  key: user_id
+  fields: [{name: segment, type: string}]
+  cache_file: /tmp/floe-enrich.cache
+routes:
+  - topic: clicks
+    table: {name: analytics.clicks}
+  - topic: views
+    table: {name: analytics.views}
+`, []string{"routes[1] (table analytics.views): enrich.cache_file: /tmp/floe-enrich.cache is also the cache file of routes[0] (table analytics.clicks)"}},
 		{"route-specific and shared problems", strings.Replace(routesHead, "  brokers: [127.0.0.1:9092]\n", "", 1) + `routes:
   - topic: clicks
     table: {name: analytics.clicks}

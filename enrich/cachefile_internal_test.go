@@ -1,0 +1,72 @@
+package enrich
+
+import (
+	"bytes"
+	"testing"
+	"time"
+
+	"github.com/floe-dev/floe/schemas"
+)
+
+// TestCacheFileAcrossClocks: entries saved by one process are loaded by the
+// next, whose monotonic clock starts afresh, with the time they had left by
+// the wall clock; entries expired when saved or when loaded are dropped; a
+// lowered TTL shortens what was saved; and a truncated file adds nothing.
+func TestCacheFileAcrossClocks(t *testing.T) {
+	h := cacheFileHeader{Version: cacheFileVersion, Key: "user_id", Fields: []Field{{Name: "segment", Type: TypeString, Attribute: "segment"}}}
+	lookedUp := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+	mono0 := int64(time.Hour) // the first process's clock at the lookups
+	c := newCache(100, time.Second)
+	c.put("ok", Values{schemas.StringAttr("gold")}, false, 10*time.Minute, mono0)
+	c.put("miss", nil, true, 5*time.Minute, mono0)
+	c.put("short", Values{schemas.StringAttr("tin")}, false, 30*time.Second, mono0)
+	var saved bytes.Buffer
+	// Saved a minute later: "short" has expired.
+	if n, err := c.save(&saved, h, lookedUp.Add(time.Minute), mono0+int64(time.Minute)); err != nil || n != 2 {
+		t.Fatalf("save: %d entries, %v; want 2", n, err)
+	}
+	file := saved.Bytes()
+
+	// Loaded by a process started later, 4 minutes after the lookups.
+	const mono1 = int64(5 * time.Second)
+	loadedAt := lookedUp.Add(4 * time.Minute)
+	left := func(c *cache, key string, after time.Duration) freshness {
+		_, f := c.get([]byte(key), mono1+int64(after))
+		return f
+	}
+	d := newCache(100, time.Second)
+	if n, err := d.load(bytes.NewReader(file), h, loadedAt, mono1, 10*time.Minute, 5*time.Minute); err != nil || n != 2 {
+		t.Fatalf("load: %d entries, %v; want 2", n, err)
+	}
+	// "ok" has 6 minutes left, and is due for a refresh after 4 (80 %).
+	if f := left(d, "ok", 4*time.Minute-time.Millisecond); f != fresh {
+		t.Fatalf("ok 1 ms before its refresh: %v, want fresh", f)
+	}
+	if f := left(d, "ok", 4*time.Minute+time.Millisecond); f != stale {
+		t.Fatalf("ok after its refresh time: %v, want stale", f)
+	}
+	if f := left(d, "miss", time.Minute-time.Millisecond); f == absent {
+		t.Fatal("the miss expired before its 5 minutes")
+	}
+	if f := left(d, "ok", 6*time.Minute); f != absent {
+		t.Fatalf("ok 10 minutes after its lookup: %v, want absent", f)
+	}
+	if f := left(d, "miss", time.Minute); f != absent {
+		t.Fatalf("the miss 5 minutes after its lookup: %v, want absent", f)
+	}
+
+	// cache_ttl lowered to 2 minutes since: "ok" lives 2 more minutes.
+	d = newCache(100, time.Second)
+	if n, err := d.load(bytes.NewReader(file), h, loadedAt, mono1, 2*time.Minute, 5*time.Minute); err != nil || n != 2 {
+		t.Fatalf("load with a lower TTL: %d entries, %v; want 2", n, err)
+	}
+	if f := left(d, "ok", 2*time.Minute); f != absent {
+		t.Fatalf("ok past the lowered TTL: %v, want absent", f)
+	}
+
+	// A file cut short adds nothing.
+	d = newCache(100, time.Second)
+	if _, err := d.load(bytes.NewReader(file[:len(file)-3]), h, loadedAt, mono1, 10*time.Minute, 5*time.Minute); err == nil || d.len() != 0 {
+		t.Fatalf("truncated file: %v, %d entries added; want an error and none", err, d.len())
+	}
+}
