@@ -19,7 +19,8 @@ import (
 // run looked up instead of a cold start (every record of a lane waiting for
 // the slowest of the first requests). An entry keeps the expiry it had: a
 // result is used for CacheTTL and a miss for NegativeCacheTTL from its
-// lookup, whichever run it was.
+// lookup, whichever run it was, and no longer than those settings now
+// allow.
 
 // cacheFileVersion is the format of the cache file; a file of another
 // version is ignored.
@@ -47,8 +48,8 @@ func (s *Stage) cacheFileHeader() cacheFileHeader {
 }
 
 // loadCacheFile fills the cache from Config.CacheFile, if set. A missing
-// file is a first run; a file that cannot be read, or was saved for other
-// fields, is logged and the stage starts cold.
+// file is a first run; a file that cannot be read to its end, or was saved
+// for other fields, is logged and the stage starts cold.
 func (s *Stage) loadCacheFile() {
 	path := s.cfg.CacheFile
 	if path == "" || s.cache == nil {
