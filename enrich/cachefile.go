@@ -64,7 +64,7 @@ func (s *Stage) loadCacheFile() {
 		return
 	}
 	defer f.Close()
-	n, err := s.cache.load(f, s.cacheFileHeader(), time.Now(), monoNow(), s.cfg.CacheTTL, s.cfg.NegativeCacheTTL)
+	n, err := s.cache.load(f, s.cacheFileHeader(), time.Now(), monoNow(), s.cfg.CacheTTL, s.cfg.NegativeCacheTTL, s.client.dec.interns)
 	if err != nil {
 		s.log.Warn("enrichment cache file not read; starting with an empty cache", "file", path, "err", err)
 		return
@@ -158,8 +158,10 @@ func (c *cache) save(w io.Writer, h cacheFileHeader, now time.Time, mono int64) 
 // reads to its end without error (else none), with monoNow value mono taken
 // at wall time now. An entry lives no longer than ttl (a result) or negTTL
 // (a miss) from now: the settings may have been lowered since it was saved,
-// or the clock was wrong then. It returns how many entries it added.
-func (c *cache) load(r io.Reader, want cacheFileHeader, now time.Time, mono int64, ttl, negTTL time.Duration) (int, error) {
+// or the clock was wrong then. Its strings are shared through interns (by
+// field; nil for none), as the response decoder's are. It returns how many
+// entries it added.
+func (c *cache) load(r io.Reader, want cacheFileHeader, now time.Time, mono int64, ttl, negTTL time.Duration, interns []*interner) (int, error) {
 	dec := gob.NewDecoder(bufio.NewReader(r))
 	var h cacheFileHeader
 	if err := dec.Decode(&h); err != nil {
@@ -169,20 +171,6 @@ func (c *cache) load(r io.Reader, want cacheFileHeader, now time.Time, mono int6
 		return 0, errors.New("it was saved for another key or other fields")
 	}
 	monoOf := func(w int64) int64 { return mono + w - now.UnixNano() }
-	// Share each distinct short string, as the response decoder does: a
-	// cached record's attributes are read for every record of its key.
-	shared := map[string]string{}
-	intern := func(v []schemas.Attr) {
-		for i := range v {
-			if str := v[i].Str; str != "" && len(str) <= internMaxLen {
-				if s, ok := shared[str]; ok {
-					v[i].Str = s
-				} else if len(shared) < internMax*len(want.Fields) {
-					shared[str] = str
-				}
-			}
-		}
-	}
 	var entries []cacheFileEntry
 	for {
 		var e cacheFileEntry
@@ -206,7 +194,11 @@ func (c *cache) load(r io.Reader, want cacheFileHeader, now time.Time, mono int6
 		if expires <= mono || (!e.Miss && len(e.Values) != len(want.Fields)) {
 			continue
 		}
-		intern(e.Values)
+		for i := range min(len(e.Values), len(interns)) {
+			if in := interns[i]; in != nil && e.Values[i].Str != "" {
+				e.Values[i].Str = in.share(e.Values[i].Str)
+			}
+		}
 		sh := c.shard([]byte(e.Key))
 		sh.mu.Lock()
 		delete(sh.old, e.Key)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/floe-dev/floe/schemas"
 )
@@ -35,7 +36,7 @@ func TestCacheFileAcrossClocks(t *testing.T) {
 		return f
 	}
 	d := newCache(100, time.Second)
-	if n, err := d.load(bytes.NewReader(file), h, loadedAt, mono1, 10*time.Minute, 5*time.Minute); err != nil || n != 2 {
+	if n, err := d.load(bytes.NewReader(file), h, loadedAt, mono1, 10*time.Minute, 5*time.Minute, nil); err != nil || n != 2 {
 		t.Fatalf("load: %d entries, %v; want 2", n, err)
 	}
 	// "ok" has 6 minutes left, and is due for a refresh after 4 (80 %).
@@ -57,7 +58,7 @@ func TestCacheFileAcrossClocks(t *testing.T) {
 
 	// cache_ttl lowered to 2 minutes since: "ok" lives 2 more minutes.
 	d = newCache(100, time.Second)
-	if n, err := d.load(bytes.NewReader(file), h, loadedAt, mono1, 2*time.Minute, 5*time.Minute); err != nil || n != 2 {
+	if n, err := d.load(bytes.NewReader(file), h, loadedAt, mono1, 2*time.Minute, 5*time.Minute, nil); err != nil || n != 2 {
 		t.Fatalf("load with a lower TTL: %d entries, %v; want 2", n, err)
 	}
 	if f := left(d, "ok", 2*time.Minute); f != absent {
@@ -66,7 +67,30 @@ func TestCacheFileAcrossClocks(t *testing.T) {
 
 	// A file cut short adds nothing.
 	d = newCache(100, time.Second)
-	if _, err := d.load(bytes.NewReader(file[:len(file)-3]), h, loadedAt, mono1, 10*time.Minute, 5*time.Minute); err == nil || d.len() != 0 {
+	if _, err := d.load(bytes.NewReader(file[:len(file)-3]), h, loadedAt, mono1, 10*time.Minute, 5*time.Minute, nil); err == nil || d.len() != 0 {
 		t.Fatalf("truncated file: %v, %d entries added; want an error and none", err, d.len())
+	}
+}
+
+// TestCacheFileSharesStrings: a loaded attribute string is the response
+// decoder's shared copy, not one more allocation per key.
+func TestCacheFileSharesStrings(t *testing.T) {
+	h := cacheFileHeader{Version: cacheFileVersion, Key: "user_id", Fields: []Field{{Name: "segment", Type: TypeString, Attribute: "segment"}}}
+	now, mono := time.Now(), int64(time.Hour)
+	c := newCache(100, time.Second)
+	c.put("a", Values{schemas.StringAttr("gold")}, false, time.Hour, mono)
+	var saved bytes.Buffer
+	if _, err := c.save(&saved, h, now, mono); err != nil {
+		t.Fatal(err)
+	}
+	in := &interner{m: map[string]string{}}
+	gold := in.share(string([]byte("gold"))) // as a response would have made it
+	d := newCache(100, time.Second)
+	if n, err := d.load(&saved, h, now, mono, time.Hour, time.Hour, []*interner{in}); err != nil || n != 1 {
+		t.Fatalf("load: %d, %v", n, err)
+	}
+	v, f := d.get([]byte("a"), mono)
+	if f == absent || v.vals[0].Str != "gold" || unsafe.StringData(v.vals[0].Str) != unsafe.StringData(gold) {
+		t.Fatalf("loaded %v (%v), not the shared copy", v.vals, f)
 	}
 }

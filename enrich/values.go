@@ -78,11 +78,24 @@ func (in *interner) get(b []byte) string {
 		return string(b)
 	}
 	in.mu.Lock()
-	defer in.mu.Unlock()
-	if v, ok := in.m[string(b)]; ok { // no allocation for the lookup
+	v, ok := in.m[string(b)] // no allocation for the lookup
+	in.mu.Unlock()
+	if ok {
 		return v
 	}
-	s := string(b)
+	return in.share(string(b))
+}
+
+// share is get for a string already made (one loaded from a cache file).
+func (in *interner) share(s string) string {
+	if len(s) > internMaxLen {
+		return s
+	}
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if v, ok := in.m[s]; ok {
+		return v
+	}
 	if len(in.m) < internMax {
 		in.m[s] = s
 	}
