@@ -185,7 +185,16 @@ if [ ! -f "$dir/state.env" ]; then
 			--add-scram "SCRAM-SHA-512=[name=$sasl_user,password=$sasl_password]")
 	fi
 
-	cluster_id=$(python3 -c 'import base64, uuid; print(base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("="))')
+	# A cluster id is a base64url UUID. One that starts with "-" reads as an
+	# option to kafka-storage, so draw again, as Kafka's Uuid.randomUuid does.
+	cluster_id=$(python3 -c '
+import base64, uuid
+while True:
+    id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    if not id.startswith("-"):
+        print(id)
+        break
+')
 	echo "kafka: formatting $dir/data (cluster $cluster_id)" >&2
 	if ! java -Xmx256m -XX:TieredStopAtLevel=1 -XX:+UseSerialGC -Dlog4j.configuration=file:/dev/null -Dlog4j2.level=WARN -cp "$lib/*" kafka.tools.StorageTool \
 		format -t "$cluster_id" -c "$dir/server.properties" "${format_args[@]}" >"$dir/format.log" 2>&1; then
