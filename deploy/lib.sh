@@ -28,9 +28,27 @@ fetch_jars() {
 	echo "$dir/lib"
 }
 
-# free_port: prints a TCP port that was free on 127.0.0.1 a moment ago.
+# free_port: prints a TCP port that was free on 127.0.0.1 a moment ago. It
+# is drawn below the kernel's ephemeral range, not from it (as binding port
+# 0 would): the port stays unbound until the service starts, seconds later,
+# and meanwhile the kernel hands ephemeral ports to every listener on port 0
+# and every outgoing connection, such as those of tests running beside.
 free_port() {
-	python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+	python3 -c '
+import random, socket
+try:
+    low = int(open("/proc/sys/net/ipv4/ip_local_port_range").read().split()[0])
+except (OSError, ValueError, IndexError):
+    low = 32768
+for port in random.sample(range(10000, low), min(100, max(low - 10000, 0))) + [0]:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            continue
+        print(s.getsockname()[1])
+        break
+'
 }
 
 # wait_for NAME SECONDS PID LOG COMMAND...: runs COMMAND every half second
