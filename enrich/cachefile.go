@@ -100,12 +100,19 @@ func (s *Stage) saveCacheFile() {
 	s.log.Info("enrichment cache saved", "file", path, "entries", n)
 }
 
+// writeCacheFile writes the cache to path+".tmp" and renames it to path. The
+// temporary file's name is fixed, so the file a save killed half-way leaves
+// behind is replaced by the next save rather than kept forever.
 func (s *Stage) writeCacheFile(path string) (int, error) {
-	tmp, err := os.CreateTemp(filepath.Dir(path), filepath.Base(path)+".*.tmp")
+	name := path + ".tmp"
+	if err := os.Remove(name); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return 0, err
+	}
+	tmp, err := os.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
 		return 0, err
 	}
-	defer os.Remove(tmp.Name()) // after the rename, there is nothing to remove
+	defer os.Remove(name) // after the rename, there is nothing to remove
 	w := bufio.NewWriter(tmp)
 	n, err := s.cache.save(w, s.cacheFileHeader(), time.Now(), monoNow())
 	if err == nil {
@@ -118,7 +125,7 @@ func (s *Stage) writeCacheFile(path string) (int, error) {
 		err = cerr
 	}
 	if err == nil {
-		err = os.Rename(tmp.Name(), path)
+		err = os.Rename(name, path)
 	}
 	return n, err
 }

@@ -22,13 +22,18 @@ func cacheFileRecords() [][]record {
 }
 
 // TestCacheFileCarriesLookupsToTheNextRun: a stage with cache_file saves its
-// cache when it stops; the next stage loads it and answers every key the
-// first looked up, results and misses alike, without a request, with the
-// service's values; a key it never saw is still looked up.
+// cache when it stops, replacing what a save killed half-way left behind;
+// the next stage loads it and answers every key the first looked up,
+// results and misses alike, without a request, with the service's values;
+// a key it never saw is still looked up.
 func TestCacheFileCarriesLookupsToTheNextRun(t *testing.T) {
 	srv, url := startServer(t, enrich.ServerConfig{P50: time.Millisecond, P99: 5 * time.Millisecond, MissRate: 0.2, Seed: 2})
 	cfg := testConfig(url)
-	cfg.CacheFile = filepath.Join(t.TempDir(), "enrich.cache")
+	dir := t.TempDir()
+	cfg.CacheFile = filepath.Join(dir, "enrich.cache")
+	if err := os.WriteFile(cfg.CacheFile+".tmp", []byte("half a cache file"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	recs := cacheFileRecords()
 
 	first := startStage(t, cfg)
@@ -36,6 +41,9 @@ func TestCacheFileCarriesLookupsToTheNextRun(t *testing.T) {
 	first.stop()
 	if st, err := os.Stat(cfg.CacheFile); err != nil || st.Mode().Perm() != 0o600 {
 		t.Fatalf("cache file after the first run: %v, %v (want mode 0600)", st, err)
+	}
+	if files, err := os.ReadDir(dir); err != nil || len(files) != 1 {
+		t.Fatalf("the directory holds %v (%v), want the cache file alone", files, err)
 	}
 	if !strings.Contains(first.logs.String(), "entries=60") {
 		t.Fatalf("the first run did not log saving 60 entries:\n%s", first.logs)
