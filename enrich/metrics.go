@@ -47,7 +47,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m := &metrics{
 		inFlightRecords: register(prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "floe_enrich_in_flight_records",
-			Help: "Records submitted to the enrichment stage and not yet handed on, over all lanes.",
+			Help: "Records submitted to the enrichment stage and not yet handed on, over all lanes; other routes' records passing a lane in order count too, as they hold its room.",
 		})).(prometheus.Gauge),
 		inFlightBytes: register(prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "floe_enrich_in_flight_bytes",
