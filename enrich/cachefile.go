@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/floe-dev/floe/schemas"
@@ -34,13 +35,16 @@ type cacheFileHeader struct {
 	Fields  []Field
 }
 
-// cacheFileEntry is one cached outcome; times are Unix nanoseconds.
+// cacheFileEntry is one cached outcome; times are Unix nanoseconds. The
+// last entry of a file is End alone: a file cut between two entries still
+// decodes to its end, and would otherwise pass for a whole one.
 type cacheFileEntry struct {
 	Key     string
 	Values  []schemas.Attr
 	Miss    bool
 	Expires int64
 	Refresh int64
+	End     bool
 }
 
 func (s *Stage) cacheFileHeader() cacheFileHeader {
@@ -48,8 +52,8 @@ func (s *Stage) cacheFileHeader() cacheFileHeader {
 }
 
 // loadCacheFile fills the cache from Config.CacheFile, if set. A missing
-// file is a first run; a file that cannot be read to its end, or was saved
-// for other fields, is logged and the stage starts cold.
+// file is a first run; a file that is not whole, or was saved for other
+// fields, is logged and the stage starts cold.
 func (s *Stage) loadCacheFile() {
 	path := s.cfg.CacheFile
 	if path == "" || s.cache == nil {
@@ -72,8 +76,8 @@ func (s *Stage) loadCacheFile() {
 	s.log.Info("enrichment cache loaded", "file", path, "entries", n)
 }
 
-// checkCacheFile reports a CacheFile whose directory does not exist, when
-// the stage is made rather than when it stops.
+// checkCacheFile reports a CacheFile whose directory does not exist or
+// cannot be written, when the stage is made rather than when it stops.
 func checkCacheFile(path string) error {
 	if path == "" {
 		return nil
@@ -81,7 +85,42 @@ func checkCacheFile(path string) error {
 	if st, err := os.Stat(filepath.Dir(path)); err != nil || !st.IsDir() {
 		return fmt.Errorf("enrich.cache_file: %q: its directory does not exist", path)
 	}
+	f, err := createCacheTemp(path)
+	if err != nil {
+		return fmt.Errorf("enrich.cache_file: %q: its directory cannot be written: %w", path, err)
+	}
+	f.Close()
+	if err := os.Remove(f.Name()); err != nil {
+		return fmt.Errorf("enrich.cache_file: %q: %w", path, err)
+	}
 	return nil
+}
+
+// createCacheTemp creates a temporary file beside path, readable by its
+// owner only. Each has a name of its own, so that saves that overlap (a
+// scheduled run starting before the last has stopped) each rename a
+// whole file into place.
+func createCacheTemp(path string) (*os.File, error) {
+	return os.CreateTemp(filepath.Dir(path), filepath.Base(path)+".*.tmp")
+}
+
+// staleCacheTemp is the age past which a temporary file beside the cache
+// file is a save's that was killed (a save takes seconds), and is removed.
+const staleCacheTemp = 10 * time.Minute
+
+// removeStaleTemps removes the temporary files of path's killed saves.
+func removeStaleTemps(path string, now time.Time) {
+	dir, base := filepath.Dir(path), filepath.Base(path)
+	files, _ := os.ReadDir(dir)
+	for _, f := range files {
+		name := f.Name()
+		if !strings.HasPrefix(name, base+".") || !strings.HasSuffix(name, ".tmp") {
+			continue
+		}
+		if st, err := f.Info(); err == nil && now.Sub(st.ModTime()) > staleCacheTemp {
+			_ = os.Remove(filepath.Join(dir, name))
+		}
+	}
 }
 
 // saveCacheFile writes the cache to Config.CacheFile, if set, replacing the
@@ -100,19 +139,15 @@ func (s *Stage) saveCacheFile() {
 	s.log.Info("enrichment cache saved", "file", path, "entries", n)
 }
 
-// writeCacheFile writes the cache to path+".tmp" and renames it to path. The
-// temporary file's name is fixed, so the file a save killed half-way leaves
-// behind is replaced by the next save rather than kept forever.
+// writeCacheFile writes the cache to a temporary file and renames it to
+// path, after removing what killed saves left behind.
 func (s *Stage) writeCacheFile(path string) (int, error) {
-	name := path + ".tmp"
-	if err := os.Remove(name); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return 0, err
-	}
-	tmp, err := os.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	removeStaleTemps(path, time.Now())
+	tmp, err := createCacheTemp(path)
 	if err != nil {
 		return 0, err
 	}
-	defer os.Remove(name) // after the rename, there is nothing to remove
+	defer os.Remove(tmp.Name()) // after the rename, there is nothing to remove
 	w := bufio.NewWriter(tmp)
 	n, err := s.cache.save(w, s.cacheFileHeader(), time.Now(), monoNow())
 	if err == nil {
@@ -125,7 +160,7 @@ func (s *Stage) writeCacheFile(path string) (int, error) {
 		err = cerr
 	}
 	if err == nil {
-		err = os.Rename(name, path)
+		err = os.Rename(tmp.Name(), path)
 	}
 	return n, err
 }
@@ -158,11 +193,12 @@ func (c *cache) save(w io.Writer, h cacheFileHeader, now time.Time, mono int64) 
 			n++
 		}
 	}
-	return n, nil
+	return n, enc.Encode(cacheFileEntry{End: true})
 }
 
 // load adds the unexpired entries saved in r, if its header is want and r
-// reads to its end without error (else none), with monoNow value mono taken
+// reads without error to its end mark and ends there (else none), with
+// monoNow value mono taken
 // at wall time now. An entry lives no longer than ttl (a result) or negTTL
 // (a miss) from now: the settings may have been lowered since it was saved,
 // or the clock was wrong then. Its strings are shared through interns (by
@@ -183,12 +219,18 @@ func (c *cache) load(r io.Reader, want cacheFileHeader, now time.Time, mono int6
 		var e cacheFileEntry
 		err := dec.Decode(&e)
 		if errors.Is(err, io.EOF) {
-			break
+			return 0, fmt.Errorf("it ends after %d entries, without its end mark: cut short", len(entries))
 		}
 		if err != nil {
 			return 0, fmt.Errorf("reading entry %d: %w", len(entries)+1, err)
 		}
+		if e.End {
+			break
+		}
 		entries = append(entries, e)
+	}
+	if err := dec.Decode(new(cacheFileEntry)); !errors.Is(err, io.EOF) {
+		return 0, errors.New("it goes on after its end mark")
 	}
 	n := 0
 	for _, e := range entries {

@@ -2,6 +2,8 @@ package enrich
 
 import (
 	"bytes"
+	"encoding/gob"
+	"strings"
 	"testing"
 	"time"
 	"unsafe"
@@ -69,6 +71,44 @@ func TestCacheFileAcrossClocks(t *testing.T) {
 	d = newCache(100, time.Second)
 	if _, err := d.load(bytes.NewReader(file[:len(file)-3]), h, loadedAt, mono1, 10*time.Minute, 5*time.Minute, nil); err == nil || d.len() != 0 {
 		t.Fatalf("truncated file: %v, %d entries added; want an error and none", err, d.len())
+	}
+}
+
+// TestCacheFileNeedsItsEndMark: a file that ends between two entries (a
+// save cut short there) adds nothing, nor does one that goes on after its
+// end mark; with the mark last, its entries load.
+func TestCacheFileNeedsItsEndMark(t *testing.T) {
+	h := cacheFileHeader{Version: cacheFileVersion, Key: "user_id", Fields: []Field{{Name: "segment", Type: TypeString, Attribute: "segment"}}}
+	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	var file bytes.Buffer
+	enc := gob.NewEncoder(&file)
+	load := func() (int, error) {
+		c := newCache(100, time.Second)
+		n, err := c.load(bytes.NewReader(file.Bytes()), h, now, 0, time.Hour, time.Hour, nil)
+		if err != nil && c.len() != 0 {
+			t.Fatalf("a failed load added %d entries", c.len())
+		}
+		return n, err
+	}
+	for _, e := range []any{h, cacheFileEntry{Key: "a", Values: []schemas.Attr{schemas.StringAttr("gold")}, Expires: now.Add(time.Minute).UnixNano(), Refresh: now.Add(time.Minute).UnixNano()}} {
+		if err := enc.Encode(e); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := load(); err == nil || !strings.Contains(err.Error(), "cut short") {
+		t.Fatalf("a file without its end mark: %v, want it refused as cut short", err)
+	}
+	if err := enc.Encode(cacheFileEntry{End: true}); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := load(); err != nil || n != 1 {
+		t.Fatalf("a whole file: %d entries, %v; want 1", n, err)
+	}
+	if err := enc.Encode(cacheFileEntry{Key: "b"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := load(); err == nil || !strings.Contains(err.Error(), "after its end mark") {
+		t.Fatalf("a file going on after its end mark: %v, want it refused", err)
 	}
 }
 

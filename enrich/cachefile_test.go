@@ -22,16 +22,24 @@ func cacheFileRecords() [][]record {
 }
 
 // TestCacheFileCarriesLookupsToTheNextRun: a stage with cache_file saves its
-// cache when it stops, replacing what a save killed half-way left behind;
-// the next stage loads it and answers every key the first looked up,
-// results and misses alike, without a request, with the service's values;
-// a key it never saw is still looked up.
+// cache when it stops, removing what a save killed long ago left behind but
+// not the file of a save under way; the next stage loads it and answers
+// every key the first looked up, results and misses alike, without a
+// request, with the service's values; a key it never saw is still looked
+// up.
 func TestCacheFileCarriesLookupsToTheNextRun(t *testing.T) {
 	srv, url := startServer(t, enrich.ServerConfig{P50: time.Millisecond, P99: 5 * time.Millisecond, MissRate: 0.2, Seed: 2})
 	cfg := testConfig(url)
 	dir := t.TempDir()
 	cfg.CacheFile = filepath.Join(dir, "enrich.cache")
-	if err := os.WriteFile(cfg.CacheFile+".tmp", []byte("half a cache file"), 0o644); err != nil {
+	killed, underWay := cfg.CacheFile+".1.tmp", cfg.CacheFile+".2.tmp"
+	for _, name := range []string{killed, underWay} {
+		if err := os.WriteFile(name, []byte("half a cache file"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	hourAgo := time.Now().Add(-time.Hour)
+	if err := os.Chtimes(killed, hourAgo, hourAgo); err != nil {
 		t.Fatal(err)
 	}
 	recs := cacheFileRecords()
@@ -42,8 +50,8 @@ func TestCacheFileCarriesLookupsToTheNextRun(t *testing.T) {
 	if st, err := os.Stat(cfg.CacheFile); err != nil || st.Mode().Perm() != 0o600 {
 		t.Fatalf("cache file after the first run: %v, %v (want mode 0600)", st, err)
 	}
-	if files, err := os.ReadDir(dir); err != nil || len(files) != 1 {
-		t.Fatalf("the directory holds %v (%v), want the cache file alone", files, err)
+	if files, err := os.ReadDir(dir); err != nil || len(files) != 2 || files[0].Name() != "enrich.cache" || files[1].Name() != filepath.Base(underWay) {
+		t.Fatalf("the directory holds %v (%v), want the cache file and the other save's", files, err)
 	}
 	if !strings.Contains(first.logs.String(), "entries=60") {
 		t.Fatalf("the first run did not log saving 60 entries:\n%s", first.logs)
@@ -111,12 +119,20 @@ func TestCacheFileIgnoredWhenItDoesNotFit(t *testing.T) {
 }
 
 // TestCacheFileDirectoryMustExist: a cache_file in a directory that does
-// not exist fails the stage at start, not when it stops and would save.
+// not exist, or cannot be written, fails the stage at start, not when it
+// stops and would save.
 func TestCacheFileDirectoryMustExist(t *testing.T) {
 	cfg := testConfig("http://127.0.0.1:9")
 	cfg.CacheFile = filepath.Join(t.TempDir(), "gone", "enrich.cache")
 	_, err := enrich.NewStage(cfg, nil, nil)
 	if err == nil || !strings.Contains(err.Error(), `enrich.cache_file: "`+cfg.CacheFile+`": its directory does not exist`) {
+		t.Fatalf("NewStage: %v", err)
+	}
+	// /proc takes no new files, even from root (which file modes would not
+	// stop).
+	cfg.CacheFile = "/proc/floe-enrich.cache"
+	_, err = enrich.NewStage(cfg, nil, nil)
+	if err == nil || !strings.Contains(err.Error(), `enrich.cache_file: "/proc/floe-enrich.cache": its directory cannot be written`) {
 		t.Fatalf("NewStage: %v", err)
 	}
 }

@@ -174,12 +174,12 @@ type Config struct {
 	// start. An entry keeps its expiry (CacheTTL or NegativeCacheTTL from
 	// its lookup, whichever run made it), but no more than those settings
 	// now allow. A file saved for another key field or other fields, or
-	// that cannot be read to its end, is ignored; one saved against
-	// another URL is not: delete it when the service's answers change.
-	// Each job (each route, each member on a host) needs a file of its
-	// own. It holds the attributes, so it is written readable by its owner
-	// only. floe replay neither reads nor writes it. Its directory must
-	// exist.
+	// that is not whole, is ignored; one saved against another URL is not:
+	// delete it when the service's answers change. Each job (each route,
+	// each member on a host) needs a file of its own. It holds the
+	// attributes, so it is written readable by its owner only. floe replay
+	// neither reads nor writes it. Its directory must exist and be
+	// writable.
 	CacheFile string `yaml:"cache_file"`
 
 	// AuthHeader is sent with every request, as "Name: value", e.g.

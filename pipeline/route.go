@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -307,11 +308,16 @@ func (c *Config) validateRoutes() error {
 			}
 		}
 		if rc.Enrich != nil && rc.Enrich.CacheFile != "" {
-			if j, dup := cacheFiles[rc.Enrich.CacheFile]; dup {
+			// One file however it is spelled (a/../b, ./b, b).
+			file, err := filepath.Abs(rc.Enrich.CacheFile)
+			if err != nil {
+				file = filepath.Clean(rc.Enrich.CacheFile)
+			}
+			if j, dup := cacheFiles[file]; dup {
 				errs = append(errs, fmt.Errorf("%s: enrich.cache_file: %s is also the cache file of %s: each route saves its own cache, so the last to stop would overwrite the others'; give each route an enrich section with a file of its own",
 					routeName(i, r), rc.Enrich.CacheFile, routeName(j, c.Routes[j])))
 			} else {
-				cacheFiles[rc.Enrich.CacheFile] = i
+				cacheFiles[file] = i
 			}
 		}
 	}

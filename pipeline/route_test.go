@@ -198,6 +198,22 @@ routes:
   - topic: views
     table: {name: analytics.views}
 `, []string{"routes[1] (table analytics.views): enrich.cache_file: /tmp/floe-enrich.cache is also the cache file of routes[0] (table analytics.clicks)"}},
+		{"one enrichment cache file spelled twice", routesHead + `routes:
+  - topic: clicks
+    table: {name: analytics.clicks}
+    enrich:
+      url: http://127.0.0.1:9/lookup
+      key: user_id
+      fields: [{name: segment, type: string}]
+      cache_file: /tmp/floe/enrich.cache
+  - topic: views
+    table: {name: analytics.views}
+    enrich:
+      url: http://127.0.0.1:9/lookup
+      key: session_id
+      fields: [{name: segment, type: string}]
+      cache_file: /tmp/floe/../floe/./enrich.cache
+`, []string{"routes[1] (table analytics.views): enrich.cache_file: /tmp/floe/../floe/./enrich.cache is also the cache file of routes[0] (table analytics.clicks)"}},
 		{"route-specific and shared problems", strings.Replace(routesHead, "  brokers: [127.0.0.1:9092]\n", "", 1) + `routes:
   - topic: clicks
     table: {name: analytics.clicks}
