@@ -449,9 +449,9 @@ func (q *Queue) roomLocked(size int64) (room, shared bool) {
 // stage-wide budget: a shared atomic updated per record would move its
 // cache line between the cores for every record. A lane tells it at once
 // before judging room against the bound itself, before refusing a record
-// for want of the reserve, when a lane is waiting for it, and when it has
+// for want of the reserve, when a lane is waiting for it, when it has
 // handed on every record it held (an idle lane would otherwise keep up to
-// budgetBatch charged for good).
+// budgetBatch charged for good), and what it handed on when Take waits.
 const budgetBatch = 64 << 10
 
 // budgetLocked tells the stage-wide budget what the lane's bytes changed
@@ -528,6 +528,12 @@ func (q *Queue) Take(ctx context.Context, buf []Completed) ([]Completed, error) 
 			q.shutLocked()
 			q.mu.Unlock()
 			return nil, ErrClosed
+		}
+		// Records handed on may still be charged to the stage-wide budget
+		// (up to budgetBatch): give them back before waiting, which may last
+		// as long as the lookup at the head, or other lanes stay short.
+		if q.unbudgeted < 0 {
+			q.budgetLocked()
 		}
 		// What Direct answered since the last report reaches the metrics
 		// after reportIdle at the latest, however quiet the lane.
