@@ -28,27 +28,37 @@ fetch_jars() {
 	echo "$dir/lib"
 }
 
-# free_port: prints a TCP port that was free on 127.0.0.1 a moment ago. It
-# is drawn below the kernel's ephemeral range, not from it (as binding port
-# 0 would): the port stays unbound until the service starts, seconds later,
-# and meanwhile the kernel hands ephemeral ports to every listener on port 0
-# and every outgoing connection, such as those of tests running beside.
+# free_port [N]: prints N (default 1) distinct TCP ports, one a line, that
+# were free on 127.0.0.1 a moment ago. They are drawn below the kernel's
+# ephemeral range, not from it (as binding port 0 would): a port stays
+# unbound until the service starts, seconds later, and meanwhile the kernel
+# hands ephemeral ports to every listener on port 0 and every outgoing
+# connection, such as those of tests running beside. Each is held bound
+# until all are drawn, so one call never prints a port twice.
 free_port() {
-	python3 -c '
-import random, socket
+	python3 - "${1:-1}" <<'PY'
+import random, socket, sys
 try:
     low = int(open("/proc/sys/net/ipv4/ip_local_port_range").read().split()[0])
 except (OSError, ValueError, IndexError):
     low = 32768
-for port in random.sample(range(10000, low), min(100, max(low - 10000, 0))) + [0]:
-    with socket.socket() as s:
+held = []
+for _ in range(int(sys.argv[1])):
+    for port in random.sample(range(10000, low), min(100, max(low - 10000, 0))) + [0]:
+        s = socket.socket()
         try:
             s.bind(("127.0.0.1", port))
         except OSError:
+            s.close()
             continue
-        print(s.getsockname()[1])
+        held.append(s)
         break
-'
+    else:
+        sys.exit("free_port: no free port")
+for s in held:
+    print(s.getsockname()[1])
+    s.close()
+PY
 }
 
 # wait_for NAME SECONDS PID LOG COMMAND...: runs COMMAND every half second

@@ -56,15 +56,7 @@ lib=$(fetch_jars "$name" "$here/pom.xml")
 
 user=$(id -un)
 if [ ! -f "$dir/ports.env" ]; then
-	{
-		echo "NN_PORT=$(free_port)"
-		echo "NN_HTTP_PORT=$(free_port)"
-		echo "NN_HTTPS_PORT=$(free_port)"
-		echo "DN_PORT=$(free_port)"
-		echo "DN_HTTP_PORT=$(free_port)"
-		echo "DN_HTTPS_PORT=$(free_port)"
-		echo "DN_IPC_PORT=$(free_port)"
-	} >"$dir/ports.env"
+	free_port 7 | paste -d= <(printf '%s\n' NN_PORT NN_HTTP_PORT NN_HTTPS_PORT DN_PORT DN_HTTP_PORT DN_HTTPS_PORT DN_IPC_PORT) - >"$dir/ports.env"
 fi
 . "$dir/ports.env"
 

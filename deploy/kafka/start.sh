@@ -73,12 +73,11 @@ random() { python3 -c 'import secrets; print(secrets.token_hex(12))'; }
 
 # First start: ports, credentials, certificates, config, format.
 if [ ! -f "$dir/state.env" ]; then
-	port=$(free_port)
-	controller_port=$(free_port)
-	sasl_port="" ssl_port=""
-	if [ -n "$secure" ]; then
-		sasl_port=$(free_port)
-		ssl_port=$(free_port)
+	ports=$(free_port 4) # fails the script, unlike a process substitution
+	{ read -r port; read -r controller_port; read -r sasl_port; read -r ssl_port; } <<<"$ports"
+	if [ -z "$secure" ]; then
+		sasl_port="" ssl_port=""
+	else
 		store_pass=$(random)
 		sasl_user=floe
 		sasl_password=$(random)
