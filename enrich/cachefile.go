@@ -198,12 +198,11 @@ func (c *cache) save(w io.Writer, h cacheFileHeader, now time.Time, mono int64) 
 
 // load adds the unexpired entries saved in r, if its header is want and r
 // reads without error to its end mark and ends there (else none), with
-// monoNow value mono taken
-// at wall time now. An entry lives no longer than ttl (a result) or negTTL
-// (a miss) from now: the settings may have been lowered since it was saved,
-// or the clock was wrong then. Its strings are shared through interns (by
-// field; nil for none), as the response decoder's are. It returns how many
-// entries it added.
+// monoNow value mono taken at wall time now. An entry lives no longer than
+// ttl (a result) or negTTL (a miss) from now: the settings may have been
+// lowered since it was saved, or the clock was wrong then. Its strings are
+// shared through interns (by field; nil for none), as the response
+// decoder's are. It returns how many entries it added.
 func (c *cache) load(r io.Reader, want cacheFileHeader, now time.Time, mono int64, ttl, negTTL time.Duration, interns []*interner) (int, error) {
 	dec := gob.NewDecoder(bufio.NewReader(r))
 	var h cacheFileHeader
