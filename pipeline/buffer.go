@@ -49,8 +49,9 @@ type partitionBuffer struct {
 	lag *partitionStats
 	// gap is called (under mu) when the log skips offsets: retention deleted
 	// them before they were read, compaction removed them, or they were
-	// transaction markers.
-	gap func(from, to int64)
+	// transaction markers. Offsets below gapTo have been reported.
+	gap   func(from, to int64)
+	gapTo int64
 }
 
 // segment is what one flush takes from one partition.
@@ -98,8 +99,11 @@ func (b *partitionBuffer) extend(msg kafka.Message) error {
 	if !b.started {
 		expect = b.resume
 	}
-	if expect >= 0 && msg.Offset > expect && b.gap != nil {
-		b.gap(expect, msg.Offset)
+	// A record whose append then fails (not for its own fault) comes
+	// again: the offsets before it were reported the first time.
+	if from := max(expect, b.gapTo); expect >= 0 && msg.Offset > from && b.gap != nil {
+		b.gap(from, msg.Offset)
+		b.gapTo = msg.Offset
 	}
 	ts := msg.Time.UnixNano()
 	if !b.started || b.from == b.next {
