@@ -22,6 +22,7 @@ type metrics struct {
 	breakerState     prometheus.Gauge
 	transitions      *prometheus.CounterVec
 	retries          prometheus.Counter
+	splits           prometheus.Counter
 	hedges           prometheus.Counter
 	results          [5]prometheus.Counter // by statusIndex
 	attributeErrors  *prometheus.CounterVec
@@ -94,6 +95,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		retries: register(prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "floe_enrich_retries_total",
 			Help: "HTTP attempts repeated after a retryable failure.",
+		})).(prometheus.Counter),
+		splits: register(prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "floe_enrich_batch_splits_total",
+			Help: "Failing batches split in halves under the pause policy while other requests succeeded, so that a key the service cannot answer holds only its own records.",
 		})).(prometheus.Counter),
 		hedges: register(prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "floe_enrich_hedged_requests_total",

@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -39,6 +40,10 @@ type ServerConfig struct {
 	MissRate float64
 	// Outages are windows during which every request is answered 503.
 	Outages []Outage
+	// FailKeys are keys the server cannot answer: a request that asks for
+	// one of them is answered 500, whatever else it asks for (a key that
+	// trips a bug in the service).
+	FailKeys []string
 	// Seed seeds the latency and error draws.
 	Seed int64
 	// RequireHeader, "Name: value", makes requests without exactly that
@@ -243,6 +248,10 @@ func (s *Server) batch(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		k := string(kb)
+		if slices.Contains(s.cfg.FailKeys, k) {
+			http.Error(w, "cannot answer key "+strconv.Quote(k), http.StatusInternalServerError)
+			return
+		}
 		if !s.Knows(k) {
 			continue
 		}
@@ -260,6 +269,10 @@ func (s *Server) batch(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) single(w http.ResponseWriter, r *http.Request) {
 	key := r.PathValue("key")
+	if slices.Contains(s.cfg.FailKeys, key) {
+		http.Error(w, "cannot answer key "+strconv.Quote(key), http.StatusInternalServerError)
+		return
+	}
 	if !s.Knows(key) {
 		s.respond(w, r, http.StatusNotFound, []byte(`{"error":"unknown key"}`+"\n"))
 		return

@@ -102,6 +102,9 @@ type Stage struct {
 	// again each minute it lasts), not per request or per probe.
 	loggedAt atomic.Int64
 	lastErr  atomic.Pointer[error]
+	// answered counts the requests that succeeded: a batch that fails
+	// while others succeed fails for its own keys (see resolve).
+	answered atomic.Int64
 
 	hedge hedger
 
@@ -341,11 +344,19 @@ func cachedResult(v cached) Result {
 
 // resolve looks keys up behind the breaker until they have a result, or ctx
 // ends (then the keys are abandoned with their lanes).
+//
+// Under the pause policy a batch that failed while other requests sent
+// since it succeeded, and the breaker stays closed, is split in halves,
+// each resolved the same way on the batch's request slot: a key the
+// service cannot answer then holds only its own records, not those of the
+// batch's other keys (nearly every lane's). A service that is down fails
+// every request, which opens the breaker and splits nothing.
 func (s *Stage) resolve(ctx context.Context, keys []string) {
 	s.m.inFlightRequests.Inc()
 	defer s.m.inFlightRequests.Dec()
 	s.m.batchSize.Observe(float64(len(keys)))
 	policy := s.cfg.Breaker.Policy
+	since := s.answered.Load()
 	for round := 0; ; round++ {
 		done, err := s.cb.Allow()
 		if err != nil { // open, or half-open with the probe already out
@@ -369,6 +380,7 @@ func (s *Stage) resolve(ctx context.Context, keys []string) {
 		}
 		done(err)
 		if err == nil {
+			s.answered.Add(1)
 			s.completeFound(keys, res)
 			return
 		}
@@ -386,12 +398,30 @@ func (s *Stage) resolve(ctx context.Context, keys []string) {
 			s.completeAll(keys, Result{Status: StatusDead, Err: err})
 			return
 		}
-		// Pause: hold the keys and try again after a backoff, or as soon as
-		// the breaker changes state.
+		// Pause: split a batch failing for its own keys; else hold the keys
+		// and try again after a backoff, or as soon as the breaker changes
+		// state.
+		if len(keys) > 1 && s.answered.Load() > since && s.cb.State() == gobreaker.StateClosed {
+			s.split(ctx, keys)
+			return
+		}
 		if !s.sleep(ctx, s.backoff(round), s.breakerChanged()) {
 			return
 		}
 	}
+}
+
+// split resolves the two halves of keys at once, on keys' request slot.
+func (s *Stage) split(ctx context.Context, keys []string) {
+	s.m.splits.Inc()
+	s.m.inFlightRequests.Dec() // the halves count themselves
+	defer s.m.inFlightRequests.Inc()
+	half := len(keys) / 2
+	var wg sync.WaitGroup
+	for _, part := range [][]string{keys[:half], keys[half:]} {
+		wg.Go(func() { s.resolve(ctx, part) })
+	}
+	wg.Wait()
 }
 
 // attempts makes one request for keys, retrying retryable failures with

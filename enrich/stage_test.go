@@ -338,6 +338,49 @@ func TestPauseOutageLosesNothing(t *testing.T) {
 	}
 }
 
+// TestPauseIsolatesAKeyTheServiceCannotAnswer: under pause, a batch that
+// fails while other requests succeed is split until the key the service
+// cannot answer is alone: every other key of its batch is answered, and
+// only the record of that key waits (nothing is dropped or marked failed).
+func TestPauseIsolatesAKeyTheServiceCannotAnswer(t *testing.T) {
+	poison := key(1000)
+	srv, url := startServer(t, enrich.ServerConfig{P50: time.Millisecond, P99: 5 * time.Millisecond, Seed: 9, FailKeys: []string{poison}})
+	cfg := testConfig(url)
+	cfg.BatchSize = 100
+	cfg.Linger = 50 * time.Millisecond
+	h := startStage(t, cfg)
+
+	// The poison key first, in a lane of its own, then 300 keys in three
+	// lanes: the first batch holds it and 99 others.
+	stuck := h.st.NewQueue()
+	if err := stuck.Submit(context.Background(), poison, record{key: poison}); err != nil {
+		t.Fatal(err)
+	}
+	recs := make([][]record, 3)
+	for i := range recs {
+		recs[i] = distinctRecords(i, 100)
+	}
+	done := make(chan [][]enrich.Completed, 1)
+	go func() { done <- runLanes(t, h.st, recs) }()
+	select {
+	case out := <-done:
+		checkLanes(t, srv, recs, out)
+	case <-time.After(30 * time.Second):
+		t.Fatal("the keys batched with one the service cannot answer are still waiting after 30 s")
+	}
+	if n := h.metric(t, "floe_enrich_batch_splits_total"); n < 1 {
+		t.Fatalf("%v batch splits", n)
+	}
+	// The poison key's record is held, as pause holds records: not dropped,
+	// not completed with an error.
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	if got, err := stuck.Take(ctx, nil); err == nil {
+		t.Fatalf("the poison key's lane gave %v", got)
+	}
+	stuck.Abort()
+}
+
 func TestBreakerPolicies(t *testing.T) {
 	for _, tc := range []struct {
 		policy enrich.Policy

@@ -23,7 +23,8 @@ func enrichdCmd(g *globalFlags) *cobra.Command {
 		Long: `Serves the lookup contract floe's enrichment speaks: POST /lookup {"keys":[...]} and
 GET /lookup/{key}. Latency is lognormal with the given p50/p99 (default 600ms/2.8s, the case
 studies' service); --error-rate answers a share of requests 503; --outage START-END (from start,
-e.g. 30s-60s) answers everything 503 in that window.`,
+e.g. 30s-60s) answers everything 503 in that window; --fail-key K answers 500 to every request that
+asks for K (a key the service cannot answer).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			log, err := g.logger()
@@ -58,6 +59,7 @@ e.g. 30s-60s) answers everything 503 in that window.`,
 	f.Float64Var(&cfg.ErrorRate, "error-rate", 0, "share of requests answered 503")
 	f.Float64Var(&cfg.MissRate, "miss-rate", 0, "share of keys the server does not know")
 	f.StringArrayVar(&outages, "outage", nil, "START-END window (from start) answered 503; repeatable")
+	f.StringArrayVar(&cfg.FailKeys, "fail-key", nil, "key whose requests are answered 500; repeatable")
 	f.StringVar(&cfg.RequireHeader, "require-header", "", `"Name: value" every request must carry`)
 	f.Int64Var(&cfg.Seed, "seed", 1, "seed of the latency and error draws")
 	return cmd
