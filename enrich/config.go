@@ -129,8 +129,9 @@ type Config struct {
 	// records alone may fill it, and lanes then no longer run ahead. 0
 	// means 128 MiB; -1 means no stage-wide bound.
 	MaxInFlightBytesTotal bytesize.Bound `yaml:"max_in_flight_bytes_total"`
-	// MaxInFlightRequests bounds the requests in flight for the whole stage.
-	// Default 256.
+	// MaxInFlightRequests bounds the requests in flight for the whole stage,
+	// and again those of batches split under the pause policy to isolate a
+	// key the service cannot answer. Default 256.
 	MaxInFlightRequests int `yaml:"max_in_flight_requests"`
 
 	// Timeout bounds one HTTP attempt. Default 5s.

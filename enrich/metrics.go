@@ -56,7 +56,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		})).(prometheus.Gauge),
 		inFlightRequests: register(prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "floe_enrich_in_flight_requests",
-			Help: "Lookup requests holding a request slot (including those waiting for the breaker or a retry).",
+			Help: "Lookup requests holding a request slot, and the halves of split batches (including those waiting for the breaker or a retry).",
 		})).(prometheus.Gauge),
 		batchSize: register(prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "floe_enrich_batch_size",

@@ -41,8 +41,8 @@ type ServerConfig struct {
 	// Outages are windows during which every request is answered 503.
 	Outages []Outage
 	// FailKeys are keys the server cannot answer: a request that asks for
-	// one of them is answered 500, whatever else it asks for (a key that
-	// trips a bug in the service).
+	// one of them is answered 500 (after its latency), whatever else it
+	// asks for (a key that trips a bug in the service).
 	FailKeys []string
 	// Seed seeds the latency and error draws.
 	Seed int64
@@ -249,7 +249,7 @@ func (s *Server) batch(w http.ResponseWriter, r *http.Request) {
 		}
 		k := string(kb)
 		if slices.Contains(s.cfg.FailKeys, k) {
-			http.Error(w, "cannot answer key "+strconv.Quote(k), http.StatusInternalServerError)
+			s.respond(w, r, http.StatusInternalServerError, append(appendJSONString([]byte(`{"error":`), "cannot answer key "+k), "}\n"...))
 			return
 		}
 		if !s.Knows(k) {
@@ -270,7 +270,7 @@ func (s *Server) batch(w http.ResponseWriter, r *http.Request) {
 func (s *Server) single(w http.ResponseWriter, r *http.Request) {
 	key := r.PathValue("key")
 	if slices.Contains(s.cfg.FailKeys, key) {
-		http.Error(w, "cannot answer key "+strconv.Quote(key), http.StatusInternalServerError)
+		s.respond(w, r, http.StatusInternalServerError, append(appendJSONString([]byte(`{"error":`), "cannot answer key "+key), "}\n"...))
 		return
 	}
 	if !s.Knows(key) {

@@ -90,9 +90,12 @@ type Stage struct {
 	pendingSince time.Time          // when pending became non-empty
 	kick         chan struct{}      // wakes Run: pending became non-empty or full
 
-	slots   chan struct{} // request slots
-	done    chan struct{} // closed once Run has returned
-	started atomic.Bool
+	slots chan struct{} // request slots
+	// splitSlots bound the requests of split batches (see resolve), which
+	// run on their batch's slot: each holds one only while it asks.
+	splitSlots chan struct{}
+	done       chan struct{} // closed once Run has returned
+	started    atomic.Bool
 
 	bmu      sync.Mutex
 	bchanged chan struct{} // closed and replaced on every breaker transition
@@ -140,16 +143,17 @@ func NewStage(cfg Config, reg prometheus.Registerer, log *slog.Logger) (*Stage, 
 		return nil, err
 	}
 	s := &Stage{
-		cfg:      cfg,
-		log:      log,
-		m:        m,
-		batch:    cfg.BatchSize,
-		linger:   cfg.Linger,
-		flights:  map[string]*flight{},
-		kick:     make(chan struct{}, 1),
-		slots:    make(chan struct{}, cfg.MaxInFlightRequests),
-		done:     make(chan struct{}),
-		bchanged: make(chan struct{}),
+		cfg:        cfg,
+		log:        log,
+		m:          m,
+		batch:      cfg.BatchSize,
+		linger:     cfg.Linger,
+		flights:    map[string]*flight{},
+		kick:       make(chan struct{}, 1),
+		slots:      make(chan struct{}, cfg.MaxInFlightRequests),
+		splitSlots: make(chan struct{}, cfg.MaxInFlightRequests),
+		done:       make(chan struct{}),
+		bchanged:   make(chan struct{}),
 	}
 	if cfg.Mode == ModeSingle {
 		s.batch, s.linger = 1, 0
@@ -265,7 +269,7 @@ func (s *Stage) Run(ctx context.Context) error {
 		go func() {
 			defer wg.Done()
 			defer func() { <-s.slots }()
-			s.resolve(ctx, keys)
+			s.resolve(ctx, keys, false)
 		}()
 	}
 }
@@ -347,19 +351,35 @@ func cachedResult(v cached) Result {
 //
 // Under the pause policy a batch that failed while other requests sent
 // since it succeeded, and the breaker stays closed, is split in halves,
-// each resolved the same way on the batch's request slot: a key the
-// service cannot answer then holds only its own records, not those of the
-// batch's other keys (nearly every lane's). A service that is down fails
-// every request, which opens the breaker and splits nothing.
-func (s *Stage) resolve(ctx context.Context, keys []string) {
+// each resolved the same way: a key the service cannot answer then holds
+// only its own records, not those of the batch's other keys (nearly every
+// lane's). A service that is down fails every request, which opens the
+// breaker and splits nothing. The halves run on their batch's request slot
+// (split is true for them), each request holding one of splitSlots, so
+// that a batch whose keys all fail cannot turn into hundreds of requests at
+// once.
+func (s *Stage) resolve(ctx context.Context, keys []string, split bool) {
 	s.m.inFlightRequests.Inc()
 	defer s.m.inFlightRequests.Dec()
 	s.m.batchSize.Observe(float64(len(keys)))
 	policy := s.cfg.Breaker.Policy
 	since := s.answered.Load()
 	for round := 0; ; round++ {
-		done, err := s.cb.Allow()
-		if err != nil { // open, or half-open with the probe already out
+		if split {
+			select {
+			case s.splitSlots <- struct{}{}:
+			case <-ctx.Done():
+				return
+			}
+		}
+		res, err := s.ask(ctx, keys)
+		if split {
+			<-s.splitSlots
+		}
+		switch {
+		case ctx.Err() != nil:
+			return
+		case errors.Is(err, errBreakerBusy):
 			switch policy {
 			case PolicyPassthrough:
 				s.completeAll(keys, Result{Status: StatusSkipped})
@@ -373,12 +393,6 @@ func (s *Stage) resolve(ctx context.Context, keys []string) {
 			}
 			continue
 		}
-		res, err := s.attempts(ctx, keys)
-		if ctx.Err() != nil {
-			done(errStopping)
-			return
-		}
-		done(err)
 		if err == nil {
 			s.answered.Add(1)
 			s.completeFound(keys, res)
@@ -411,6 +425,27 @@ func (s *Stage) resolve(ctx context.Context, keys []string) {
 	}
 }
 
+// errBreakerBusy is ask's error when the breaker lets no request through:
+// it is open, or half-open with its probe out.
+var errBreakerBusy = errors.New("the breaker lets no request through")
+
+// ask makes one request for keys behind the breaker (retrying retryable
+// failures, see attempts) and reports its outcome to the breaker; a request
+// cut short by ctx counts for nothing.
+func (s *Stage) ask(ctx context.Context, keys []string) (map[string]Values, error) {
+	done, err := s.cb.Allow()
+	if err != nil {
+		return nil, errBreakerBusy
+	}
+	res, err := s.attempts(ctx, keys)
+	if ctx.Err() != nil {
+		done(errStopping)
+		return nil, ctx.Err()
+	}
+	done(err)
+	return res, err
+}
+
 // split resolves the two halves of keys at once, on keys' request slot.
 func (s *Stage) split(ctx context.Context, keys []string) {
 	s.m.splits.Inc()
@@ -419,7 +454,7 @@ func (s *Stage) split(ctx context.Context, keys []string) {
 	half := len(keys) / 2
 	var wg sync.WaitGroup
 	for _, part := range [][]string{keys[:half], keys[half:]} {
-		wg.Go(func() { s.resolve(ctx, part) })
+		wg.Go(func() { s.resolve(ctx, part, true) })
 	}
 	wg.Wait()
 }

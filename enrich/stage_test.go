@@ -5,6 +5,8 @@ import (
 	"errors"
 	"flag"
 	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -379,6 +381,72 @@ func TestPauseIsolatesAKeyTheServiceCannotAnswer(t *testing.T) {
 		t.Fatalf("the poison key's lane gave %v", got)
 	}
 	stuck.Abort()
+}
+
+// TestSplitRequestsAreBounded: a batch whose every key the service cannot
+// answer, while other requests keep succeeding, is split down to single
+// keys, but the requests of its halves never pass a second
+// max_in_flight_requests at once: the split does not become a storm of
+// requests on a service that is failing.
+func TestSplitRequestsAreBounded(t *testing.T) {
+	const batch, slots = 64, 4
+	poison := make([]string, batch)
+	for i := range poison {
+		poison[i] = key(2000 + i)
+	}
+	srv := enrich.NewServer(enrich.ServerConfig{P50: 20 * time.Millisecond, P99: 40 * time.Millisecond, Seed: 10, FailKeys: poison})
+	var inFlight, peak atomic.Int64
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n := inFlight.Add(1)
+		defer inFlight.Add(-1)
+		for p := peak.Load(); n > p && !peak.CompareAndSwap(p, n); p = peak.Load() {
+		}
+		srv.ServeHTTP(w, r)
+	}))
+	t.Cleanup(ts.Close)
+	cfg := testConfig(ts.URL)
+	cfg.BatchSize = batch
+	cfg.MaxInFlightRequests = slots
+	cfg.Breaker.MinRequests = 1 << 30 // the failures must not open it here
+	h := startStage(t, cfg)
+
+	stuck := h.st.NewQueue()
+	t.Cleanup(stuck.Abort)
+	for _, k := range poison {
+		if err := stuck.Submit(context.Background(), k, record{key: k}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Other keys keep being looked up, and answered, meanwhile.
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	feed := h.st.NewQueue()
+	go func() {
+		defer feed.Close()
+		for i := 0; ctx.Err() == nil; i++ {
+			if err := feed.Submit(ctx, key(10000+i), i); err != nil {
+				return
+			}
+			time.Sleep(2 * time.Millisecond)
+		}
+	}()
+	fed := make(chan []enrich.Completed, 1)
+	go func() { fed <- collect(feed) }()
+
+	waitFor(t, 20*time.Second, "the batch to be split down to single keys", func() bool {
+		return h.metric(t, "floe_enrich_batch_splits_total") >= batch-1
+	})
+	time.Sleep(200 * time.Millisecond) // the single keys' retries go on
+	if p := peak.Load(); p > 2*slots {
+		t.Fatalf("%d requests at once, want at most %d (the request slots and as many for split batches)", p, 2*slots)
+	}
+	stop()
+	for _, c := range <-fed {
+		if c.Result.Status != enrich.StatusOK {
+			t.Fatalf("a key the service answers: %s (%v)", c.Result.Status, c.Result.Err)
+		}
+	}
+	t.Logf("peak %d requests at once, %v splits", peak.Load(), h.metric(t, "floe_enrich_batch_splits_total"))
 }
 
 func TestBreakerPolicies(t *testing.T) {
