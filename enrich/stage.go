@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"math/rand/v2"
+	"net/http"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -91,8 +92,10 @@ type Stage struct {
 	kick         chan struct{}      // wakes Run: pending became non-empty or full
 
 	slots chan struct{} // request slots
-	// splitSlots bound the requests of split batches (see resolve), which
-	// run on their batch's slot: each holds one only while it asks.
+	// halves run the halves of split batches (see resolve), off the
+	// request slots: each of their requests holds one of splitSlots while
+	// it asks. Run waits for them.
+	halves     sync.WaitGroup
 	splitSlots chan struct{}
 	done       chan struct{} // closed once Run has returned
 	started    atomic.Bool
@@ -216,7 +219,8 @@ func (s *Stage) Run(ctx context.Context) error {
 	}
 	var wg sync.WaitGroup
 	defer func() {
-		wg.Wait()
+		wg.Wait()       // then no batch splits any more but the halves
+		s.halves.Wait() // which end with ctx
 		s.client.closeIdle()
 		s.saveCacheFile()
 		close(s.done)
@@ -349,31 +353,35 @@ func cachedResult(v cached) Result {
 // resolve looks keys up behind the breaker until they have a result, or ctx
 // ends (then the keys are abandoned with their lanes).
 //
-// Under the pause policy a batch that failed while other requests sent
-// since it succeeded, and the breaker stays closed, is split in halves,
-// each resolved the same way: a key the service cannot answer then holds
-// only its own records, not those of the batch's other keys (nearly every
-// lane's). A service that is down fails every request, which opens the
-// breaker and splits nothing. The halves run on their batch's request slot
-// (split is true for them), each request holding one of splitSlots, so
-// that a batch whose keys all fail cannot turn into hundreds of requests at
-// once.
-func (s *Stage) resolve(ctx context.Context, keys []string, split bool) {
+// Under the pause policy a failed batch is tried again after a backoff,
+// less the keys nobody waits for any more (their lanes were aborted). One
+// that fails for its own keys is split in halves instead, each resolved
+// the same way: a key the service cannot answer then holds only its own
+// records, not those of the batch's other keys (nearly every lane's). A
+// batch fails for its own keys when, the breaker staying closed, other
+// requests succeeded meanwhile or it has failed splitRounds times; a
+// service that is down fails every request and opens the breaker first. A
+// 429 or 503 splits nothing: the service asks for fewer requests. The
+// halves run off the request slots (half is true for them), so that a
+// split batch frees its slot, and each of their requests holds one of
+// splitSlots, so that a batch whose every key fails cannot become
+// hundreds of requests at once.
+func (s *Stage) resolve(ctx context.Context, keys []string, half bool) {
 	s.m.inFlightRequests.Inc()
 	defer s.m.inFlightRequests.Dec()
 	s.m.batchSize.Observe(float64(len(keys)))
 	policy := s.cfg.Breaker.Policy
-	since := s.answered.Load()
 	for round := 0; ; round++ {
-		if split {
+		if half {
 			select {
 			case s.splitSlots <- struct{}{}:
 			case <-ctx.Done():
 				return
 			}
 		}
+		since := s.answered.Load()
 		res, err := s.ask(ctx, keys)
-		if split {
+		if half {
 			<-s.splitSlots
 		}
 		switch {
@@ -412,17 +420,50 @@ func (s *Stage) resolve(ctx context.Context, keys []string, split bool) {
 			s.completeAll(keys, Result{Status: StatusDead, Err: err})
 			return
 		}
-		// Pause: split a batch failing for its own keys; else hold the keys
-		// and try again after a backoff, or as soon as the breaker changes
-		// state.
-		if len(keys) > 1 && s.answered.Load() > since && s.cb.State() == gobreaker.StateClosed {
-			s.split(ctx, keys)
-			return
-		}
+		// Pause: after a backoff, or as soon as the breaker changes state,
+		// split a batch failing for its own keys, or try it again.
 		if !s.sleep(ctx, s.backoff(round), s.breakerChanged()) {
 			return
 		}
+		if keys = s.awaited(keys); len(keys) == 0 {
+			return
+		}
+		if len(keys) > 1 && splits(err) && (s.answered.Load() > since || round+1 >= splitRounds) &&
+			s.cb.State() == gobreaker.StateClosed {
+			s.split(ctx, keys)
+			return
+		}
 	}
+}
+
+// splitRounds is how many times a batch fails, the breaker staying closed,
+// before it is split even though no other request succeeded meanwhile (when
+// every request slot holds such a batch, none can).
+const splitRounds = 3
+
+// splits reports whether a failed request may be split: not when the
+// service asked for fewer requests (429, 503).
+func splits(err error) bool {
+	var re *RequestError
+	return !errors.As(err, &re) || (re.StatusCode != http.StatusTooManyRequests && re.StatusCode != http.StatusServiceUnavailable)
+}
+
+// awaited returns the keys of keys that a lane still waits for, and drops
+// the flights of the others: a later lookup of one starts afresh.
+func (s *Stage) awaited(keys []string) []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	kept := keys[:0:0]
+	for _, k := range keys {
+		switch f := s.flights[k]; {
+		case f == nil:
+		case len(f.waiters) == 0:
+			delete(s.flights, k)
+		default:
+			kept = append(kept, k)
+		}
+	}
+	return kept
 }
 
 // errBreakerBusy is ask's error when the breaker lets no request through:
@@ -446,17 +487,13 @@ func (s *Stage) ask(ctx context.Context, keys []string) (map[string]Values, erro
 	return res, err
 }
 
-// split resolves the two halves of keys at once, on keys' request slot.
+// split resolves the two halves of keys, each in a goroutine of its own.
 func (s *Stage) split(ctx context.Context, keys []string) {
 	s.m.splits.Inc()
-	s.m.inFlightRequests.Dec() // the halves count themselves
-	defer s.m.inFlightRequests.Inc()
 	half := len(keys) / 2
-	var wg sync.WaitGroup
 	for _, part := range [][]string{keys[:half], keys[half:]} {
-		wg.Go(func() { s.resolve(ctx, part, true) })
+		s.halves.Go(func() { s.resolve(ctx, part, true) })
 	}
-	wg.Wait()
 }
 
 // attempts makes one request for keys, retrying retryable failures with

@@ -341,15 +341,21 @@ func TestPauseOutageLosesNothing(t *testing.T) {
 }
 
 // TestPauseIsolatesAKeyTheServiceCannotAnswer: under pause, a batch that
-// fails while other requests succeed is split until the key the service
-// cannot answer is alone: every other key of its batch is answered, and
-// only the record of that key waits (nothing is dropped or marked failed).
+// keeps failing, the breaker staying closed, is split until the key the
+// service cannot answer is alone: every other key of its batch is
+// answered, and only the record of that key waits (nothing is dropped or
+// marked failed). With a single request slot no other request can succeed
+// meanwhile, so the batch splits for its failed rounds (the breaker, which
+// sees nothing but failures here, is kept out of it), and its slot must be
+// freed for the other batches to go out at all.
 func TestPauseIsolatesAKeyTheServiceCannotAnswer(t *testing.T) {
 	poison := key(1000)
 	srv, url := startServer(t, enrich.ServerConfig{P50: time.Millisecond, P99: 5 * time.Millisecond, Seed: 9, FailKeys: []string{poison}})
 	cfg := testConfig(url)
 	cfg.BatchSize = 100
-	cfg.Linger = 50 * time.Millisecond
+	cfg.Linger = time.Second // full batches only, however slowly they are submitted
+	cfg.MaxInFlightRequests = 1
+	cfg.Breaker.MinRequests = 1 << 30
 	h := startStage(t, cfg)
 
 	// The poison key first, in a lane of its own, then 300 keys in three
@@ -380,7 +386,12 @@ func TestPauseIsolatesAKeyTheServiceCannotAnswer(t *testing.T) {
 	if got, err := stuck.Take(ctx, nil); err == nil {
 		t.Fatalf("the poison key's lane gave %v", got)
 	}
+	// Once nobody waits for the key (its lane aborted, say on a
+	// rebalance), it is not asked for any more.
 	stuck.Abort()
+	waitFor(t, 5*time.Second, "the request for the key nobody waits for to end", func() bool {
+		return h.metric(t, "floe_enrich_in_flight_requests") == 0
+	})
 }
 
 // TestSplitRequestsAreBounded: a batch whose every key the service cannot
@@ -406,7 +417,9 @@ func TestSplitRequestsAreBounded(t *testing.T) {
 	t.Cleanup(ts.Close)
 	cfg := testConfig(ts.URL)
 	cfg.BatchSize = batch
+	cfg.Linger = time.Second // the poison keys in one batch
 	cfg.MaxInFlightRequests = slots
+	cfg.HedgeAfter = -1               // a hedge is a request beyond the slots
 	cfg.Breaker.MinRequests = 1 << 30 // the failures must not open it here
 	h := startStage(t, cfg)
 
