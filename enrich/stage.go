@@ -365,12 +365,14 @@ func cachedResult(v cached) Result {
 // halves run off the request slots (half is true for them), so that a
 // split batch frees its slot, and each of their requests holds one of
 // splitSlots, so that a batch whose every key fails cannot become
-// hundreds of requests at once.
+// hundreds of requests at once. A batch of one such key moves off its
+// slot in the same way.
 func (s *Stage) resolve(ctx context.Context, keys []string, half bool) {
 	s.m.inFlightRequests.Inc()
 	defer s.m.inFlightRequests.Dec()
 	s.m.batchSize.Observe(float64(len(keys)))
 	policy := s.cfg.Breaker.Policy
+	failures := 0 // of requests let through the breaker
 	for round := 0; ; round++ {
 		if half {
 			select {
@@ -406,6 +408,7 @@ func (s *Stage) resolve(ctx context.Context, keys []string, half bool) {
 			s.completeFound(keys, res)
 			return
 		}
+		failures++
 		s.lastErr.Store(&err)
 		if last := s.loggedAt.Load(); (last == 0 || time.Since(time.Unix(0, last)) > time.Minute) &&
 			s.loggedAt.CompareAndSwap(last, time.Now().UnixNano()) {
@@ -428,17 +431,23 @@ func (s *Stage) resolve(ctx context.Context, keys []string, half bool) {
 		if keys = s.awaited(keys); len(keys) == 0 {
 			return
 		}
-		if len(keys) > 1 && splits(err) && (s.answered.Load() > since || round+1 >= splitRounds) &&
-			s.cb.State() == gobreaker.StateClosed {
+		if !splits(err) || (s.answered.Load() <= since && failures < splitRounds) || s.cb.State() != gobreaker.StateClosed {
+			continue
+		}
+		switch {
+		case len(keys) > 1:
 			s.split(ctx, keys)
+			return
+		case !half: // one key alone: off its request slot, as a half
+			s.halves.Go(func() { s.resolve(ctx, keys, true) })
 			return
 		}
 	}
 }
 
-// splitRounds is how many times a batch fails, the breaker staying closed,
-// before it is split even though no other request succeeded meanwhile (when
-// every request slot holds such a batch, none can).
+// splitRounds is how many of a batch's requests fail, the breaker staying
+// closed, before it is split even though no other request succeeded
+// meanwhile (when every request slot holds such a batch, none can).
 const splitRounds = 3
 
 // splits reports whether a failed request may be split: not when the

@@ -394,6 +394,35 @@ func TestPauseIsolatesAKeyTheServiceCannotAnswer(t *testing.T) {
 	})
 }
 
+// TestAKeyAloneFreesItsRequestSlot: a request for nothing but a key the
+// service cannot answer, which no split can help, still moves off its
+// request slot: with a single slot, the keys asked for after it are
+// answered.
+func TestAKeyAloneFreesItsRequestSlot(t *testing.T) {
+	poison := key(1000)
+	srv, url := startServer(t, enrich.ServerConfig{P50: time.Millisecond, P99: 5 * time.Millisecond, Seed: 11, FailKeys: []string{poison}})
+	cfg := testConfig(url)
+	cfg.MaxInFlightRequests = 1
+	cfg.Breaker.MinRequests = 1 << 30 // it sees nothing but failures at first
+	h := startStage(t, cfg)
+
+	stuck := h.st.NewQueue()
+	t.Cleanup(stuck.Abort)
+	if err := stuck.Submit(context.Background(), poison, record{key: poison}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 5*time.Second, "the key's first request", func() bool { return srv.Requests() > 0 })
+	recs := [][]record{distinctRecords(0, 50)}
+	done := make(chan [][]enrich.Completed, 1)
+	go func() { done <- runLanes(t, h.st, recs) }()
+	select {
+	case out := <-done:
+		checkLanes(t, srv, recs, out)
+	case <-time.After(30 * time.Second):
+		t.Fatal("keys asked for after a key the service cannot answer are still waiting after 30 s")
+	}
+}
+
 // TestSplitRequestsAreBounded: a batch whose every key the service cannot
 // answer, while other requests keep succeeding, is split down to single
 // keys, but the requests of its halves never pass a second
@@ -446,7 +475,7 @@ func TestSplitRequestsAreBounded(t *testing.T) {
 	fed := make(chan []enrich.Completed, 1)
 	go func() { fed <- collect(feed) }()
 
-	waitFor(t, 20*time.Second, "the batch to be split down to single keys", func() bool {
+	waitFor(t, time.Minute, "the batch to be split down to single keys", func() bool {
 		return h.metric(t, "floe_enrich_batch_splits_total") >= batch-1
 	})
 	time.Sleep(200 * time.Millisecond) // the single keys' retries go on
