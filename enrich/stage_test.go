@@ -368,14 +368,7 @@ func TestPauseIsolatesAKeyTheServiceCannotAnswer(t *testing.T) {
 	for i := range recs {
 		recs[i] = distinctRecords(i, 100)
 	}
-	done := make(chan [][]enrich.Completed, 1)
-	go func() { done <- runLanes(t, h.st, recs) }()
-	select {
-	case out := <-done:
-		checkLanes(t, srv, recs, out)
-	case <-time.After(30 * time.Second):
-		t.Fatal("the keys batched with one the service cannot answer are still waiting after 30 s")
-	}
+	checkLanes(t, srv, recs, runLanesWithin(t, h.st, recs, "the keys batched with one the service cannot answer"))
 	if n := h.metric(t, "floe_enrich_batch_splits_total"); n < 1 {
 		t.Fatalf("%v batch splits", n)
 	}
@@ -413,13 +406,21 @@ func TestAKeyAloneFreesItsRequestSlot(t *testing.T) {
 	}
 	waitFor(t, 5*time.Second, "the key's first request", func() bool { return srv.Requests() > 0 })
 	recs := [][]record{distinctRecords(0, 50)}
+	checkLanes(t, srv, recs, runLanesWithin(t, h.st, recs, "keys asked for after a key the service cannot answer"))
+}
+
+// runLanesWithin is runLanes, failing the test when the lanes (what) are
+// still waiting after 30 s rather than hanging.
+func runLanesWithin(t *testing.T, st *enrich.Stage, recs [][]record, what string) [][]enrich.Completed {
+	t.Helper()
 	done := make(chan [][]enrich.Completed, 1)
-	go func() { done <- runLanes(t, h.st, recs) }()
+	go func() { done <- runLanes(t, st, recs) }()
 	select {
 	case out := <-done:
-		checkLanes(t, srv, recs, out)
+		return out
 	case <-time.After(30 * time.Second):
-		t.Fatal("keys asked for after a key the service cannot answer are still waiting after 30 s")
+		t.Fatalf("%s are still waiting after 30 s", what)
+		return nil
 	}
 }
 
