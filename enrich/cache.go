@@ -115,7 +115,11 @@ func (c *cache) put(key string, vals Values, miss bool, ttl time.Duration, n int
 	if c == nil || ttl <= 0 {
 		return
 	}
-	v := cached{vals: vals, miss: miss, expires: n + int64(ttl), refresh: n + int64(float64(ttl)*c.refreshAfter)}
+	c.store(key, cached{vals: vals, miss: miss, expires: n + int64(ttl), refresh: n + int64(float64(ttl)*c.refreshAfter)})
+}
+
+// store caches v for key, replacing what either generation holds.
+func (c *cache) store(key string, v cached) {
 	sh := c.shard([]byte(key)) // does not escape: no copy
 	sh.mu.Lock()
 	delete(sh.old, key)

@@ -247,11 +247,7 @@ func (c *cache) load(r io.Reader, want cacheFileHeader, now time.Time, mono int6
 				e.Values[i].Str = in.share(e.Values[i].Str)
 			}
 		}
-		sh := c.shard([]byte(e.Key))
-		sh.mu.Lock()
-		delete(sh.old, e.Key)
-		sh.addLocked(e.Key, cached{vals: e.Values, miss: e.Miss, expires: expires, refresh: refresh})
-		sh.mu.Unlock()
+		c.store(e.Key, cached{vals: e.Values, miss: e.Miss, expires: expires, refresh: refresh})
 		n++
 	}
 	return n, nil

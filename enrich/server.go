@@ -249,7 +249,7 @@ func (s *Server) batch(w http.ResponseWriter, r *http.Request) {
 		}
 		k := string(kb)
 		if slices.Contains(s.cfg.FailKeys, k) {
-			s.respond(w, r, http.StatusInternalServerError, append(appendJSONString([]byte(`{"error":`), "cannot answer key "+k), "}\n"...))
+			s.cannotAnswer(w, r, k)
 			return
 		}
 		if !s.Knows(k) {
@@ -267,10 +267,15 @@ func (s *Server) batch(w http.ResponseWriter, r *http.Request) {
 	s.respond(w, r, http.StatusOK, out)
 }
 
+// cannotAnswer fails a request that asks for key, one of FailKeys.
+func (s *Server) cannotAnswer(w http.ResponseWriter, r *http.Request, key string) {
+	s.respond(w, r, http.StatusInternalServerError, append(appendJSONString([]byte(`{"error":`), "cannot answer key "+key), "}\n"...))
+}
+
 func (s *Server) single(w http.ResponseWriter, r *http.Request) {
 	key := r.PathValue("key")
 	if slices.Contains(s.cfg.FailKeys, key) {
-		s.respond(w, r, http.StatusInternalServerError, append(appendJSONString([]byte(`{"error":`), "cannot answer key "+key), "}\n"...))
+		s.cannotAnswer(w, r, key)
 		return
 	}
 	if !s.Knows(key) {

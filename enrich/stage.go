@@ -219,8 +219,8 @@ func (s *Stage) Run(ctx context.Context) error {
 	}
 	var wg sync.WaitGroup
 	defer func() {
-		wg.Wait()       // then no batch splits any more but the halves
-		s.halves.Wait() // which end with ctx
+		wg.Wait()       // the batches: none is split after this
+		s.halves.Wait() // the halves they split, which end with ctx too
 		s.client.closeIdle()
 		s.saveCacheFile()
 		close(s.done)
@@ -462,14 +462,12 @@ func splits(err error) bool {
 func (s *Stage) awaited(keys []string) []string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	kept := keys[:0:0]
+	kept := keys[:0:0] // a new array: the halves of a batch share theirs
 	for _, k := range keys {
-		switch f := s.flights[k]; {
-		case f == nil:
-		case len(f.waiters) == 0:
-			delete(s.flights, k)
-		default:
+		if f := s.flights[k]; f != nil && len(f.waiters) > 0 {
 			kept = append(kept, k)
+		} else {
+			delete(s.flights, k)
 		}
 	}
 	return kept
