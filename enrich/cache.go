@@ -3,6 +3,8 @@ package enrich
 import (
 	"sync"
 	"time"
+
+	"github.com/floe-dev/floe/schemas"
 )
 
 // cache is a size-bounded cache of lookup outcomes with a TTL per entry
@@ -37,10 +39,11 @@ type cacheShard struct {
 
 // cached is one lookup outcome. Times are monoNow values.
 type cached struct {
-	vals    Values // nil for a miss
-	miss    bool
-	expires int64
-	refresh int64
+	vals     Values // nil for a miss
+	strBytes int    // see Result
+	miss     bool
+	expires  int64
+	refresh  int64
 }
 
 // freshness of a cache read.
@@ -120,6 +123,7 @@ func (c *cache) put(key string, vals Values, miss bool, ttl time.Duration, n int
 
 // store caches v for key, replacing what either generation holds.
 func (c *cache) store(key string, v cached) {
+	v.strBytes = schemas.NewExtra(v.vals).StrBytes
 	sh := c.shard([]byte(key)) // does not escape: no copy
 	sh.mu.Lock()
 	delete(sh.old, key)

@@ -27,6 +27,10 @@ func TestCacheKeepsReadEntries(t *testing.T) {
 			t.Fatalf("%d entries in a cache of %d", n, 16*100)
 		}
 	}
+	v, _ := c.get([]byte("hot"), now)
+	if x := cachedResult(v).Extra(); x.StrBytes != len("h") || len(x.Attrs) != 1 {
+		t.Fatalf("cached result's Extra %+v, want one attribute of %d string bytes", x, len("h"))
+	}
 	if _, fr := c.get([]byte("cold"), now); fr != absent {
 		t.Fatal("an entry nobody read survived 20,000 inserts")
 	}

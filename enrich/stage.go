@@ -13,6 +13,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/sony/gobreaker/v2"
+
+	"github.com/floe-dev/floe/schemas"
 )
 
 // Status says how a record's enrichment ended; it becomes the
@@ -45,7 +47,14 @@ type Result struct {
 	// Err is set for StatusDead and StatusError: ErrBreakerOpen or a
 	// *RequestError.
 	Err error
+	// strBytes is schemas.NewExtra(Values).StrBytes, counted when Values
+	// were cached: a record's result is taken with the key's cache entry,
+	// while reading Values would be a miss of the CPU cache per record.
+	strBytes int
 }
+
+// Extra is r's attributes as a table's builder takes them.
+func (r Result) Extra() schemas.Extra { return schemas.Extra{Attrs: r.Values, StrBytes: r.strBytes} }
 
 // Errors of the stage.
 var (
@@ -347,7 +356,7 @@ func cachedResult(v cached) Result {
 	if v.miss {
 		return Result{Status: StatusMiss}
 	}
-	return Result{Status: StatusOK, Values: v.vals}
+	return Result{Status: StatusOK, Values: v.vals, strBytes: v.strBytes}
 }
 
 // resolve looks keys up behind the breaker until they have a result, or ctx
@@ -629,7 +638,7 @@ func (s *Stage) completeFound(keys []string, found map[string]Values) {
 	for _, k := range keys {
 		if vals, ok := found[k]; ok {
 			s.cache.put(k, vals, false, s.cfg.CacheTTL, now)
-			s.complete(k, Result{Status: StatusOK, Values: vals})
+			s.complete(k, Result{Status: StatusOK, Values: vals, strBytes: schemas.NewExtra(vals).StrBytes})
 		} else {
 			s.cache.put(k, nil, true, s.cfg.NegativeCacheTTL, now)
 			s.complete(k, Result{Status: StatusMiss})

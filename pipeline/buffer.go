@@ -144,7 +144,7 @@ func (b *partitionBuffer) appendEnriched(msg kafka.Message, now time.Time, res e
 	}
 	before := b.builder.SizeBytes()
 	meta := schemas.Meta{Topic: b.topic, Partition: b.partition, Offset: msg.Offset, Timestamp: msg.Time}
-	err = b.builder.AppendEnriched(msg.Value, meta, now, string(res.Status), res.Values)
+	err = b.builder.AppendEnriched(msg.Value, meta, now, string(res.Status), res.Extra())
 	// A writer schema the table does not fit yet: evolve the table, switch
 	// to the evolved schema and append again. Another partition may have
 	// switched the member's schema in between, hence a few rounds.
@@ -152,7 +152,7 @@ func (b *partitionBuffer) appendEnriched(msg kafka.Message, now time.Time, res e
 	for round := 0; round < maxEvolveRounds && errors.As(err, &req) && b.evolve != nil; round++ {
 		if err = b.switchSchema(req); err == nil {
 			before = b.builder.SizeBytes()
-			err = b.builder.AppendEnriched(msg.Value, meta, now, string(res.Status), res.Values)
+			err = b.builder.AppendEnriched(msg.Value, meta, now, string(res.Status), res.Extra())
 		}
 	}
 	var de *schemas.DecodeError

@@ -105,6 +105,9 @@ type Builder struct {
 	ingested  fixedColumn
 	status    stringColumn
 	extra     []extraColumn
+	// extraRows holds each row's extra Attrs (the first of len(extra)),
+	// nil for a row of nulls, for NewRecord to fill the extra columns from.
+	extraRows []*Attr
 
 	rows     int
 	strBytes int
@@ -192,13 +195,13 @@ func clickstreamArrowType(i int) arrow.DataType {
 // become a row (send it to the dead-letter topic), or ErrBuilderFull when the
 // builder must be flushed first (then append the same message again).
 func (b *Builder) Append(value []byte, m Meta, ingestedAt time.Time, enrichStatus string) error {
-	return b.AppendEnriched(value, m, ingestedAt, enrichStatus, nil)
+	return b.AppendEnriched(value, m, ingestedAt, enrichStatus, Extra{})
 }
 
 // AppendEnriched is Append that also fills the schema's extra columns from
-// extra, in Schema.Extra order, each Attr made for its column's type; an
-// unset Attr (or a short slice) stores null.
-func (b *Builder) AppendEnriched(value []byte, m Meta, ingestedAt time.Time, enrichStatus string, extra []Attr) error {
+// extra. It keeps extra.Attrs until NewRecord, which fills the columns for
+// all rows at once (see Extra).
+func (b *Builder) AppendEnriched(value []byte, m Meta, ingestedAt time.Time, enrichStatus string, extra Extra) error {
 	if len(value) > b.maxBytes {
 		return &DecodeError{
 			Reason: ReasonTooLarge,
@@ -211,10 +214,7 @@ func (b *Builder) AppendEnriched(value []byte, m Meta, ingestedAt time.Time, enr
 	if err := b.decode(value, &r); err != nil {
 		return err
 	}
-	add := r.strBytes + len(m.Topic) + len(enrichStatus)
-	for i := range min(len(b.extra), len(extra)) {
-		add += b.extra[i].strLen(&extra[i])
-	}
+	add := r.strBytes + len(m.Topic) + len(enrichStatus) + extra.StrBytes
 	if b.strBytes+add > maxStringBytes {
 		return ErrBuilderFull
 	}
@@ -243,17 +243,46 @@ func (b *Builder) AppendEnriched(value []byte, m Meta, ingestedAt time.Time, enr
 	} else {
 		b.status.append(n, stringBytes(enrichStatus))
 	}
-	for i := range b.extra {
-		a := &unsetAttr
-		if i < len(extra) {
-			a = &extra[i]
-		}
-		b.extra[i].append(n, a)
+	if len(b.extra) > 0 {
+		b.extraRows = append(b.extraRows, b.fullAttrs(extra.Attrs))
 	}
 
 	b.rows++
 	b.strBytes += add
 	return nil
+}
+
+// fullAttrs returns where the len(b.extra) Attrs of a row start: attrs
+// itself, or for a short slice a copy padded with nulls; nil for none.
+func (b *Builder) fullAttrs(attrs []Attr) *Attr {
+	switch {
+	case len(attrs) == 0:
+		return nil
+	case len(attrs) < len(b.extra):
+		attrs = append(attrs[:len(attrs):len(attrs)], make([]Attr, len(b.extra)-len(attrs))...)
+	}
+	return &attrs[0]
+}
+
+// fillExtra appends every row's extra Attrs to the extra columns. Rows
+// that share a key share Attrs, and the reads of different rows overlap in
+// the CPU, which one row's reads on the per-record path cannot.
+func (b *Builder) fillExtra() {
+	k := len(b.extra)
+	for n, p := range b.extraRows {
+		if p == nil {
+			for i := range b.extra {
+				b.extra[i].append(n, &unsetAttr)
+			}
+			continue
+		}
+		attrs := unsafe.Slice(p, k)
+		for i := range b.extra {
+			b.extra[i].append(n, &attrs[i])
+		}
+	}
+	clear(b.extraRows) // let go of the Attrs
+	b.extraRows = b.extraRows[:0]
 }
 
 // decode parses value into r, which must be zero, or explains why it cannot.
@@ -445,6 +474,7 @@ func (b *Builder) NewRecord() arrow.RecordBatch {
 	cols[colKafkaTimestamp] = b.kafkaTS.take(as.Field(colKafkaTimestamp).Type, n)
 	cols[colIngestedAt] = b.ingested.take(as.Field(colIngestedAt).Type, n)
 	cols[colEnrichStatus] = b.status.take(as.Field(colEnrichStatus).Type, n)
+	b.fillExtra()
 	for i := range b.extra {
 		cols[numCols+i] = b.extra[i].take(as.Field(numCols+i).Type, n)
 	}
@@ -474,5 +504,6 @@ func (b *Builder) Release() {
 	for i := range b.extra {
 		b.extra[i].release()
 	}
+	b.extraRows = nil
 	b.rows, b.strBytes = 0, 0
 }

@@ -6,23 +6,37 @@ import (
 	"testing"
 	"time"
 
+	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/memory"
+	"github.com/apache/iceberg-go"
 )
+
+// checkedBuilder returns a Builder of the built-in schema with extra
+// columns, whose memory the test's end checks is all freed.
+func checkedBuilder(t *testing.T, extra []Column) *Builder {
+	s, err := Lookup(Clickstream)
+	if err == nil {
+		s, err = s.WithColumns(extra)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	mem := memory.NewCheckedAllocator(memory.NewGoAllocator())
+	b := s.NewBuilder(mem, 0)
+	t.Cleanup(func() {
+		b.Release()
+		mem.AssertSize(t, 0)
+	})
+	return b
+}
 
 // TestErrBuilderFull fakes a builder that already holds almost 2 GiB of
 // strings (allocating that much in a test is not reasonable) and checks that
 // the row that would overflow Arrow's int32 offsets is refused untouched and
 // fits again after NewRecord.
 func TestErrBuilderFull(t *testing.T) {
-	s, err := Lookup(Clickstream)
-	if err != nil {
-		t.Fatal(err)
-	}
-	mem := memory.NewCheckedAllocator(memory.NewGoAllocator())
-	defer mem.AssertSize(t, 0)
-	b := s.NewBuilder(mem, 0)
-	defer b.Release()
+	b := checkedBuilder(t, nil)
 
 	msg := []byte(`{"session_id":"s","event_type":"e","ts":1}`)
 	m := Meta{Topic: "clicks", Offset: 1}
@@ -49,6 +63,63 @@ func TestErrBuilderFull(t *testing.T) {
 	if err := b.Append(msg, m, time.Time{}, "ok"); err != nil {
 		t.Fatalf("Append after NewRecord = %v", err)
 	}
+}
+
+// TestExtraAttrsAreReadAtNewRecord checks the Builder's late read of extra
+// Attrs: a row's string bytes count toward the int32 bound when it is
+// appended (a refused row leaves nothing behind for NewRecord), and each
+// batch gets the Attrs of its own rows.
+func TestExtraAttrsAreReadAtNewRecord(t *testing.T) {
+	b := checkedBuilder(t, []Column{{Name: "segment", Type: iceberg.PrimitiveTypes.String}, {Name: "visits", Type: iceberg.PrimitiveTypes.Int64}})
+
+	msg := []byte(`{"session_id":"s","event_type":"e","ts":1}`)
+	m := Meta{Topic: "clicks"}
+	gold := NewExtra([]Attr{StringAttr("gold"), LongAttr(7)})
+	if gold.StrBytes != len("gold") {
+		t.Fatalf("NewExtra counted %d string bytes, want %d", gold.StrBytes, len("gold"))
+	}
+	if err := b.AppendEnriched(msg, m, time.Time{}, "ok", gold); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.AppendEnriched(msg, m, time.Time{}, "miss", Extra{}); err != nil {
+		t.Fatal(err)
+	}
+	// Room for the row without its attribute's string, not with it.
+	b.strBytes = maxStringBytes - len("s") - len("e") - len("clicks") - len("ok") - len("silver") + 1
+	silver := NewExtra([]Attr{StringAttr("silver")}) // short: visits is null
+	if err := b.AppendEnriched(msg, m, time.Time{}, "ok", silver); !errors.Is(err, ErrBuilderFull) {
+		t.Fatalf("AppendEnriched = %v, want ErrBuilderFull", err)
+	}
+	b.strBytes--
+	if err := b.AppendEnriched(msg, m, time.Time{}, "ok", silver); err != nil {
+		t.Fatalf("AppendEnriched at the limit = %v", err)
+	}
+	check := func(rec arrow.RecordBatch, want ...any) {
+		t.Helper()
+		defer rec.Release()
+		seg := rec.Column(numCols).(*array.String)
+		visits := rec.Column(numCols + 1).(*array.Int64)
+		if int(rec.NumRows())*2 != len(want) {
+			t.Fatalf("%d rows, want %d", rec.NumRows(), len(want)/2)
+		}
+		for i := range int(rec.NumRows()) {
+			var got [2]any
+			if seg.IsValid(i) {
+				got[0] = seg.Value(i)
+			}
+			if visits.IsValid(i) {
+				got[1] = visits.Value(i)
+			}
+			if got[0] != want[2*i] || got[1] != want[2*i+1] {
+				t.Errorf("row %d: segment, visits = %v, want %v", i, got, want[2*i:2*i+2])
+			}
+		}
+	}
+	check(b.NewRecord(), "gold", int64(7), nil, nil, "silver", nil)
+	if err := b.AppendEnriched(msg, m, time.Time{}, "ok", NewExtra([]Attr{StringAttr("tin"), LongAttr(1)})); err != nil {
+		t.Fatal(err)
+	}
+	check(b.NewRecord(), "tin", int64(1))
 }
 
 // TestBatchesOwnTheirMemory checks the hand-over in columns.go: batches of

@@ -87,6 +87,30 @@ type Attr struct {
 	Set bool
 }
 
+// Extra is a row's extra-column values as AppendEnriched takes them.
+type Extra struct {
+	// Attrs are the values in Schema.Extra order, each made for its
+	// column's type; an unset Attr, or one beyond a short slice, stores
+	// null. A builder may read Attrs as late as NewRecord: they must not
+	// change until then.
+	Attrs []Attr
+	// StrBytes is the sum of len(Str) over Attrs, as NewExtra counts it. A
+	// builder bounds its batch by it at once, while the clickstream Builder
+	// reads Attrs only when it makes the batch, all rows together: with
+	// tens of thousands of keys, reading one row's attributes is a miss of
+	// the CPU cache, which the bulk read overlaps with the next ones.
+	StrBytes int
+}
+
+// NewExtra returns the Extra of attrs.
+func NewExtra(attrs []Attr) Extra {
+	n := 0
+	for i := range attrs {
+		n += len(attrs[i].Str)
+	}
+	return Extra{Attrs: attrs, StrBytes: n}
+}
+
 // StringAttr, LongAttr, DoubleAttr, BoolAttr and TimeAttr make the Attr of
 // a value for a column of that type; TimeAttr of the zero time is null.
 func StringAttr(s string) Attr { return Attr{Str: s, Set: true} }
@@ -167,14 +191,6 @@ func kindOf(t iceberg.Type) extraKind {
 
 func newExtraColumn(mem memory.Allocator, t iceberg.Type) extraColumn {
 	return extraColumn{kind: kindOf(t), str: newStringColumn(mem), fixed: newFixedColumn(mem, 8), bools: newBoolColumn(mem)}
-}
-
-// strLen is the string bytes a would add to this column.
-func (c *extraColumn) strLen(a *Attr) int {
-	if a.Set && c.kind == kindString {
-		return len(a.Str)
-	}
-	return 0
 }
 
 // append stores a, or a null when it is not set.

@@ -42,7 +42,7 @@ func TestWithColumnsRoundTrip(t *testing.T) {
 		{schemas.StringAttr("silver"), {}, {}, schemas.BoolAttr(false)}, // unset and short: nulls
 	}
 	for i, extra := range rows {
-		if err := b.AppendEnriched(message(i, 333), testMeta(int64(i)), testIngested, "ok", extra); err != nil {
+		if err := b.AppendEnriched(message(i, 333), testMeta(int64(i)), testIngested, "ok", schemas.NewExtra(extra)); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -25,7 +25,7 @@ import (
 // RecordBuilder is not safe for concurrent use.
 type RecordBuilder interface {
 	Append(value []byte, m Meta, ingestedAt time.Time, enrichStatus string) error
-	AppendEnriched(value []byte, m Meta, ingestedAt time.Time, enrichStatus string, extra []Attr) error
+	AppendEnriched(value []byte, m Meta, ingestedAt time.Time, enrichStatus string, extra Extra) error
 	Len() int
 	SizeBytes() int
 	NewRecord() arrow.RecordBatch
@@ -88,10 +88,10 @@ type genericBuilder struct {
 const genericRowBytes = 48
 
 func (b *genericBuilder) Append(value []byte, m Meta, ingestedAt time.Time, enrichStatus string) error {
-	return b.AppendEnriched(value, m, ingestedAt, enrichStatus, nil)
+	return b.AppendEnriched(value, m, ingestedAt, enrichStatus, Extra{})
 }
 
-func (b *genericBuilder) AppendEnriched(value []byte, m Meta, ingestedAt time.Time, enrichStatus string, extra []Attr) error {
+func (b *genericBuilder) AppendEnriched(value []byte, m Meta, ingestedAt time.Time, enrichStatus string, extra Extra) error {
 	if len(value) > b.maxBytes {
 		return &DecodeError{
 			Reason: ReasonTooLarge,
@@ -103,10 +103,7 @@ func (b *genericBuilder) AppendEnriched(value []byte, m Meta, ingestedAt time.Ti
 	}
 	// Every string a row stores comes from the message (no format expands
 	// strings), the metadata or the extra values.
-	add := len(value) + len(m.Topic) + len(enrichStatus)
-	for i := range extra {
-		add += len(extra[i].Str)
-	}
+	add := len(value) + len(m.Topic) + len(enrichStatus) + extra.StrBytes
 	if b.strBytes+add > maxStringBytes {
 		return ErrBuilderFull
 	}
@@ -132,14 +129,14 @@ func (b *genericBuilder) AppendEnriched(value []byte, m Meta, ingestedAt time.Ti
 	}
 	for i, c := range meta[numCols-colKafkaTopic:] {
 		a := &unsetAttr
-		if i < len(extra) {
-			a = &extra[i]
+		if i < len(extra.Attrs) {
+			a = &extra.Attrs[i]
 		}
 		putExtra(c, a)
 	}
 	b.rows++
 	b.strBytes += add
-	b.bytes += len(value) + genericRowBytes + 9*len(extra)
+	b.bytes += len(value) + genericRowBytes + 9*len(extra.Attrs)
 	return nil
 }
 
