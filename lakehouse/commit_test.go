@@ -14,7 +14,6 @@ import (
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/memory"
-	"github.com/apache/iceberg-go"
 	"github.com/apache/iceberg-go/table"
 
 	"github.com/floe-dev/floe/lakehouse"
@@ -337,11 +336,6 @@ func TestConcurrentMembersBothCommit(t *testing.T) {
 
 func TestTableCreatedWithWriteProperties(t *testing.T) {
 	f := newFixture(t)
-	enriched, err := f.schema.WithColumns([]schemas.Column{{Name: "segment", Type: iceberg.PrimitiveTypes.String}, {Name: "score", Type: iceberg.PrimitiveTypes.Float64}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	f.schema = enriched
 	tbl := f.open(t, "g")
 	it, err := tbl.Load(t.Context())
 	if err != nil {
@@ -353,8 +347,6 @@ func TestTableCreatedWithWriteProperties(t *testing.T) {
 		"write.parquet.dict-encoding-enabled.column.event_id":      "false",
 		"write.parquet.dict-encoding-enabled.column.url":           "false",
 		"write.parquet.dict-encoding-enabled.column._kafka_offset": "false",
-		"write.parquet.dict-encoding-enabled.column.segment":       "false",
-		"write.parquet.dict-encoding-enabled.column.score":         "false",
 		"commit.manifest-merge.enabled":                            "true",
 	} {
 		if props[key] != want {

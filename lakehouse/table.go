@@ -309,13 +309,8 @@ func (t *Table) create(ctx context.Context) (*table.Table, error) {
 // tableProperties are the properties of a table floe creates: zstd Parquet,
 // bounded metadata history, merged manifests (so scan planning stays cheap
 // as commits accumulate), and no Parquet dictionary for the columns where it
-// costs CPU and saves nothing: 64-bit ids, counters and timestamps, the
-// schema's high-cardinality strings, which are nearly all distinct, and the
-// enrichment columns. Those repeat a key's attributes in runs (files are
-// sorted by the key field, and a session has one user), which zstd packs
-// about as well as a dictionary would (a 300,000-record demo table: 1 %
-// larger), while the dictionary hashes every value: 0.1–0.2 µs a value, and
-// an enriched row has several.
+// costs CPU and saves nothing: 64-bit ids, counters and timestamps, and the
+// schema's high-cardinality strings, which are nearly all distinct.
 func tableProperties(sc *schemas.Schema) iceberg.Properties {
 	props := iceberg.Properties{
 		table.PropertyFormatVersion:               "2",
@@ -335,9 +330,6 @@ func tableProperties(sc *schemas.Schema) iceberg.Properties {
 	}
 	for _, name := range sc.HighCardinality {
 		props[noDict+name] = "false"
-	}
-	for _, c := range sc.Extra {
-		props[noDict+c.Name] = "false"
 	}
 	return props
 }
