@@ -391,7 +391,7 @@ func (s *Stage) resolve(ctx context.Context, keys []string, half bool) {
 			}
 		}
 		since := s.answered.Load()
-		res, err := s.ask(ctx, keys)
+		res, probe, err := s.ask(ctx, keys)
 		if half {
 			<-s.splitSlots
 		}
@@ -440,7 +440,8 @@ func (s *Stage) resolve(ctx context.Context, keys []string, half bool) {
 		if keys = s.awaited(keys); len(keys) == 0 {
 			return
 		}
-		if !splits(err) || (s.answered.Load() <= since && failures < splitRounds) || s.cb.State() != gobreaker.StateClosed {
+		if !splits(err) || !(probe && serviceAnswered(err) ||
+			s.cb.State() == gobreaker.StateClosed && (s.answered.Load() > since || failures >= splitRounds)) {
 			continue
 		}
 		switch {
@@ -457,6 +458,15 @@ func (s *Stage) resolve(ctx context.Context, keys []string, half bool) {
 // splitRounds is how many of a batch's requests fail, the breaker staying
 // closed, before it is split even though no other request succeeded
 // meanwhile (when every request slot holds such a batch, none can).
+//
+// A batch whose request was the half-open breaker's probe is split after
+// one failure, if the service answered it (with an HTTP status): when every
+// batch holds a key the service cannot answer, every request fails, the
+// breaker opens, and only its probes go out, so a probe is the only
+// request that can find the batch's other keys answerable. A half that
+// succeeds as the next probe closes the breaker, and the batches failing
+// for their own keys then split as above. A service that fails everything
+// splits one batch per open_timeout, and one that cannot be reached none.
 const splitRounds = 3
 
 // splits reports whether a failed request may be split: not when the
@@ -464,6 +474,13 @@ const splitRounds = 3
 func splits(err error) bool {
 	var re *RequestError
 	return !errors.As(err, &re) || (re.StatusCode != http.StatusTooManyRequests && re.StatusCode != http.StatusServiceUnavailable)
+}
+
+// serviceAnswered reports whether a failed request got an HTTP status,
+// rather than no answer (a transport error or a timeout).
+func serviceAnswered(err error) bool {
+	var re *RequestError
+	return errors.As(err, &re) && re.StatusCode != 0
 }
 
 // awaited returns the keys of keys that a lane still waits for, and drops
@@ -488,19 +505,23 @@ var errBreakerBusy = errors.New("the breaker lets no request through")
 
 // ask makes one request for keys behind the breaker (retrying retryable
 // failures, see attempts) and reports its outcome to the breaker; a request
-// cut short by ctx counts for nothing.
-func (s *Stage) ask(ctx context.Context, keys []string) (map[string]Values, error) {
+// cut short by ctx counts for nothing. probe reports whether the request
+// was the half-open breaker's probe (the only request it lets through).
+func (s *Stage) ask(ctx context.Context, keys []string) (res map[string]Values, probe bool, err error) {
 	done, err := s.cb.Allow()
 	if err != nil {
-		return nil, errBreakerBusy
+		return nil, false, errBreakerBusy
 	}
-	res, err := s.attempts(ctx, keys)
+	// Until done, the state stays half-open: it leaves half-open only on
+	// the outcome of its probe.
+	probe = s.cb.State() == gobreaker.StateHalfOpen
+	res, err = s.attempts(ctx, keys)
 	if ctx.Err() != nil {
 		done(errStopping)
-		return nil, ctx.Err()
+		return nil, probe, ctx.Err()
 	}
 	done(err)
-	return res, err
+	return res, probe, err
 }
 
 // split resolves the two halves of keys, each in a goroutine of its own.

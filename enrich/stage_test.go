@@ -387,6 +387,61 @@ func TestPauseIsolatesAKeyTheServiceCannotAnswer(t *testing.T) {
 	})
 }
 
+// TestPauseIsolatesKeysWhileTheBreakerIsOpen: when every batch holds a key
+// the service cannot answer, every request fails and the breaker opens;
+// only its probes go out, so they must split their batches, or nothing is
+// ever answered again. The other keys are answered, in order, and the
+// records of the keys the service cannot answer are held.
+func TestPauseIsolatesKeysWhileTheBreakerIsOpen(t *testing.T) {
+	const batches, per = 10, 10
+	poison := make([]string, batches)
+	for i := range poison {
+		poison[i] = key(5000 + i)
+	}
+	srv, url := startServer(t, enrich.ServerConfig{P50: time.Millisecond, P99: 5 * time.Millisecond, Seed: 12, FailKeys: poison})
+	cfg := testConfig(url)
+	cfg.BatchSize = per + 1
+	cfg.Linger = time.Second // full batches: each holds one of the poison keys
+	cfg.Breaker.OpenTimeout = 50 * time.Millisecond
+	h := startStage(t, cfg)
+
+	ctx := context.Background()
+	stuck := h.st.NewQueue()
+	t.Cleanup(stuck.Abort)
+	good := h.st.NewQueue()
+	recs := [][]record{nil}
+	for b := range batches {
+		if err := stuck.Submit(ctx, poison[b], record{key: poison[b]}); err != nil {
+			t.Fatal(err)
+		}
+		for range per {
+			r := record{seq: len(recs[0]), key: key(len(recs[0]))}
+			recs[0] = append(recs[0], r)
+			if err := good.Submit(ctx, r.key, r); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	good.Close()
+	out := make(chan []enrich.Completed, 1)
+	go func() { out <- collect(good) }()
+	select {
+	case got := <-out:
+		checkLanes(t, srv, recs, [][]enrich.Completed{got})
+	case <-time.After(30 * time.Second):
+		t.Fatalf("the keys batched with ones the service cannot answer are still waiting after 30 s (breaker opened %v times)",
+			h.metric(t, "floe_enrich_breaker_transitions_total", "to", "open"))
+	}
+	if n := h.metric(t, "floe_enrich_breaker_transitions_total", "to", "open"); n < 1 {
+		t.Fatalf("the breaker never opened (%v): nothing was left to its probes", n)
+	}
+	ctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	defer cancel()
+	if got, err := stuck.Take(ctx, nil); err == nil {
+		t.Fatalf("the poison keys' lane gave %v", got)
+	}
+}
+
 // TestAKeyAloneFreesItsRequestSlot: a request for nothing but a key the
 // service cannot answer, which no split can help, still moves off its
 // request slot: with a single slot, the keys asked for after it are
