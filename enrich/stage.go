@@ -47,9 +47,9 @@ type Result struct {
 	// Err is set for StatusDead and StatusError: ErrBreakerOpen or a
 	// *RequestError.
 	Err error
-	// strBytes is schemas.NewExtra(Values).StrBytes, counted when Values
-	// were cached: a record's result is taken with the key's cache entry,
-	// while reading Values would be a miss of the CPU cache per record.
+	// strBytes is schemas.NewExtra(Values).StrBytes, counted when the
+	// lookup completed and kept in the key's cache entry: reading Values
+	// for it would be a miss of the CPU cache per record.
 	strBytes int
 }
 
@@ -368,9 +368,9 @@ func cachedResult(v cached) Result {
 // the same way: a key the service cannot answer then holds only its own
 // records, not those of the batch's other keys (nearly every lane's). A
 // batch fails for its own keys when, the breaker staying closed, other
-// requests succeeded meanwhile or it has failed splitRounds times; a
-// service that is down fails every request and opens the breaker first. A
-// 429 or 503 splits nothing: the service asks for fewer requests. The
+// requests succeeded meanwhile or it has failed splitRounds times, or when
+// it failed as the half-open breaker's probe (see splitRounds). A 429 or
+// 503 splits nothing: the service asks for fewer requests. The
 // halves run off the request slots (half is true for them), so that a
 // split batch frees its slot, and each of their requests holds one of
 // splitSlots, so that a batch whose every key fails cannot become
@@ -440,7 +440,7 @@ func (s *Stage) resolve(ctx context.Context, keys []string, half bool) {
 		if keys = s.awaited(keys); len(keys) == 0 {
 			return
 		}
-		if !splits(err) || !(probe && serviceAnswered(err) ||
+		if !splits(err) || !(probe && keysAtFault(err) ||
 			s.cb.State() == gobreaker.StateClosed && (s.answered.Load() > since || failures >= splitRounds)) {
 			continue
 		}
@@ -460,13 +460,18 @@ func (s *Stage) resolve(ctx context.Context, keys []string, half bool) {
 // meanwhile (when every request slot holds such a batch, none can).
 //
 // A batch whose request was the half-open breaker's probe is split after
-// one failure, if the service answered it (with an HTTP status): when every
-// batch holds a key the service cannot answer, every request fails, the
-// breaker opens, and only its probes go out, so a probe is the only
+// one failure whose status its keys may have caused (keysAtFault): when
+// every batch holds a key the service cannot answer, every request fails,
+// the breaker opens, and only its probes go out, so a probe is the only
 // request that can find the batch's other keys answerable. A half that
-// succeeds as the next probe closes the breaker, and the batches failing
-// for their own keys then split as above. A service that fails everything
-// splits one batch per open_timeout, and one that cannot be reached none.
+// succeeds as a later probe closes the breaker, and the batches failing
+// for their own keys then split as above. A service that answers every
+// request with a 500 through an outage has one batch split per
+// open_timeout (a few hundred in an hour, sent as smaller requests once it
+// recovers); bounding that would need probes taken in turn among the
+// waiting batches, since a batch whose probe failed is the first to ask
+// again, and a bound reached with such batches left would hold their
+// other keys for good.
 const splitRounds = 3
 
 // splits reports whether a failed request may be split: not when the
@@ -476,11 +481,21 @@ func splits(err error) bool {
 	return !errors.As(err, &re) || (re.StatusCode != http.StatusTooManyRequests && re.StatusCode != http.StatusServiceUnavailable)
 }
 
-// serviceAnswered reports whether a failed request got an HTTP status,
-// rather than no answer (a transport error or a timeout).
-func serviceAnswered(err error) bool {
+// keysAtFault reports whether a failed request's status may come from the
+// keys it asked for: 400, 413, 422 or 500. Not a transport error or a
+// timeout, nor a status of a service or gateway that is down (502, 503,
+// 504), of credentials or a wrong URL (401, 403, 404), or of overload
+// (429).
+func keysAtFault(err error) bool {
 	var re *RequestError
-	return errors.As(err, &re) && re.StatusCode != 0
+	if !errors.As(err, &re) {
+		return false
+	}
+	switch re.StatusCode {
+	case http.StatusBadRequest, http.StatusRequestEntityTooLarge, http.StatusUnprocessableEntity, http.StatusInternalServerError:
+		return true
+	}
+	return false
 }
 
 // awaited returns the keys of keys that a lane still waits for, and drops

@@ -402,7 +402,8 @@ func TestPauseIsolatesKeysWhileTheBreakerIsOpen(t *testing.T) {
 	cfg := testConfig(url)
 	cfg.BatchSize = per + 1
 	cfg.Linger = time.Second // full batches: each holds one of the poison keys
-	cfg.Breaker.OpenTimeout = 50 * time.Millisecond
+	cfg.Retries = -1         // one request a probe: the splits come sooner
+	cfg.Breaker.OpenTimeout = 20 * time.Millisecond
 	h := startStage(t, cfg)
 
 	ctx := context.Background()
