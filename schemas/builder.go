@@ -259,7 +259,9 @@ func (b *Builder) fullAttrs(attrs []Attr) *Attr {
 	case len(attrs) == 0:
 		return nil
 	case len(attrs) < len(b.extra):
-		attrs = append(attrs[:len(attrs):len(attrs)], make([]Attr, len(b.extra)-len(attrs))...)
+		padded := make([]Attr, len(b.extra))
+		copy(padded, attrs)
+		attrs = padded
 	}
 	return &attrs[0]
 }
