@@ -96,7 +96,11 @@
 //     nothing past the last enriched record. When the service answers again
 //     everything resumes by itself; nothing is lost or duplicated. A
 //     permanent error (say a 401 after a token rotation) also pauses: it is
-//     logged once per breaker transition.
+//     logged once per breaker transition. A batch that fails for its own
+//     keys (others succeed meanwhile, or it failed three times, or as the
+//     half-open probe with a 400, 413, 422 or 500) is split in halves until
+//     a key the service cannot answer is alone: only its records, and those
+//     behind them in their partitions, wait (floe_enrich_batch_splits_total).
 //   - passthrough: records complete without enrichment: StatusSkipped while
 //     the breaker is open, StatusError (with Err) after a failed request.
 //   - dlq: records complete with StatusDead and Err (ErrBreakerOpen or a
