@@ -106,8 +106,11 @@ type Builder struct {
 	status    stringColumn
 	extra     []extraColumn
 	// extraRows holds each row's extra Attrs (the first of len(extra)),
-	// nil for a row of nulls, for NewRecord to fill the extra columns from.
-	extraRows []*Attr
+	// nil for a row of nulls, for NewRecord to fill the extra columns from;
+	// extraStrBytes is the sum of their Extra.StrBytes, which bounded the
+	// batch, for NewRecord to check.
+	extraRows     []*Attr
+	extraStrBytes int
 
 	rows     int
 	strBytes int
@@ -245,6 +248,7 @@ func (b *Builder) AppendEnriched(value []byte, m Meta, ingestedAt time.Time, enr
 	}
 	if len(b.extra) > 0 {
 		b.extraRows = append(b.extraRows, b.fullAttrs(extra.Attrs))
+		b.extraStrBytes += extra.StrBytes
 	}
 
 	b.rows++
@@ -268,7 +272,10 @@ func (b *Builder) fullAttrs(attrs []Attr) *Attr {
 
 // fillExtra appends every row's extra Attrs to the extra columns. Rows
 // that share a key share Attrs, and the reads of different rows overlap in
-// the CPU, which one row's reads on the per-record path cannot.
+// the CPU, which one row's reads on the per-record path cannot. It panics
+// if the rows' strings outgrow the Extra.StrBytes they declared, since
+// that is a programming error (an Extra not made by NewExtra) that could
+// have let the batch outgrow Arrow's int32 offsets unnoticed.
 func (b *Builder) fillExtra() {
 	k := len(b.extra)
 	for n, p := range b.extraRows {
@@ -283,8 +290,15 @@ func (b *Builder) fillExtra() {
 			b.extra[i].append(n, &attrs[i])
 		}
 	}
+	used := 0
+	for i := range b.extra {
+		used += b.extra[i].str.data.n
+	}
+	if used > b.extraStrBytes {
+		panic(fmt.Sprintf("schemas: the extra columns hold %d string bytes, their rows declared %d: an Extra not made by NewExtra", used, b.extraStrBytes))
+	}
 	clear(b.extraRows) // let go of the Attrs
-	b.extraRows = b.extraRows[:0]
+	b.extraRows, b.extraStrBytes = b.extraRows[:0], 0
 }
 
 // decode parses value into r, which must be zero, or explains why it cannot.
@@ -463,6 +477,7 @@ func (b *Builder) SizeBytes() int { return b.rows*(rowFixedBytes+9*len(b.extra))
 // Builder's buffers, taken over without copying), so it stays valid after
 // further Appends and after the Builder is released.
 func (b *Builder) NewRecord() arrow.RecordBatch {
+	b.fillExtra() // first: its panic leaves every buffer to Release
 	n, as := b.rows, b.arrow
 	cols := make([]arrow.Array, numCols+len(b.extra))
 	for i := range b.strs {
@@ -476,7 +491,6 @@ func (b *Builder) NewRecord() arrow.RecordBatch {
 	cols[colKafkaTimestamp] = b.kafkaTS.take(as.Field(colKafkaTimestamp).Type, n)
 	cols[colIngestedAt] = b.ingested.take(as.Field(colIngestedAt).Type, n)
 	cols[colEnrichStatus] = b.status.take(as.Field(colEnrichStatus).Type, n)
-	b.fillExtra()
 	for i := range b.extra {
 		cols[numCols+i] = b.extra[i].take(as.Field(numCols+i).Type, n)
 	}
@@ -506,6 +520,6 @@ func (b *Builder) Release() {
 	for i := range b.extra {
 		b.extra[i].release()
 	}
-	b.extraRows = nil
+	b.extraRows, b.extraStrBytes = nil, 0
 	b.rows, b.strBytes = 0, 0
 }

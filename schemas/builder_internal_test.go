@@ -2,6 +2,7 @@ package schemas
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -120,6 +121,23 @@ func TestExtraAttrsAreReadAtNewRecord(t *testing.T) {
 		t.Fatal(err)
 	}
 	check(b.NewRecord(), "tin", int64(1))
+}
+
+// TestExtraMustCountItsStrings: an Extra whose StrBytes under-counts its
+// strings (not made by NewExtra) is a programming error NewRecord reports,
+// rather than a batch bounded by a wrong count.
+func TestExtraMustCountItsStrings(t *testing.T) {
+	b := checkedBuilder(t, []Column{{Name: "segment", Type: iceberg.PrimitiveTypes.String}})
+	msg := []byte(`{"session_id":"s","event_type":"e","ts":1}`)
+	if err := b.AppendEnriched(msg, Meta{Topic: "clicks"}, time.Time{}, "ok", Extra{Attrs: []Attr{StringAttr("gold")}}); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if r := recover(); r == nil || !strings.Contains(fmt.Sprint(r), "not made by NewExtra") {
+			t.Fatalf("NewRecord with an uncounted Extra: recovered %v, want the programming error", r)
+		}
+	}()
+	b.NewRecord().Release()
 }
 
 // TestBatchesOwnTheirMemory checks the hand-over in columns.go: batches of
