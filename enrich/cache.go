@@ -113,17 +113,25 @@ func (c *cache) get(key []byte, n int64) (cached, freshness) {
 	return v, fresh
 }
 
-// put caches an outcome for ttl.
-func (c *cache) put(key string, vals Values, miss bool, ttl time.Duration, n int64) {
+// newCached is the cache entry of an outcome.
+func newCached(vals Values, miss bool, expires, refresh int64) cached {
+	return cached{vals: vals, strBytes: schemas.NewExtra(vals).StrBytes, miss: miss, expires: expires, refresh: refresh}
+}
+
+// put caches an outcome for ttl and returns its entry, which is also the
+// outcome's Result (cachedResult) when nothing is cached: no cache, or no
+// ttl.
+func (c *cache) put(key string, vals Values, miss bool, ttl time.Duration, n int64) cached {
 	if c == nil || ttl <= 0 {
-		return
+		return newCached(vals, miss, 0, 0)
 	}
-	c.store(key, cached{vals: vals, miss: miss, expires: n + int64(ttl), refresh: n + int64(float64(ttl)*c.refreshAfter)})
+	v := newCached(vals, miss, n+int64(ttl), n+int64(float64(ttl)*c.refreshAfter))
+	c.store(key, v)
+	return v
 }
 
 // store caches v for key, replacing what either generation holds.
 func (c *cache) store(key string, v cached) {
-	v.strBytes = schemas.NewExtra(v.vals).StrBytes
 	sh := c.shard([]byte(key)) // does not escape: no copy
 	sh.mu.Lock()
 	delete(sh.old, key)

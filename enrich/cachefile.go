@@ -247,7 +247,7 @@ func (c *cache) load(r io.Reader, want cacheFileHeader, now time.Time, mono int6
 				e.Values[i].Str = in.share(e.Values[i].Str)
 			}
 		}
-		c.store(e.Key, cached{vals: e.Values, miss: e.Miss, expires: expires, refresh: refresh})
+		c.store(e.Key, newCached(e.Values, e.Miss, expires, refresh))
 		n++
 	}
 	return n, nil

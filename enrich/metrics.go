@@ -98,7 +98,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		})).(prometheus.Counter),
 		splits: register(prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "floe_enrich_batch_splits_total",
-			Help: "Failing batches split in halves under the pause policy (other requests succeeding meanwhile, or three failed requests, with the breaker closed), so that a key the service cannot answer holds only its own records.",
+			Help: "Failing batches split in halves under the pause policy (other requests succeeding meanwhile, or three failed requests, with the breaker closed; or a failed half-open probe answered 400, 413, 422 or 500), so that a key the service cannot answer holds only its own records.",
 		})).(prometheus.Counter),
 		hedges: register(prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "floe_enrich_hedged_requests_total",

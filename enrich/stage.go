@@ -47,9 +47,9 @@ type Result struct {
 	// Err is set for StatusDead and StatusError: ErrBreakerOpen or a
 	// *RequestError.
 	Err error
-	// strBytes is schemas.NewExtra(Values).StrBytes, counted when the
-	// lookup completed and kept in the key's cache entry: reading Values
-	// for it would be a miss of the CPU cache per record.
+	// strBytes is schemas.NewExtra(Values).StrBytes, counted once per
+	// lookup and kept in the key's cache entry (see newCached): reading
+	// Values for it would be a miss of the CPU cache per record.
 	strBytes int
 }
 
@@ -672,13 +672,12 @@ func (s *Stage) onBreakerChange(_ string, from, to gobreaker.State) {
 func (s *Stage) completeFound(keys []string, found map[string]Values) {
 	now := monoNow()
 	for _, k := range keys {
-		if vals, ok := found[k]; ok {
-			s.cache.put(k, vals, false, s.cfg.CacheTTL, now)
-			s.complete(k, Result{Status: StatusOK, Values: vals, strBytes: schemas.NewExtra(vals).StrBytes})
-		} else {
-			s.cache.put(k, nil, true, s.cfg.NegativeCacheTTL, now)
-			s.complete(k, Result{Status: StatusMiss})
+		vals, ok := found[k]
+		ttl := s.cfg.CacheTTL
+		if !ok {
+			ttl = s.cfg.NegativeCacheTTL
 		}
+		s.complete(k, cachedResult(s.cache.put(k, vals, !ok, ttl, now)))
 	}
 }
 
