@@ -53,7 +53,8 @@
 //     caller hands its record on itself: a warm cache's records cost a cache
 //     read, not a trip through the lane. AwaitIdle lets the caller wait for
 //     an idle lane instead of queueing behind records that wait for nothing
-//     but their consumer.
+//     but their consumer. Cached is Direct without the wait, for a caller
+//     that reads the key while it hands the record on.
 //   - A key already being looked up is not looked up again: every record
 //     waiting for it gets the one result (coalescing).
 //   - New keys from all lanes are gathered into requests of up to BatchSize

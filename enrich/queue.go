@@ -223,27 +223,54 @@ func (q *Queue) Direct(ctx context.Context, key []byte) (res Result, ok bool) {
 	if !q.Idle() && q.lookingUp() {
 		return Result{}, false // behind a lookup: no need to read the cache
 	}
-	s := q.s
-	hit := false
-	if len(key) == 0 {
-		res = Result{Status: StatusMiss}
-	} else {
-		v, fr := s.cache.get(key, monoNow())
-		switch fr {
-		case absent:
-			return Result{}, false
-		case stale:
-			s.refresh(string(key))
-		}
-		hit, res = true, cachedResult(v)
-	}
-	if !q.AwaitIdle(ctx) {
+	res, hit, ok := q.s.cachedOutcome(key)
+	if !ok || !q.AwaitIdle(ctx) {
 		return Result{}, false
 	}
+	return res, q.tookDirect(res, hit)
+}
+
+// Cached is Direct for a lane that is Idle already: it never waits, and
+// declines (ok false) unless the lane is Idle and key's outcome cached (or
+// key empty). It is meant for a caller that reads the key while it hands
+// the record on (schemas.Resolver), with the same rule: only the goroutine
+// that submits may call it.
+func (q *Queue) Cached(key []byte) (res Result, ok bool) {
+	if !q.Idle() {
+		return Result{}, false
+	}
+	res, hit, ok := q.s.cachedOutcome(key)
+	if !ok {
+		return Result{}, false
+	}
+	return res, q.tookDirect(res, hit)
+}
+
+// cachedOutcome is key's cached Result (an empty key is a miss); ok is
+// false when none is cached. A stale entry is refreshed in the background.
+func (s *Stage) cachedOutcome(key []byte) (res Result, hit, ok bool) {
+	if len(key) == 0 {
+		return Result{Status: StatusMiss}, false, true
+	}
+	v, fr := s.cache.get(key, monoNow())
+	switch fr {
+	case absent:
+		return Result{}, false, false
+	case stale:
+		s.refresh(string(key))
+	}
+	return cachedResult(v), true, true
+}
+
+// tookDirect counts a record handed on by Direct or Cached in the stage's
+// metrics, like one taken from the lane (within reportIdle while a consumer
+// waits in Take). It returns false, counting nothing, once the lane is
+// closed.
+func (q *Queue) tookDirect(res Result, hit bool) bool {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.closed {
-		return Result{}, false
+		return false
 	}
 	if hit {
 		q.hits++
@@ -255,7 +282,7 @@ func (q *Queue) Direct(ctx context.Context, key []byte) (res Result, ok bool) {
 	case reportEvery:
 		q.reportLocked()
 	}
-	return res, true
+	return true
 }
 
 // lookingUp reports whether a record in the lane waits for a lookup.

@@ -527,6 +527,59 @@ func TestDirectOnlyWhenIdle(t *testing.T) {
 	}
 }
 
+// TestCachedNeverWaits: Cached answers like Direct on an idle lane (a
+// cached key, a record without one, counted in the metrics), but declines
+// at once, without waiting, while a record is in the lane, even one whose
+// result is ready, or taken and not yet Delivered.
+func TestCachedNeverWaits(t *testing.T) {
+	srv, h := warmStage(t, 100*time.Millisecond)
+	ctx := context.Background()
+
+	q := h.st.NewQueue()
+	r, ok := q.Cached([]byte(key(1)))
+	if !ok {
+		t.Fatal("Cached declined a cached key on an idle lane")
+	}
+	checkResult(t, srv, key(1), r)
+	if r, ok := q.Cached(nil); !ok || r.Status != enrich.StatusMiss {
+		t.Fatalf("Cached without a key: %+v, %v; want a miss", r, ok)
+	}
+	if _, ok := q.Cached([]byte(key(2))); ok {
+		t.Fatal("Cached answered a key that is not cached")
+	}
+
+	// A record with a ready result in the lane: Direct would wait for it
+	// to be Delivered, Cached declines.
+	if err := q.Submit(ctx, key(1), 1); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := q.Cached([]byte(key(1))); ok {
+		t.Fatal("Cached answered while a record is in the lane")
+	}
+	batch, err := q.Take(ctx, nil)
+	if err != nil || len(batch) != 1 {
+		t.Fatalf("Take: %d records, %v", len(batch), err)
+	}
+	if _, ok := q.Cached([]byte(key(1))); ok {
+		t.Fatal("Cached answered before the taken record was Delivered")
+	}
+	q.Delivered(len(batch))
+	if _, ok := q.Cached([]byte(key(1))); !ok {
+		t.Fatal("Cached declined once the lane was idle")
+	}
+	q.Abort() // reports what the lane has not yet
+
+	// The warm-up's result, two answered by Cached with key 1 and the
+	// taken record's are ok, the keyless one a miss; the hits are the
+	// three cache reads of key 1 that answered and the Submit's.
+	if ok, miss := h.metric(t, "floe_enrich_results_total", "status", "ok"), h.metric(t, "floe_enrich_results_total", "status", "miss"); ok != 4 || miss != 1 {
+		t.Fatalf("results: %v ok, %v miss; want 4 and 1", ok, miss)
+	}
+	if hits := h.metric(t, "floe_enrich_cache_hits_total"); hits != 3 {
+		t.Fatalf("%v cache hits, want 3", hits)
+	}
+}
+
 // TestDirectReportsWhileQuiet: what Direct answers reaches the metrics
 // while the lane's consumer sleeps in Take and nothing else happens on the
 // lane, within reportIdle.

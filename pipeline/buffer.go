@@ -171,6 +171,43 @@ func (b *partitionBuffer) appendEnriched(msg kafka.Message, now time.Time, res e
 	}
 }
 
+// resolvingBuilder is a builder that reads a row's enrichment key as it
+// decodes it (schemas.Builder.AppendResolved).
+type resolvingBuilder interface {
+	AppendResolved(value []byte, m schemas.Meta, ingestedAt time.Time, keyField string, res schemas.Resolver) error
+}
+
+// appendResolved is appendEnriched for a record whose builder reads its
+// key field as it decodes it and asks res for the record's enrichment: one
+// parse of the record, where reading its key first costs another. ok is
+// false, with nothing buffered, when the builder cannot, res does not
+// resolve the key, or the record cannot be decoded: the caller then takes
+// it the usual way (which dead-letters a record that cannot be decoded).
+func (b *partitionBuffer) appendResolved(msg kafka.Message, now time.Time, keyField string, res schemas.Resolver) (rowsDelta, bytesDelta int, ok bool, err error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	rb, can := b.builder.(resolvingBuilder)
+	if !can {
+		return 0, 0, false, nil
+	}
+	if err := b.extend(msg); err != nil {
+		return 0, 0, false, err
+	}
+	before := b.builder.SizeBytes()
+	meta := schemas.Meta{Topic: b.topic, Partition: b.partition, Offset: msg.Offset, Timestamp: msg.Time}
+	err = rb.AppendResolved(msg.Value, meta, now, keyField, res)
+	var de *schemas.DecodeError
+	switch {
+	case err == nil:
+		b.next = msg.Offset + 1
+		return 1, b.builder.SizeBytes() - before, true, nil
+	case errors.Is(err, schemas.ErrUnresolved), errors.As(err, &de):
+		return 0, 0, false, nil
+	default:
+		return 0, 0, false, fmt.Errorf("buffering %s/%d@%d: %w", b.topic, b.partition, msg.Offset, err)
+	}
+}
+
 // take returns the current segment and starts a new one that builds on it.
 // ok is false when nothing was appended since the last take.
 func (b *partitionBuffer) take() (seg segment, ok bool) {
@@ -356,6 +393,14 @@ func newWindow(maxRows, maxBytes int) *window {
 	w := &window{maxRows: maxRows, maxBytes: maxBytes, full: make(chan struct{}, 1)}
 	w.cond = sync.NewCond(&w.mu)
 	return w
+}
+
+// hasRoom reports whether a record may be added now (wait would not block):
+// the window is open and not full.
+func (w *window) hasRoom() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return !w.closed && w.rows < w.maxRows && w.bytes < w.maxBytes
 }
 
 // wait blocks while the window is full; it returns ctx's error if ctx ends

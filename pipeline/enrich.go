@@ -415,6 +415,7 @@ func (m *Member) fetchEnriched(ctx context.Context, b *partitionBuffer, seek int
 		drained <- err
 	}()
 	ex := newKeyExtractor(m.cfg.Enrich.Key)
+	direct := &cachedResolver{lane: lane}
 	// The lane holds *laneRecord: boxing a laneRecord in an any would
 	// allocate a copy of it per record, so they are kept in slabs instead,
 	// which the drainer hands back once buffered.
@@ -437,6 +438,12 @@ func (m *Member) fetchEnriched(ctx context.Context, b *partitionBuffer, seek int
 		takes := m.takes(msg.Value)
 		var key []byte
 		if takes {
+			if done, err := m.appendCached(b, msg, direct, win, end, reached); err != nil {
+				stop()
+				return err
+			} else if done {
+				continue
+			}
 			key = ex.key(msg.Value)
 		}
 		// Unless a record in the lane waits for a lookup, a record whose key
@@ -489,6 +496,40 @@ func (m *Member) fetchEnriched(ctx context.Context, b *partitionBuffer, seek int
 			return fmt.Errorf("fetching %s/%d: %w", k.Topic, b.partition, err)
 		}
 	}
+}
+
+// appendCached buffers msg at once, as Direct's fast path does, when its
+// lane is Idle, the window has room, and the builder, reading the key as it
+// decodes the record, finds its outcome cached (enrich.Queue.Cached): the
+// record is parsed once, where reading its key first (keyExtractor) and
+// then decoding it parses it twice. done is false when the record must
+// take the usual way: a key not cached, a lane or window not ready, a
+// builder that cannot read keys (schemas other than the built-in one), or
+// a record that cannot be decoded.
+func (m *Member) appendCached(b *partitionBuffer, msg kafka.Message, r *cachedResolver, win *window, end int64, reached func()) (done bool, err error) {
+	if !r.lane.Idle() || !win.hasRoom() {
+		return false, nil
+	}
+	rows, bytes, ok, err := b.appendResolved(msg, time.Now(), m.cfg.Enrich.Key, r)
+	if !ok || err != nil {
+		return false, err
+	}
+	m.appended(b, msg, rows, bytes, false, win, end, reached)
+	return true, nil
+}
+
+// cachedResolver resolves a record's key from its lane's cache
+// (enrich.Queue.Cached).
+type cachedResolver struct {
+	lane *enrich.Queue
+}
+
+func (r *cachedResolver) Resolve(key []byte) (status string, extra schemas.Extra, ok bool) {
+	res, ok := r.lane.Cached(key)
+	if !ok {
+		return "", schemas.Extra{}, false
+	}
+	return string(res.Status), res.Extra(), true
 }
 
 // drain buffers a lane's completed records in offset order until the lane

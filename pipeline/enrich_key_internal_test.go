@@ -2,10 +2,14 @@ package pipeline
 
 import (
 	"bytes"
+	"errors"
 	"testing"
+	"time"
 
 	"github.com/valyala/fastjson"
 
+	"github.com/floe-dev/floe/enrich"
+	"github.com/floe-dev/floe/schemas"
 	"github.com/floe-dev/floe/schemas/clickgen"
 )
 
@@ -159,5 +163,85 @@ func TestFindKeyDefers(t *testing.T) {
 		if key, ok := findKey([]byte(v), q); !ok || string(key) != want {
 			t.Errorf("findKey(%s) = %q, %v; want %q, true", v, key, ok, want)
 		}
+	}
+}
+
+// keyRecorder is a schemas.Resolver that records the keys it is asked for
+// and resolves them when resolve is set.
+type keyRecorder struct {
+	resolve bool
+	keys    []string
+	calls   int
+}
+
+func (r *keyRecorder) Resolve(key []byte) (string, schemas.Extra, bool) {
+	r.calls++
+	r.keys = append(r.keys, string(key))
+	if !r.resolve {
+		return "", schemas.Extra{}, false
+	}
+	return string(enrich.StatusMiss), schemas.Extra{}, true
+}
+
+// TestResolvedKeyIsTheExtractorsKey: the key the clickstream builder reads
+// as it decodes a record (the fast path, appendCached) is the one the key
+// extractor finds in it (the lane's path), for every record it decodes; a
+// record it cannot decode is refused before any key is asked for, and a
+// key left unresolved appends nothing.
+func TestResolvedKeyIsTheExtractorsKey(t *testing.T) {
+	sc, err := schemas.Lookup(schemas.Clickstream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bld := sc.NewBuilder(nil, 0)
+	t.Cleanup(bld.Release)
+	k := newKeyExtractor("user_id")
+	const rest = `"session_id":"s","event_type":"click","ts":1700000000000`
+	values := []string{
+		`{"user_id":"u-1",` + rest + `}`,
+		`{` + rest + `}`,                                 // absent: a miss
+		`{"user_id":null,` + rest + `}`,                  // null: a miss
+		`{"user_id":"",` + rest + `}`,                    // empty: a miss
+		`{"user_id":"u-\u0034\"2",` + rest + `}`,         // escaped
+		`{"user\u005fid":"u-3",` + rest + `}`,            // escaped name
+		`{"user_id":"u-1",` + rest + `,"user_id":"u-2"}`, // repeated: the last
+		`{"user_id":17,` + rest + `}`,                    // not a string: not decoded
+		`{"user_id":"u-1"`,                               // truncated: not decoded
+	}
+	gen := clickgen.New(clickgen.Config{Sessions: 1000, Seed: 5, MalformedRate: 0.2})
+	for range 3000 {
+		values = append(values, string(gen.Next().Value))
+	}
+	decoded := 0
+	for i, v := range values {
+		rec := &keyRecorder{resolve: i%2 == 0}
+		before := bld.Len()
+		err := bld.AppendResolved([]byte(v), schemas.Meta{Topic: "t", Offset: int64(i)}, time.Now(), "user_id", rec)
+		var de *schemas.DecodeError
+		switch {
+		case errors.As(err, &de):
+			if rec.calls != 0 {
+				t.Fatalf("%s: a record that cannot be decoded asked for its key", v)
+			}
+		case rec.calls != 1:
+			t.Fatalf("%s: %v, and the key asked for %d times", v, err, rec.calls)
+		case rec.keys[0] != string(k.key([]byte(v))):
+			t.Fatalf("%s: key %q read while decoding, %q by the extractor", v, rec.keys[0], k.key([]byte(v)))
+		case rec.resolve && (err != nil || bld.Len() != before+1):
+			t.Fatalf("%s: resolved, but %v and %d rows added", v, err, bld.Len()-before)
+		case !rec.resolve && (!errors.Is(err, schemas.ErrUnresolved) || bld.Len() != before):
+			t.Fatalf("%s: unresolved, but %v and %d rows added", v, err, bld.Len()-before)
+		default:
+			decoded++
+		}
+	}
+	if decoded < 2000 {
+		t.Fatalf("only %d of %d records decoded", decoded, len(values))
+	}
+	// A key field that is not one of the message's strings is declined
+	// before decoding.
+	rec := &keyRecorder{resolve: true}
+	if err := bld.AppendResolved([]byte(values[0]), schemas.Meta{Topic: "t"}, time.Now(), "seq", rec); !errors.Is(err, schemas.ErrUnresolved) || rec.calls != 0 {
+		t.Fatalf("key field seq: %v after %d calls, want ErrUnresolved before any", err, rec.calls)
 	}
 }

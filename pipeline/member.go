@@ -537,6 +537,13 @@ func (m *Member) append(b *partitionBuffer, msg kafka.Message, res enrich.Result
 	if err != nil {
 		return err
 	}
+	m.appended(b, msg, rows, bytes, dead, win, end, reached)
+	return nil
+}
+
+// appended accounts for msg, now buffered as rows and bytes (or a dead
+// letter).
+func (m *Member) appended(b *partitionBuffer, msg kafka.Message, rows, bytes int, dead bool, win *window, end int64, reached func()) {
 	if b.lag != nil && msg.HighWaterMark > 0 {
 		b.lag.highWater.Store(msg.HighWaterMark)
 	}
@@ -548,7 +555,6 @@ func (m *Member) append(b *partitionBuffer, msg kafka.Message, res enrich.Result
 	if msg.Offset+1 == end {
 		reached()
 	}
-	return nil
 }
 
 // openReader returns a Reader of one partition positioned at seek (an

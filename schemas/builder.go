@@ -112,6 +112,12 @@ type Builder struct {
 	extraRows     []*Attr
 	extraStrBytes int
 
+	// keyField, keyCol: AppendResolved's last key field and its column
+	// (-1: not a string field of the message); keyKnown once set.
+	keyField string
+	keyCol   int
+	keyKnown bool
+
 	rows     int
 	strBytes int
 }
@@ -205,18 +211,71 @@ func (b *Builder) Append(value []byte, m Meta, ingestedAt time.Time, enrichStatu
 // extra. It keeps extra.Attrs until NewRecord, which fills the columns for
 // all rows at once (see Extra).
 func (b *Builder) AppendEnriched(value []byte, m Meta, ingestedAt time.Time, enrichStatus string, extra Extra) error {
+	// The row lives on the stack: it holds pointers, and storing them into
+	// the heap-allocated Builder would cost a GC write barrier each.
+	var r row
+	if err := b.decodeRow(value, &r); err != nil {
+		return err
+	}
+	return b.appendRow(&r, m, ingestedAt, enrichStatus, extra)
+}
+
+// decodeRow is decode for a message within the size limit.
+func (b *Builder) decodeRow(value []byte, r *row) error {
 	if len(value) > b.maxBytes {
 		return &DecodeError{
 			Reason: ReasonTooLarge,
 			Detail: "message is " + strconv.Itoa(len(value)) + " bytes; the limit is " + strconv.Itoa(b.maxBytes),
 		}
 	}
-	// The row lives on the stack: it holds pointers, and storing them into
-	// the heap-allocated Builder would cost a GC write barrier each.
-	var r row
-	if err := b.decode(value, &r); err != nil {
+	if err := b.decode(value, r); err != nil {
 		return err
 	}
+	return nil
+}
+
+// AppendResolved is AppendEnriched for a row whose enrichment depends on
+// the value of its top-level string field keyField (nil when null or
+// absent): it decodes value, asks res for the row's status and extra
+// values, and appends the row if res resolves it. The message is parsed
+// once, where reading the key first and then appending would parse it
+// twice. It returns ErrUnresolved, having appended nothing, when res does
+// not resolve the key, and at once, before decoding, when keyField is not
+// one of the message's string fields; a message that cannot be decoded
+// fails as with Append, before res is asked.
+func (b *Builder) AppendResolved(value []byte, m Meta, ingestedAt time.Time, keyField string, res Resolver) error {
+	slot := b.keySlot(keyField)
+	if slot < 0 {
+		return ErrUnresolved
+	}
+	var r row // on the stack, as in AppendEnriched
+	if err := b.decodeRow(value, &r); err != nil {
+		return err
+	}
+	var key []byte
+	if r.strValid[slot] {
+		key = r.strs[slot]
+	}
+	status, extra, ok := res.Resolve(key)
+	if !ok {
+		return ErrUnresolved
+	}
+	return b.appendRow(&r, m, ingestedAt, status, extra)
+}
+
+// keySlot is the string column of the message field named field, or -1.
+func (b *Builder) keySlot(field string) int {
+	if !b.keyKnown || field != b.keyField {
+		b.keyField, b.keyCol, b.keyKnown = field, -1, true
+		if i := jsonSlot([]byte(field)); i >= 0 && i < numStringEventCols {
+			b.keyCol = i
+		}
+	}
+	return b.keyCol
+}
+
+// appendRow appends a decoded row.
+func (b *Builder) appendRow(r *row, m Meta, ingestedAt time.Time, enrichStatus string, extra Extra) error {
 	add := r.strBytes + len(m.Topic) + len(enrichStatus) + extra.StrBytes
 	if b.strBytes+add > maxStringBytes {
 		return ErrBuilderFull

@@ -57,6 +57,10 @@ func (e *DecodeError) Error() string {
 	return "decoding record: " + e.Reason + " " + strconv.Quote(e.Field) + ": " + e.Detail
 }
 
+// ErrUnresolved is returned by Builder.AppendResolved when the row's key
+// was not resolved: nothing was appended.
+var ErrUnresolved = errors.New("schemas: the row's enrichment key was not resolved")
+
 // ErrBuilderFull is returned by Builder.Append when the row would push a
 // string column past the 2 GiB that Arrow's 32-bit offsets can address. The
 // message itself is fine: call NewRecord and append it again. Flushing by

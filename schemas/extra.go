@@ -269,3 +269,10 @@ func (c *boolColumn) release() {
 	c.valid.bits.release()
 	c.values.release()
 }
+
+// Resolver gives a row its enrichment from its key (Builder.AppendResolved).
+type Resolver interface {
+	// Resolve returns the row's enrichment status and extra values, or ok
+	// false to leave the row out. key is only valid during the call.
+	Resolve(key []byte) (status string, extra Extra, ok bool)
+}
