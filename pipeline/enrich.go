@@ -505,7 +505,9 @@ func (m *Member) fetchEnriched(ctx context.Context, b *partitionBuffer, seek int
 // then decoding it parses it twice. done is false when the record must
 // take the usual way: a key not cached, a lane or window not ready, a
 // builder that cannot read keys (schemas other than the built-in one), or
-// a record that cannot be decoded.
+// a record that cannot be decoded. A key not cached wastes the record's
+// decoding, at most once each time the lane falls idle: the record then
+// waits in the lane, and the records behind it take the usual way.
 func (m *Member) appendCached(b *partitionBuffer, msg kafka.Message, r *cachedResolver, win *window, end int64, reached func()) (done bool, err error) {
 	if !r.lane.Idle() || !win.hasRoom() {
 		return false, nil

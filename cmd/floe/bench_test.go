@@ -14,6 +14,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -553,6 +554,18 @@ func fastest(rs []run) run {
 	return best
 }
 
+// referenceServer starts the reference enrichment service at its default
+// latencies, p50 600 ms and p99 2.8 s, until the benchmark ends.
+func referenceServer(b *testing.B) (*enrich.Server, string) {
+	srv := enrich.NewServer(enrich.ServerConfig{})
+	url, err := srv.Start("127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { srv.Close() })
+	return srv, url
+}
+
 // BenchmarkEnrichment compares, in one run on one backlog: floe without
 // enrichment, floe with the reference service at p50 600 ms / p99 2.8 s, and
 // the case studies' design — a consumer per partition making one synchronous
@@ -563,12 +576,7 @@ func fastest(rs []run) run {
 func BenchmarkEnrichment(b *testing.B) {
 	n := benchRecords()
 	cl, _ := backlogCluster(b, n, 1)
-	srv := enrich.NewServer(enrich.ServerConfig{}) // p50 600ms, p99 2.8s
-	url, err := srv.Start("127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer srv.Close()
+	srv, url := referenceServer(b)
 
 	for i := 0; i < b.N; i++ {
 		// A scheduled job's next run with enrich.cache_file starts with
@@ -648,6 +656,55 @@ func BenchmarkEnrichment(b *testing.B) {
 	}
 }
 
+// BenchmarkCompare measures a change on this shared machine, where a run's
+// CPU time per record moves by 2× with the other users' load: it runs two
+// floe binaries, FLOE_BENCH_A and FLOE_BENCH_B (say, built from two
+// commits), alternately on one backlog, benchRounds pairs, each pair back to
+// back and in swapped order every other round, so that both sides of a pair
+// share the machine's state. FLOE_BENCH_COMPARE picks the runs: warm (a
+// scheduled job's next run with enrich.cache_file, the default), cold
+// (enrichment, empty cache) or plain. It reports B's CPU µs a record less
+// A's, per pair and the pairs' median. Skipped unless both binaries are set.
+func BenchmarkCompare(b *testing.B) {
+	bins := [2]string{os.Getenv("FLOE_BENCH_A"), os.Getenv("FLOE_BENCH_B")}
+	if bins[0] == "" || bins[1] == "" {
+		b.Skip("set FLOE_BENCH_A and FLOE_BENCH_B to two floe binaries")
+	}
+	mode := os.Getenv("FLOE_BENCH_COMPARE")
+	if !slices.Contains([]string{"", "warm", "cold", "plain"}, mode) {
+		b.Fatalf("FLOE_BENCH_COMPARE=%q: want warm, cold or plain", mode)
+	}
+	n := benchRecords()
+	cl, _ := backlogCluster(b, n, 1)
+	_, url := referenceServer(b)
+	warm := enrichYAML(url) + "  cache_file: " + filepath.Join(b.TempDir(), "enrich.cache") + "\n"
+	extra := map[string]string{"": warm, "warm": warm, "cold": enrichYAML(url), "plain": enrichMemory}[mode]
+	cpu := func(bin, extra string) float64 {
+		cmd := exec.Command(bin, "run", "--until-caught-up", "--config", benchConfig(b, cl.Addrs(), extra))
+		if out, err := cmd.CombinedOutput(); err != nil {
+			b.Fatalf("%s: %v\n%s", bin, err, out)
+		}
+		return float64(cpuUsed(cmd.ProcessState).Microseconds()) / float64(n)
+	}
+	cpu(bins[1], warm) // saves the cache file the warm runs load
+	for i := 0; i < b.N; i++ {
+		var diffs []float64
+		var all strings.Builder
+		for r := range benchRounds() {
+			var us [2]float64
+			for j := range 2 {
+				side := (r + j) % 2
+				us[side] = cpu(bins[side], extra)
+			}
+			diffs = append(diffs, us[1]-us[0])
+			fmt.Fprintf(&all, "\n  pair %d: A %.2f, B %.2f µs CPU/record: B-A %+.2f", r+1, us[0], us[1], us[1]-us[0])
+		}
+		slices.Sort(diffs)
+		b.ReportMetric(diffs[len(diffs)/2], "median-B-A-µs/record")
+		fmt.Printf("BenchmarkCompare pairs:%s\n", all.String())
+	}
+}
+
 // syncLookupRate is the case studies' design: per partition, fetch a record,
 // GET its key from the service, wait, repeat. It returns records/s over d.
 func syncLookupRate(b *testing.B, brokers []string, url string, d time.Duration) float64 {
@@ -706,12 +763,7 @@ func BenchmarkBacklogDrain(b *testing.B) {
 	const arrivals = 45000
 	cl, gen := backlogCluster(b, backlog, 9)
 	ctx := context.Background()
-	srv := enrich.NewServer(enrich.ServerConfig{})
-	url, err := srv.Start("127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer srv.Close()
+	_, url := referenceServer(b)
 	start, err := cl.EndOffsets(ctx, testTopic)
 	if err != nil {
 		b.Fatal(err)
