@@ -530,7 +530,8 @@ func TestDirectOnlyWhenIdle(t *testing.T) {
 // TestCachedNeverWaits: Cached answers like Direct on an idle lane (a
 // cached key, a record without one, counted in the metrics), but declines
 // at once, without waiting, while a record is in the lane, even one whose
-// result is ready, or taken and not yet Delivered.
+// result is ready, or taken and not yet Delivered, and on an aborted lane,
+// counting nothing then.
 func TestCachedNeverWaits(t *testing.T) {
 	srv, h := warmStage(t, 100*time.Millisecond)
 	ctx := context.Background()
@@ -568,6 +569,9 @@ func TestCachedNeverWaits(t *testing.T) {
 		t.Fatal("Cached declined once the lane was idle")
 	}
 	q.Abort() // reports what the lane has not yet
+	if _, ok := q.Cached([]byte(key(1))); ok {
+		t.Fatal("Cached answered on an aborted lane")
+	}
 
 	// The warm-up's result, two answered by Cached with key 1 and the
 	// taken record's are ok, the keyless one a miss; the hits are the

@@ -91,10 +91,24 @@ func (b *partitionBuffer) resumeAt(seek int64) int64 {
 // in offset order, or the offsets committed with the rows would be wrong.
 // b.mu must be held.
 func (b *partitionBuffer) extend(msg kafka.Message) error {
+	if err := b.inOrder(msg); err != nil {
+		return err
+	}
+	b.mark(msg)
+	return nil
+}
+
+// inOrder checks that msg comes after what the segment holds.
+func (b *partitionBuffer) inOrder(msg kafka.Message) error {
 	if b.started && msg.Offset < b.next {
 		return fmt.Errorf("buffering %s/%d@%d: offsets up to %d are buffered already: records out of order",
 			b.topic, b.partition, msg.Offset, b.next-1)
 	}
+	return nil
+}
+
+// mark is extend once msg is known to be in order.
+func (b *partitionBuffer) mark(msg kafka.Message) {
 	expect := b.next
 	if !b.started {
 		expect = b.resume
@@ -115,7 +129,6 @@ func (b *partitionBuffer) extend(msg kafka.Message) error {
 		}
 	}
 	b.lastTS = ts
-	return nil
 }
 
 // offResult is the enrichment result of every record when enrichment is off.
@@ -190,7 +203,7 @@ func (b *partitionBuffer) appendResolved(msg kafka.Message, now time.Time, keyFi
 	if !can {
 		return 0, 0, false, nil
 	}
-	if err := b.extend(msg); err != nil {
+	if err := b.inOrder(msg); err != nil {
 		return 0, 0, false, err
 	}
 	before := b.builder.SizeBytes()
@@ -199,6 +212,10 @@ func (b *partitionBuffer) appendResolved(msg kafka.Message, now time.Time, keyFi
 	var de *schemas.DecodeError
 	switch {
 	case err == nil:
+		// Only now: a record not taken here leaves the segment as it was
+		// (its times feed the lag gauges) until it is buffered the usual
+		// way.
+		b.mark(msg)
 		b.next = msg.Offset + 1
 		return 1, b.builder.SizeBytes() - before, true, nil
 	case errors.Is(err, schemas.ErrUnresolved), errors.As(err, &de):

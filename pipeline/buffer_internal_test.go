@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/segmentio/kafka-go"
 
@@ -68,8 +69,9 @@ func TestAppendResolved(t *testing.T) {
 	}
 	b := newPartitionBuffer(sc, "clicks", 0, 0, 1<<20, func(from, to int64) { t.Errorf("gap %d-%d reported", from, to) })
 	t.Cleanup(b.release)
+	times := []time.Time{time.Unix(1700000000, 0), time.Unix(1700000001, 0), time.Unix(1700000002, 0)}
 	rec := func(off int64, value string) kafka.Message {
-		return kafka.Message{Offset: off, Time: time.Now(), Value: []byte(value)}
+		return kafka.Message{Offset: off, Time: times[off], Value: []byte(value)}
 	}
 	const good = `{"event_id":"e","session_id":"s","user_id":"u-7","event_type":"click","ts":1700000000000}`
 	gold := &fixedResolver{status: "ok", extra: schemas.NewExtra([]schemas.Attr{schemas.StringAttr("gold")})}
@@ -80,9 +82,25 @@ func TestAppendResolved(t *testing.T) {
 	if gold.keys[0] != "u-7" {
 		t.Fatalf("resolver asked for %q, want u-7", gold.keys[0])
 	}
+	// A record not taken leaves the segment as it was: its offset and its
+	// time (which the lag gauges read) are not the segment's.
 	none := &fixedResolver{}
 	if _, _, ok, err := b.appendResolved(rec(1, good), time.Now(), "user_id", none); ok || err != nil {
 		t.Fatalf("offset 1 unresolved: ok %v, %v", ok, err)
+	}
+	first, ok := b.take()
+	if !ok {
+		t.Fatal("offset 0 not buffered")
+	}
+	defer first.part.Rows.Release()
+	if r := first.part.Range; r.From != 0 || r.To != 1 || first.lastTS != times[0].UnixNano() {
+		t.Fatalf("segment [%d, %d) last at %d, want [0, 1) last at offset 0's time %d", r.From, r.To, first.lastTS, times[0].UnixNano())
+	}
+	if _, _, ok, err := b.appendResolved(rec(1, good), time.Now(), "user_id", none); ok || err != nil {
+		t.Fatalf("offset 1 unresolved again: ok %v, %v", ok, err)
+	}
+	if seg, ok := b.take(); ok {
+		t.Fatalf("an unresolved record opened a segment: [%d, %d)", seg.part.Range.From, seg.part.Range.To)
 	}
 	if _, _, dead, err := b.appendEnriched(rec(1, good), time.Now(), enrich.Result{Status: enrich.StatusMiss}); dead || err != nil {
 		t.Fatalf("offset 1 the usual way: dead %v, %v", dead, err)
@@ -102,21 +120,21 @@ func TestAppendResolved(t *testing.T) {
 		t.Fatal("nothing buffered")
 	}
 	defer seg.part.Rows.Release()
-	if r := seg.part.Range; r.From != 0 || r.To != 3 || len(seg.letters) != 1 || seg.letters[0].msg.Offset != 2 {
-		t.Fatalf("segment [%d, %d) with %d dead letters, want [0, 3) with offset 2's", r.From, r.To, len(seg.letters))
+	if r := seg.part.Range; r.From != 1 || r.To != 3 || len(seg.letters) != 1 || seg.letters[0].msg.Offset != 2 {
+		t.Fatalf("segment [%d, %d) with %d dead letters, want [1, 3) with offset 2's", r.From, r.To, len(seg.letters))
 	}
-	rows := seg.part.Rows
-	col := func(name string) *array.String {
+	col := func(rows arrow.RecordBatch, name string) *array.String {
 		i := rows.Schema().FieldIndices(name)
 		if len(i) != 1 {
 			t.Fatalf("no column %s", name)
 		}
 		return rows.Column(i[0]).(*array.String)
 	}
-	status, segment := col("_enrich_status"), col("segment")
-	if rows.NumRows() != 2 || status.Value(0) != "ok" || segment.Value(0) != "gold" ||
-		status.Value(1) != "miss" || !segment.IsNull(1) {
-		t.Fatalf("rows: %v", rows)
+	if rows := first.part.Rows; rows.NumRows() != 1 || col(rows, "_enrich_status").Value(0) != "ok" || col(rows, "segment").Value(0) != "gold" {
+		t.Fatalf("offset 0's row: %v", rows)
+	}
+	if rows := seg.part.Rows; rows.NumRows() != 1 || col(rows, "_enrich_status").Value(0) != "miss" || !col(rows, "segment").IsNull(0) {
+		t.Fatalf("offset 1's row: %v", rows)
 	}
 
 	// A schema file's builder does not read keys.
@@ -142,4 +160,56 @@ type fixedResolver struct {
 func (r *fixedResolver) Resolve(key []byte) (string, schemas.Extra, bool) {
 	r.keys = append(r.keys, string(key))
 	return r.status, r.extra, r.status != ""
+}
+
+// TestAppendCachedNeedsRoomAndAnIdleLane: the fetcher buffers a record
+// itself only while the commit window has room and nothing is in its lane;
+// otherwise the record takes the usual way (which waits for room, or keeps
+// its place behind the lane's records), and nothing is buffered.
+func TestAppendCachedNeedsRoomAndAnIdleLane(t *testing.T) {
+	ecfg := enrich.Config{URL: "http://127.0.0.1:1/lookup", Key: "user_id", Fields: []enrich.Field{{Name: "segment", Type: enrich.TypeString}}}
+	st, err := enrich.NewStage(ecfg, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	base, err := schemas.Lookup(schemas.Clickstream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc, err := WithEnrichment(base, &ecfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := newPartitionBuffer(sc, "clicks", 0, 0, 1<<20, nil)
+	t.Cleanup(b.release)
+	m := &Member{cfg: Config{Enrich: &ecfg}, stats: &Stats{}}
+	lane := st.NewQueue()
+	defer lane.Abort()
+	r := &cachedResolver{lane: lane}
+	win := newWindow(1, 1<<30)
+	// No user_id: a miss, which needs no lookup.
+	rec := func(off int64) kafka.Message {
+		return kafka.Message{Offset: off, Time: time.Now(), Value: []byte(`{"event_id":"e","session_id":"s","event_type":"click","ts":1700000000000}`)}
+	}
+	if done, err := m.appendCached(b, rec(0), r, win, -1, func() {}); !done || err != nil {
+		t.Fatalf("offset 0 with room on an idle lane: done %v, %v", done, err)
+	}
+	if done, err := m.appendCached(b, rec(1), r, win, -1, func() {}); done || err != nil {
+		t.Fatalf("offset 1 with the window full: done %v, %v", done, err)
+	}
+	win.reset()
+	if err := lane.Pass(t.Context(), "another route's record", 0); err != nil {
+		t.Fatal(err)
+	}
+	if done, err := m.appendCached(b, rec(1), r, win, -1, func() {}); done || err != nil {
+		t.Fatalf("offset 1 behind a record in its lane: done %v, %v", done, err)
+	}
+	seg, ok := b.take()
+	if !ok {
+		t.Fatal("nothing buffered")
+	}
+	defer seg.part.Rows.Release()
+	if r := seg.part.Range; r.From != 0 || r.To != 1 || m.stats.Consumed.Load() != 1 {
+		t.Fatalf("segment [%d, %d), %d consumed; want [0, 1) and 1", r.From, r.To, m.stats.Consumed.Load())
+	}
 }

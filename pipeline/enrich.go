@@ -107,10 +107,10 @@ func findKey(v []byte, tail []byte) (key []byte, ok bool) {
 	end := at + 1 + len(tail)
 	// Only what comes before the name can make it something else than a
 	// top-level member name (a nested object's, or part of a string); the
-	// name again anywhere after it defers to the scan, so nothing after
-	// it needs checking.
+	// name again anywhere after it, also escaped, defers to the scan, so
+	// nothing else after it needs checking.
 	if before := v[1:at]; bytes.IndexByte(before, '\\') >= 0 || bytes.IndexByte(before, '{') >= 0 ||
-		bytes.IndexByte(before, '[') >= 0 || indexQuoted(v, end, tail) >= 0 {
+		bytes.IndexByte(before, '[') >= 0 || indexQuoted(v, end, tail) >= 0 || bytes.IndexByte(v[end:], '\\') >= 0 {
 		return nil, false
 	}
 	i := skipSpace(v, end)
@@ -151,13 +151,24 @@ func indexQuoted(v []byte, from int, tail []byte) int {
 	return -1
 }
 
-// parse is key with a full parse: the reference for scanKey.
+// parse is key with a full parse: the reference for scanKey. Of a repeated
+// member it reads the last, as the decoder does (fastjson's Get would take
+// the first).
 func (k *keyExtractor) parse(value []byte) string {
 	v, err := k.p.ParseBytes(value)
 	if err != nil {
 		return ""
 	}
-	f := v.Get(k.field)
+	o, err := v.Object()
+	if err != nil {
+		return ""
+	}
+	var f *fastjson.Value
+	o.Visit(func(name []byte, v *fastjson.Value) {
+		if string(name) == k.field {
+			f = v
+		}
+	})
 	if f == nil {
 		return ""
 	}
