@@ -228,7 +228,7 @@ func (b *Builder) decodeRow(value []byte, r *row) error {
 			Detail: "message is " + strconv.Itoa(len(value)) + " bytes; the limit is " + strconv.Itoa(b.maxBytes),
 		}
 	}
-	if err := b.decode(value, r); err != nil {
+	if err := b.decode(value, r); err != nil { // a nil *DecodeError must not become a non-nil error
 		return err
 	}
 	return nil
