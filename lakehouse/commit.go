@@ -147,9 +147,14 @@ func (t *Table) Commit(ctx context.Context, parts []Part) (res Result, err error
 	backoff := 20 * time.Millisecond
 	for res.Attempts < maxAttempts {
 		if res.Attempts > 0 {
-			if tbl, err = t.Load(ctx); err != nil {
+			// Not into tbl at once: the deferred cleanup deletes the
+			// flush's files through it, which a failed load would clear.
+			fresh, lerr := t.Load(ctx)
+			if lerr != nil {
+				err = lerr
 				return res, err
 			}
+			tbl = fresh
 		}
 		res.Attempts++
 		if err = t.fence(tbl, parts); err != nil {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io/fs"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -294,6 +295,53 @@ func TestCommitSurvivesCatalogFaults(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestCommitCleansUpWhenItsReloadFails: a flush whose commit conflicts and
+// whose reload then fails (the catalog unreachable, or the generation
+// ending) returns the error and deletes the data files it wrote; the table
+// and its watermark are as before.
+func TestCommitCleansUpWhenItsReloadFails(t *testing.T) {
+	f := newFixture(t)
+	tbl, fc := f.openFaulty(t, "g")
+	if _, err := tbl.Commit(t.Context(), []lakehouse.Part{f.part(t, 0, 0, 10, lakehouse.NoWatermark)}); err != nil {
+		t.Fatal(err)
+	}
+	before := dataFilesOnDisk(t, f)
+	fc.Inject(faultcat.Conflict)
+	fc.InjectLoads(faultcat.None, faultcat.Unavailable) // the commit's first load, then its reload
+	_, err := tbl.Commit(t.Context(), []lakehouse.Part{f.part(t, 0, 10, 30, 10)})
+	if !errors.Is(err, faultcat.ErrInjected) {
+		t.Fatalf("commit: %v, want the failed reload's error", err)
+	}
+	if fc.Injected(faultcat.Conflict) != 1 {
+		t.Fatalf("%d conflicts injected, want 1", fc.Injected(faultcat.Conflict))
+	}
+	if after := dataFilesOnDisk(t, f); !slices.Equal(after, before) {
+		t.Fatalf("data files on disk %v, want those of the first commit %v", after, before)
+	}
+	got := ids(t, tbl)
+	assertExactlyOnce(t, got, 0, 0, 10)
+	if len(got) != 10 {
+		t.Fatalf("%d ids, want 10", len(got))
+	}
+}
+
+// dataFilesOnDisk lists the Parquet files under the fixture's warehouse.
+func dataFilesOnDisk(t *testing.T, f *fixture) []string {
+	t.Helper()
+	var files []string
+	err := filepath.WalkDir(filepath.Join(f.dir, "warehouse"), func(path string, d fs.DirEntry, err error) error {
+		if err == nil && !d.IsDir() && strings.HasSuffix(path, ".parquet") {
+			files = append(files, path)
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(files)
+	return files
 }
 
 func TestConcurrentMembersBothCommit(t *testing.T) {

@@ -69,9 +69,14 @@ func (m *maintenance) compact(ctx context.Context) (err error) {
 	base := tbl.CurrentSnapshot().SnapshotID // the files in results are live here
 	for attempt := 1; attempt <= maintainAttempts; attempt++ {
 		if attempt > 1 {
-			if tbl, err = m.t.Load(ctx); err != nil {
+			// Not into tbl at once: the deferred cleanup deletes the
+			// files written through it, which a failed load would clear.
+			fresh, lerr := m.t.Load(ctx)
+			if lerr != nil {
+				err = lerr
 				return err
 			}
+			tbl = fresh
 		}
 		// A concurrent maintenance run may have rewritten some of the
 		// same files: those groups are dropped (their outputs deleted).

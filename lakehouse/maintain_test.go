@@ -7,6 +7,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -16,6 +17,7 @@ import (
 	"github.com/apache/iceberg-go/table"
 
 	"github.com/floe-dev/floe/lakehouse"
+	"github.com/floe-dev/floe/lakehouse/faultcat"
 )
 
 // commitRounds commits rounds × n rows to each of parts partitions of group
@@ -61,6 +63,33 @@ func offsetKeys(s *table.Snapshot) []string {
 		}
 	}
 	return ks
+}
+
+// TestMaintainCleansUpWhenItsReloadFails: a compaction whose commit
+// conflicts and whose reload then fails returns the error and deletes the
+// files it wrote; the table holds what it held.
+func TestMaintainCleansUpWhenItsReloadFails(t *testing.T) {
+	f := newFixture(t)
+	tbl, fc := f.openFaulty(t, "g")
+	commitRounds(t, f, tbl, []int32{0}, 0, 4, 20)
+	idsBefore := ids(t, tbl)
+	before := dataFilesOnDisk(t, f)
+	fc.Inject(faultcat.Conflict)
+	// Maintain's load, compaction's, then compaction's reload.
+	fc.InjectLoads(faultcat.None, faultcat.None, faultcat.Unavailable)
+	_, err := tbl.Maintain(t.Context(), lakehouse.MaintainOptions{MinInputFiles: 2})
+	if !errors.Is(err, faultcat.ErrInjected) || !strings.Contains(err.Error(), "compacting data files") {
+		t.Fatalf("maintain: %v, want compaction's failed reload", err)
+	}
+	if fc.Injected(faultcat.Conflict) != 1 {
+		t.Fatalf("%d conflicts injected, want 1", fc.Injected(faultcat.Conflict))
+	}
+	if after := dataFilesOnDisk(t, f); !slices.Equal(after, before) {
+		t.Fatalf("data files on disk %v, want those before maintenance %v", after, before)
+	}
+	if !maps.Equal(ids(t, tbl), idsBefore) {
+		t.Fatal("the table's ids changed")
+	}
 }
 
 // TestMaintainCompactsExpiresAndCleans: many small commits, then Maintain:

@@ -1,6 +1,7 @@
 // Package faultcat wraps a real Iceberg catalog and injects the commit
 // failures the commit protocol must survive: clean conflicts, ambiguous
-// commits (applied, but the caller sees an error) and failed commits. It
+// commits (applied, but the caller sees an error) and failed commits, and
+// failed table loads. It
 // exists for floe's tests; the catalog underneath is real, so every injected
 // outcome leaves the same state a real failure would.
 package faultcat
@@ -34,12 +35,14 @@ const (
 // ErrInjected marks errors this package made up.
 var ErrInjected = errors.New("faultcat: injected")
 
-// Catalog is a catalog.Catalog whose CommitTable follows a fault plan.
+// Catalog is a catalog.Catalog whose CommitTable follows a fault plan, and
+// whose LoadTable follows another.
 type Catalog struct {
 	catalog.Catalog
 
 	mu       sync.Mutex
 	plan     []Fault
+	loads    []Fault
 	injected map[Fault]int
 }
 
@@ -55,6 +58,15 @@ func (c *Catalog) Inject(faults ...Fault) {
 	c.plan = append(c.plan, faults...)
 }
 
+// InjectLoads appends faults to the plan of table loads; each LoadTable
+// consumes one. Unavailable fails the load, like a catalog that cannot be
+// reached; any other fault passes it through.
+func (c *Catalog) InjectLoads(faults ...Fault) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.loads = append(c.loads, faults...)
+}
+
 // Injected returns how many commits got fault f so far.
 func (c *Catalog) Injected(f Fault) int {
 	c.mu.Lock()
@@ -65,6 +77,15 @@ func (c *Catalog) Injected(f Fault) int {
 // LoadTable loads through the real catalog and binds the table to the
 // wrapper, so its transactions commit through CommitTable below.
 func (c *Catalog) LoadTable(ctx context.Context, ident table.Identifier) (*table.Table, error) {
+	c.mu.Lock()
+	f := None
+	if len(c.loads) > 0 {
+		f, c.loads = c.loads[0], c.loads[1:]
+	}
+	c.mu.Unlock()
+	if f == Unavailable {
+		return nil, fmt.Errorf("%w: catalog unavailable", ErrInjected)
+	}
 	tbl, err := c.Catalog.LoadTable(ctx, ident)
 	if err != nil {
 		return nil, err
