@@ -143,6 +143,12 @@ func runDemo(ctx context.Context, d *demoFlags, log *slog.Logger) error {
 	}
 	ran := make(chan error, 1)
 	go func() { ran <- m.Run(runCtx) }()
+	// halt stops the member and waits for its final flush, which must end
+	// before the deferred closes of the table, the service and the broker.
+	halt := func() error {
+		stopRun()
+		return <-ran
+	}
 
 	// On a terminal the progress line rewrites itself; elsewhere (CI, logs)
 	// each tick is a line of its own.
@@ -165,15 +171,16 @@ func runDemo(ctx context.Context, d *demoFlags, log *slog.Logger) error {
 			return errors.New("pipeline stopped unexpectedly")
 		case err := <-produced:
 			if err != nil && runCtx.Err() == nil {
+				halt()
 				return fmt.Errorf("generator: %w", err)
 			}
 			if end, err = cluster.EndOffsets(ctx, topic); err != nil {
+				halt()
 				return err
 			}
 			produced = nil
 		case <-ctx.Done():
-			stopRun()
-			<-ran
+			halt()
 			fmt.Fprintln(os.Stderr)
 			return nil
 		case now := <-tick.C:
@@ -190,8 +197,7 @@ func runDemo(ctx context.Context, d *demoFlags, log *slog.Logger) error {
 				lineStart, now.Sub(started).Seconds(), committed, rate, lag, s.Commits.Load(), s.DeadLettered.Load())
 			if end != nil && reached(wm, topic, end) {
 				fmt.Fprintln(os.Stderr)
-				stopRun()
-				if err := <-ran; err != nil {
+				if err := halt(); err != nil {
 					return err
 				}
 				return demoVerify(ctx, cfg, tbl, d.asJSON)
