@@ -98,9 +98,9 @@ func TestExactlyOnceTorture(t *testing.T) {
 	e.waitProgress(50000, 60*time.Second)
 	maintained = append(maintained, e.start("maintain-2", "maintain", "--json"))
 	stopFaulty() // a member removed
-	if faulty.Injected(faultcat.Ambiguous) == 0 || faulty.Injected(faultcat.Conflict) == 0 {
-		t.Errorf("faulty member saw ambiguous %d, conflicts %d: the injected faults were never exercised",
-			faulty.Injected(faultcat.Ambiguous), faulty.Injected(faultcat.Conflict))
+	if faulty.Injected(faultcat.Ambiguous) == 0 || faulty.Injected(faultcat.Conflict) == 0 || faulty.FailedLoads() == 0 {
+		t.Errorf("faulty member saw ambiguous %d, conflicts %d, failed loads %d: the injected faults were never exercised",
+			faulty.Injected(faultcat.Ambiguous), faulty.Injected(faultcat.Conflict), faulty.FailedLoads())
 	}
 	d := e.start("d", "run")
 	d.waitLog(t, "msg=assigned", 30*time.Second)
@@ -126,9 +126,9 @@ func TestExactlyOnceTorture(t *testing.T) {
 	if rows+dead != total {
 		t.Fatalf("rows %d + dead letters %d != produced %d", rows, dead, total)
 	}
-	t.Logf("produced %d: %d rows, %d dead letters; faults: ambiguous %d, conflicts %d, unavailable %d, kafka commit failures %d; maintenance runs that compacted %d, expired %d",
+	t.Logf("produced %d: %d rows, %d dead letters; faults: ambiguous %d, conflicts %d, unavailable %d, failed loads %d, kafka commit failures %d; maintenance runs that compacted %d, expired %d",
 		total, rows, dead, faulty.Injected(faultcat.Ambiguous), faulty.Injected(faultcat.Conflict),
-		faulty.Injected(faultcat.Unavailable), failedKafkaCommits, compactions, expiries)
+		faulty.Injected(faultcat.Unavailable), faulty.FailedLoads(), failedKafkaCommits, compactions, expiries)
 }
 
 // watchWatermarks polls the table's watermarks until stopped and fails the
@@ -205,7 +205,7 @@ func checkMaintenance(t *testing.T, ps []*proc) (compactions, expiries int) {
 // startFaultyMember runs a pipeline member in this process through a
 // fault-injecting wrapper of the real SQLite catalog. The faults are planned
 // up front: a conflict, an ambiguous commit, an unavailable catalog, then
-// more of each while it runs.
+// more of each while it runs; and table loads that fail, now and then.
 func startFaultyMember(t *testing.T, e *env) (*faultcat.Catalog, func()) {
 	t.Helper()
 	cfg, err := pipeline.LoadConfig(e.config)
@@ -222,6 +222,8 @@ func startFaultyMember(t *testing.T, e *env) (*faultcat.Catalog, func()) {
 	fc := faultcat.Wrap(cat)
 	fc.Inject(faultcat.Conflict, faultcat.None, faultcat.Ambiguous, faultcat.None, faultcat.Unavailable,
 		faultcat.None, faultcat.Conflict, faultcat.Ambiguous)
+	N, U := faultcat.None, faultcat.Unavailable
+	fc.InjectLoads(N, N, N, U, N, N, N, N, N, U, N, N, N, N, N, N, U, N, N, U, U, N, N, N, N, N, N, N, N, U)
 	sc, _ := schemas.Lookup(schemas.Clickstream)
 	tbl, err := lakehouse.OpenIn(t.Context(), fc, lakehouse.Config{Table: cfg.Table.Name, Group: cfg.Kafka.Group}, sc)
 	if err != nil {

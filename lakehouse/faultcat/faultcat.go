@@ -40,10 +40,11 @@ var ErrInjected = errors.New("faultcat: injected")
 type Catalog struct {
 	catalog.Catalog
 
-	mu       sync.Mutex
-	plan     []Fault
-	loads    []Fault
-	injected map[Fault]int
+	mu          sync.Mutex
+	plan        []Fault
+	loads       []Fault
+	injected    map[Fault]int
+	failedLoads int
 }
 
 // Wrap returns c with an empty fault plan.
@@ -67,6 +68,13 @@ func (c *Catalog) InjectLoads(faults ...Fault) {
 	c.loads = append(c.loads, faults...)
 }
 
+// FailedLoads returns how many loads InjectLoads failed so far.
+func (c *Catalog) FailedLoads() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.failedLoads
+}
+
 // Injected returns how many commits got fault f so far.
 func (c *Catalog) Injected(f Fault) int {
 	c.mu.Lock()
@@ -81,6 +89,9 @@ func (c *Catalog) LoadTable(ctx context.Context, ident table.Identifier) (*table
 	f := None
 	if len(c.loads) > 0 {
 		f, c.loads = c.loads[0], c.loads[1:]
+	}
+	if f == Unavailable {
+		c.failedLoads++
 	}
 	c.mu.Unlock()
 	if f == Unavailable {
