@@ -41,6 +41,16 @@ var (
 	binErr  error
 )
 
+// TestMain removes the binary floeBinary built: each test run builds its
+// own (140 MB), and left behind they fill the disk run after run.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if binPath != "" {
+		os.RemoveAll(filepath.Dir(binPath))
+	}
+	os.Exit(code)
+}
+
 // floeBinary builds the floe binary once per test run.
 func floeBinary(t testing.TB) string {
 	t.Helper()

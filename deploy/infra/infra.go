@@ -26,16 +26,18 @@ func Dir() string {
 
 // Start runs deploy/<service>/start.sh with dir and args, fails tb with the
 // script's output if it fails, registers deploy/<service>/stop.sh dir as a
-// cleanup, and returns the KEY=VALUE lines the script printed.
+// cleanup, and returns the KEY=VALUE lines the script printed. The cleanup
+// is registered first: a start that fails half-way (a NameNode up, its
+// DataNode not answering) leaves daemons that must be stopped too.
 func Start(tb testing.TB, service, dir string, args ...string) map[string]string {
 	tb.Helper()
+	tb.Cleanup(func() { Stop(tb, service, dir) })
 	start := time.Now()
 	out, err := run(filepath.Join(Dir(), service, "start.sh"), append([]string{dir}, args...)...)
 	if err != nil {
 		tb.Fatalf("starting %s: %v\n%s", service, err, out)
 	}
 	tb.Logf("%s started in %s", service, time.Since(start).Round(time.Millisecond))
-	tb.Cleanup(func() { Stop(tb, service, dir) })
 	return parse(out)
 }
 
