@@ -112,12 +112,6 @@ type Builder struct {
 	extraRows     []*Attr
 	extraStrBytes int
 
-	// keyField, keyCol: AppendResolved's last key field and its column
-	// (-1: not a string field of the message); keyKnown once set.
-	keyField string
-	keyCol   int
-	keyKnown bool
-
 	rows     int
 	strBytes int
 }
@@ -244,7 +238,7 @@ func (b *Builder) decodeRow(value []byte, r *row) error {
 // one of the message's string fields; a message that cannot be decoded
 // fails as with Append, before res is asked.
 func (b *Builder) AppendResolved(value []byte, m Meta, ingestedAt time.Time, keyField string, res Resolver) error {
-	slot := b.keySlot(keyField)
+	slot := stringSlot(keyField)
 	if slot < 0 {
 		return ErrUnresolved
 	}
@@ -263,15 +257,12 @@ func (b *Builder) AppendResolved(value []byte, m Meta, ingestedAt time.Time, key
 	return b.appendRow(&r, m, ingestedAt, status, extra)
 }
 
-// keySlot is the string column of the message field named field, or -1.
-func (b *Builder) keySlot(field string) int {
-	if !b.keyKnown || field != b.keyField {
-		b.keyField, b.keyCol, b.keyKnown = field, -1, true
-		if i := jsonSlot([]byte(field)); i >= 0 && i < numStringEventCols {
-			b.keyCol = i
-		}
+// stringSlot is the string column of the message field named field, or -1.
+func stringSlot(field string) int {
+	if i := jsonSlot([]byte(field)); i < numStringEventCols {
+		return i
 	}
-	return b.keyCol
+	return -1
 }
 
 // appendRow appends a decoded row.

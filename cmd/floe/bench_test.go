@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/binary"
 	"encoding/json"
@@ -670,15 +671,15 @@ func BenchmarkCompare(b *testing.B) {
 	if bins[0] == "" || bins[1] == "" {
 		b.Skip("set FLOE_BENCH_A and FLOE_BENCH_B to two floe binaries")
 	}
-	mode := os.Getenv("FLOE_BENCH_COMPARE")
-	if !slices.Contains([]string{"", "warm", "cold", "plain"}, mode) {
+	mode := cmp.Or(os.Getenv("FLOE_BENCH_COMPARE"), "warm")
+	if mode != "warm" && mode != "cold" && mode != "plain" {
 		b.Fatalf("FLOE_BENCH_COMPARE=%q: want warm, cold or plain", mode)
 	}
 	n := benchRecords()
 	cl, _ := backlogCluster(b, n, 1)
 	_, url := referenceServer(b)
 	warm := enrichYAML(url) + "  cache_file: " + filepath.Join(b.TempDir(), "enrich.cache") + "\n"
-	extra := map[string]string{"": warm, "warm": warm, "cold": enrichYAML(url), "plain": enrichMemory}[mode]
+	extra := map[string]string{"warm": warm, "cold": enrichYAML(url), "plain": enrichMemory}[mode]
 	cpu := func(bin, extra string) float64 {
 		cmd := exec.Command(bin, "run", "--until-caught-up", "--config", benchConfig(b, cl.Addrs(), extra))
 		if out, err := cmd.CombinedOutput(); err != nil {
