@@ -14,6 +14,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/valyala/fastjson"
 )
@@ -71,7 +72,12 @@ func newClient(cfg *Config, badAttr func(string)) (*client, error) {
 		t.TLSClientConfig = tc
 	}
 	c := &client{
-		http:      &http.Client{Transport: t},
+		// A redirect is not followed: it would send the auth header (and
+		// the keys) wherever the server points, a custom header to any
+		// host and Authorization over plain http on the same host.
+		http: &http.Client{Transport: t, CheckRedirect: func(*http.Request, []*http.Request) error {
+			return http.ErrUseLastResponse
+		}},
 		transport: t,
 		mode:      cfg.Mode,
 		url:       cfg.URL,
@@ -151,13 +157,19 @@ func (c *client) lookup(ctx context.Context, keys []string) (map[string]Values, 
 	case resp.StatusCode == http.StatusNotFound && c.mode == ModeSingle:
 		drain(resp.Body)
 		return nil, nil // a miss
+	case resp.StatusCode >= 300 && resp.StatusCode < 400:
+		drain(resp.Body)
+		return nil, c.fail(resp.StatusCode, false, "%s answered %s to %q: floe does not follow redirects, which would send the auth header elsewhere; set enrich.url to where it points",
+			req.Method, resp.Status, resp.Header.Get("Location"))
 	default:
-		snippet, _ := io.ReadAll(io.LimitReader(resp.Body, 256))
+		// More than is shown, so that an echoed secret is scrubbed whole
+		// before the snippet is cut.
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, snippetRead))
 		drain(resp.Body)
 		code := resp.StatusCode
 		retryable := code == http.StatusTooManyRequests || (code >= 500 && code != http.StatusNotImplemented)
-		msg := strings.TrimSpace(string(snippet))
-		if msg != "" {
+		msg := c.scrub(string(body), len(body) == snippetRead)
+		if msg = strings.TrimSpace(truncate(msg, snippetShown)); msg != "" {
 			msg = ": " + msg
 		}
 		return nil, c.fail(code, retryable, "%s answered %s%s", req.Method, resp.Status, msg)
@@ -238,14 +250,60 @@ func (c *client) transportError(err error) error {
 	return c.fail(0, !permanent, "%v", err)
 }
 
-// fail builds a RequestError, with the auth header's value scrubbed from
+// fail builds a RequestError, with the auth header's secret scrubbed from
 // anything the server or the transport echoed.
 func (c *client) fail(code int, retryable bool, format string, args ...any) *RequestError {
-	msg := fmt.Sprintf(format, args...)
-	if c.authValue != "" {
-		msg = strings.ReplaceAll(msg, c.authValue, "REDACTED")
+	return &RequestError{StatusCode: code, Retryable: retryable, Attempts: 1, msg: c.scrub(fmt.Sprintf(format, args...), false)}
+}
+
+// snippetRead is how much of an error response's body is read, and
+// snippetShown how much of it an error shows.
+const (
+	snippetRead  = 4 << 10
+	snippetShown = 256
+)
+
+// scrub replaces the auth header's value in s, and its credential alone
+// (the value without a scheme such as "Bearer "), which a server may echo
+// too. When s was cut (a body read to its limit), an end of s that begins
+// the secret is dropped as well.
+func (c *client) scrub(s string, cut bool) string {
+	if c.authValue == "" {
+		return s
 	}
-	return &RequestError{StatusCode: code, Retryable: retryable, Attempts: 1, msg: msg}
+	secrets := []string{c.authValue}
+	if _, cred, ok := strings.Cut(c.authValue, " "); ok && len(strings.TrimSpace(cred)) >= minSecret {
+		secrets = append(secrets, strings.TrimSpace(cred))
+	}
+	for _, secret := range secrets {
+		s = strings.ReplaceAll(s, secret, "REDACTED")
+	}
+	if cut {
+		for _, secret := range secrets {
+			for n := min(len(secret)-1, len(s)); n >= minSecret; n-- {
+				if strings.HasSuffix(s, secret[:n]) {
+					s = s[:len(s)-n] + "REDACTED"
+					break
+				}
+			}
+		}
+	}
+	return s
+}
+
+// minSecret is the shortest part of a secret scrub looks for alone:
+// shorter ones would match ordinary text.
+const minSecret = 8
+
+// truncate cuts s to at most n bytes, at a UTF-8 boundary.
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
 }
 
 func (c *client) closeIdle() { c.transport.CloseIdleConnections() }

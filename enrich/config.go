@@ -159,7 +159,8 @@ type Config struct {
 	BackoffMax time.Duration `yaml:"backoff_max"`
 
 	// CacheSize bounds the cached keys (results and misses). Default
-	// 200000; -1 disables the cache. Budget about 270 bytes per entry with
+	// 200000; -1 disables the cache; below 32 the bound is 32 (16 shards
+	// of two generations each hold at least one entry). Budget about 270 bytes per entry with
 	// six attributes (BenchmarkCacheEntryBytes): the default may reach
 	// ~55 MB, a small share of a 1 GiB budget.
 	CacheSize int `yaml:"cache_size"`

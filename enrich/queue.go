@@ -68,6 +68,9 @@ type Queue struct {
 	space    chan struct{} // closed when inflight drops; nil if nobody waits
 	closed   bool          // Close or Abort called
 	aborted  bool
+	// gone is aborted, for Stage.lookup to read without mu: a Submit
+	// registering its lookup after Abort forgot the lane's must not.
+	gone atomic.Bool
 	shut     bool // the lane is done: nothing more is taken
 	// Entries are handed out from slabs of entrySlab, in order, and taken
 	// in the same order: a slab is free again once its last entry is
@@ -634,11 +637,13 @@ func (q *Queue) Out() <-chan Completed {
 	return q.out
 }
 
-// Close ends Submits. Take reports ErrClosed once the records already
-// submitted have been taken.
+// Close ends Submits, also those waiting for room, which return
+// ErrClosed. Take reports ErrClosed once the records already submitted
+// have been taken.
 func (q *Queue) Close() {
 	q.mu.Lock()
 	q.closed = true
+	q.releaseLocked()
 	q.mu.Unlock()
 	q.wake()
 }
@@ -654,6 +659,7 @@ func (q *Queue) Abort() {
 		return
 	}
 	q.closed, q.aborted = true, true
+	q.gone.Store(true) // before forget: see Stage.lookup
 	close(q.abort)
 	q.shutLocked()
 	q.mu.Unlock()

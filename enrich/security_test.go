@@ -21,6 +21,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -80,33 +81,85 @@ func TestAuthHeaderSentAndNeverLeaked(t *testing.T) {
 		}
 	})
 
-	t.Run("echoed by the server", func(t *testing.T) {
-		echo := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			http.Error(w, "bad request from "+r.Header.Get("Authorization"), http.StatusBadRequest)
+	// A server may echo the header in an error: whole, only its token,
+	// or cut by the snippet an error shows (256 bytes) or by what is
+	// read of the body (4 KiB), which a long token echoed many times
+	// brings into the snippet once each echo is scrubbed.
+	jwt := strings.Repeat("eyJhbGciOiJIUzI1NiJ9", 20) // 400 bytes
+	for _, tc := range []struct {
+		name, token string
+		body        func(auth string) string
+	}{
+		{"echoed by the server", secret, func(auth string) string { return "bad request from " + auth }},
+		{"token echoed alone", secret, func(string) string { return "invalid token " + secret }},
+		{"echo cut by the snippet", secret, func(auth string) string { return strings.Repeat("x", 250) + auth }},
+		{"echo cut at the snippet", secret, func(string) string { return strings.Repeat("x", 256-10) + secret }},
+		{"long token echoed until the read's end", jwt, func(auth string) string { return strings.Repeat(auth+" ", 20) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			echo := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				http.Error(w, tc.body(r.Header.Get("Authorization")), http.StatusBadRequest)
+			}))
+			defer echo.Close()
+			r, h := lookupOnce(t, echo.URL, "Authorization: Bearer "+tc.token)
+			if r.Status != enrich.StatusError || r.Err == nil || !strings.Contains(r.Err.Error(), "400") || !strings.Contains(r.Err.Error(), "REDACT") {
+				t.Fatalf("got %s (%v), want the 400 with the echo redacted", r.Status, r.Err)
+			}
+			for n := 8; n <= len(tc.token); n++ { // every piece that could be told from noise
+				for i := 0; i+n <= len(tc.token); i += n {
+					if piece := tc.token[i : i+n]; strings.Contains(r.Err.Error(), piece) || strings.Contains(h.logs.String(), piece) {
+						t.Fatalf("%q of the auth header leaked: %v", piece, r.Err)
+					}
+				}
+			}
+			if len(r.Err.Error()) > 400 {
+				t.Fatalf("error of %d bytes: want the body cut", len(r.Err.Error()))
+			}
+		})
+	}
+
+	// A redirect is not followed: the header would go to another host,
+	// and Authorization over plain http to the same one.
+	t.Run("redirect", func(t *testing.T) {
+		var elsewhere atomic.Int32
+		other := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			elsewhere.Add(1)
 		}))
-		defer echo.Close()
-		cfg := testConfig(echo.URL)
-		cfg.AuthHeader = "Authorization: Bearer " + secret
-		cfg.Breaker.Policy = enrich.PolicyPassthrough
-		h := startStage(t, cfg)
-		q := h.st.NewQueue()
-		if err := q.Submit(context.Background(), "u-1", nil); err != nil {
-			t.Fatal(err)
+		defer other.Close()
+		moved := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			http.Redirect(w, r, other.URL+"/lookup", http.StatusTemporaryRedirect)
+		}))
+		defer moved.Close()
+		r, _ := lookupOnce(t, moved.URL, "X-Api-Key: "+secret)
+		var re *enrich.RequestError
+		if r.Status != enrich.StatusError || !errors.As(r.Err, &re) || re.Retryable ||
+			!strings.Contains(re.Error(), "does not follow redirects") || !strings.Contains(re.Error(), other.URL) {
+			t.Fatalf("got %s (%v), want a permanent error naming the redirect", r.Status, r.Err)
 		}
-		r := (<-q.Out()).Result
-		q.Close()
-		collect(q)
-		h.stop()
-		if r.Status != enrich.StatusError || r.Err == nil {
-			t.Fatalf("got %s (%v)", r.Status, r.Err)
-		}
-		if strings.Contains(r.Err.Error(), secret) || strings.Contains(h.logs.String(), secret) {
-			t.Fatalf("an echoed auth header leaked: %v\n%s", r.Err, h.logs.String())
-		}
-		if !strings.Contains(r.Err.Error(), "REDACTED") {
-			t.Fatalf("error %v: want the echoed value replaced", r.Err)
+		if n := elsewhere.Load(); n != 0 {
+			t.Fatalf("the redirect's target got %d requests", n)
 		}
 	})
+}
+
+// lookupOnce looks up one key at the service at url with auth header auth
+// (none: "") and policy passthrough, and returns its result and the
+// stopped stage's harness.
+func lookupOnce(t *testing.T, url, auth string) (enrich.Result, *harness) {
+	t.Helper()
+	cfg := testConfig(url)
+	cfg.AuthHeader = auth
+	cfg.Breaker.Policy = enrich.PolicyPassthrough
+	h := startStage(t, cfg)
+	q := h.st.NewQueue()
+	if err := q.Submit(context.Background(), "u-1", nil); err != nil {
+		t.Fatal(err)
+	}
+	r := (<-q.Out()).Result
+	q.Close()
+	collect(q)
+	h.stop()
+	return r, h
 }
 
 // selfSigned writes a self-signed certificate for 127.0.0.1, usable by a
@@ -181,16 +234,7 @@ func TestMutualTLSWithCAFile(t *testing.T) {
 	})
 
 	t.Run("unknown authority is permanent", func(t *testing.T) {
-		cfg := testConfig(ts.URL)
-		cfg.Breaker.Policy = enrich.PolicyPassthrough
-		h := startStage(t, cfg)
-		q := h.st.NewQueue()
-		if err := q.Submit(context.Background(), "u-1", nil); err != nil {
-			t.Fatal(err)
-		}
-		r := (<-q.Out()).Result
-		q.Close()
-		collect(q)
+		r, h := lookupOnce(t, ts.URL, "")
 		var re *enrich.RequestError
 		if r.Status != enrich.StatusError || !errors.As(r.Err, &re) || re.Retryable || !strings.Contains(re.Error(), "certificate") {
 			t.Fatalf("got %s (%v), want a permanent certificate error", r.Status, r.Err)

@@ -291,6 +291,14 @@ func (s *Stage) Run(ctx context.Context) error {
 // starts one.
 func (s *Stage) lookup(key string, q *Queue, e *entry) {
 	s.mu.Lock()
+	if q.gone.Load() {
+		// Aborted since Submit let go of the lane: Abort's forget ran
+		// before this (it sets gone first), so a waiter added now would
+		// stay, keeping the lane's records, and under pause its key's
+		// retries, alive.
+		s.mu.Unlock()
+		return
+	}
 	if f := s.flights[key]; f != nil {
 		f.waiters = append(f.waiters, waiter{q, e})
 		s.mu.Unlock()

@@ -634,14 +634,18 @@ func TestBreakerPolicies(t *testing.T) {
 	}
 }
 
-func TestAbortReleasesAPausedLane(t *testing.T) {
+// fullPausedLane returns a lane holding n records while the service is
+// down (policy pause), and the result of a Submit beyond the bound, which
+// must still be waiting for room after 100 ms.
+func fullPausedLane(t *testing.T, n int) (*enrich.Server, *harness, *enrich.Queue, <-chan error) {
+	t.Helper()
 	srv, url := startServer(t, enrich.ServerConfig{P50: enrich.NoLatency})
 	srv.SetOutage(true)
 	cfg := testConfig(url)
-	cfg.MaxInFlightRecords = 10
+	cfg.MaxInFlightRecords = n
 	h := startStage(t, cfg)
 	q := h.st.NewQueue()
-	for i := range 10 {
+	for i := range n {
 		if err := q.Submit(context.Background(), key(i), i); err != nil {
 			t.Fatal(err)
 		}
@@ -653,6 +657,11 @@ func TestAbortReleasesAPausedLane(t *testing.T) {
 		t.Fatalf("Submit beyond the bound returned %v", err)
 	case <-time.After(100 * time.Millisecond):
 	}
+	return srv, h, q, blocked
+}
+
+func TestAbortReleasesAPausedLane(t *testing.T) {
+	_, h, q, blocked := fullPausedLane(t, 10)
 	q.Abort()
 	if err := <-blocked; !errors.Is(err, enrich.ErrClosed) {
 		t.Fatalf("blocked Submit after Abort: %v, want ErrClosed", err)
@@ -663,6 +672,33 @@ func TestAbortReleasesAPausedLane(t *testing.T) {
 	waitFor(t, time.Second, "in-flight records released", func() bool {
 		return h.metric(t, "floe_enrich_in_flight_records") == 0
 	})
+}
+
+// TestCloseReleasesABlockedSubmit: Close ends a Submit waiting for room
+// (ErrClosed), and the records submitted before it still come out once
+// the service answers.
+func TestCloseReleasesABlockedSubmit(t *testing.T) {
+	srv, _, q, blocked := fullPausedLane(t, 3)
+	q.Close()
+	select {
+	case err := <-blocked:
+		if !errors.Is(err, enrich.ErrClosed) {
+			t.Fatalf("blocked Submit after Close: %v, want ErrClosed", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Close left a Submit waiting for room")
+	}
+	srv.SetOutage(false)
+	got := collect(q)
+	if len(got) != 3 {
+		t.Fatalf("%d records out of the closed lane, want the 3 submitted", len(got))
+	}
+	for i, c := range got {
+		if c.Item != i {
+			t.Fatalf("record %d came out as %v", i, c.Item)
+		}
+		checkResult(t, srv, key(i), c.Result)
+	}
 }
 
 func TestStopDropsPendingRecords(t *testing.T) {

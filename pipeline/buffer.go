@@ -42,6 +42,9 @@ type partitionBuffer struct {
 	// last offset appended. from == next means the segment is empty.
 	from, next int64
 	started    bool
+	// fetchedFrom is the first record fetched, -1 until one is (see
+	// resumeAt).
+	fetchedFrom int64
 	// firstTS and lastTS are the Kafka timestamps (Unix nanoseconds) of the
 	// current segment's first and last records.
 	firstTS, lastTS int64
@@ -63,25 +66,42 @@ type segment struct {
 
 func newPartitionBuffer(sc *schemas.Schema, topic string, partition int32, resume int64, maxMessageBytes int, gap func(from, to int64)) *partitionBuffer {
 	return &partitionBuffer{
-		topic:     topic,
-		partition: partition,
-		builder:   sc.NewRecordBuilder(memory.DefaultAllocator, maxMessageBytes),
-		schema:    sc,
-		maxBytes:  maxMessageBytes,
-		resume:    resume,
-		gap:       gap,
+		topic:       topic,
+		partition:   partition,
+		builder:     sc.NewRecordBuilder(memory.DefaultAllocator, maxMessageBytes),
+		schema:      sc,
+		maxBytes:    maxMessageBytes,
+		resume:      resume,
+		gap:         gap,
+		fetchedFrom: -1,
 	}
 }
 
 // resumeAt is where fetching resumes after a failed worker: one past the
-// newest buffered record, or seek when nothing was buffered yet.
+// newest buffered record; when nothing was buffered yet, the first record
+// fetched (fetched), or else seek. Not seek once a record was fetched: a
+// symbolic one (kafka.LastOffset) would resolve anew, past the records a
+// lane held when the worker failed.
 func (b *partitionBuffer) resumeAt(seek int64) int64 {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.started {
+	switch {
+	case b.started:
 		return b.next
+	case b.fetchedFrom >= 0:
+		return b.fetchedFrom
 	}
 	return seek
+}
+
+// fetched notes the offset of a worker's first fetched record, for
+// resumeAt.
+func (b *partitionBuffer) fetched(offset int64) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if !b.started && b.fetchedFrom < 0 {
+		b.fetchedFrom = offset
+	}
 }
 
 // extend makes msg's offset the next one of the current segment (the caller

@@ -213,3 +213,33 @@ func TestAppendCachedNeedsRoomAndAnIdleLane(t *testing.T) {
 		t.Fatalf("segment [%d, %d), %d consumed; want [0, 1) and 1", r.From, r.To, m.stats.Consumed.Load())
 	}
 }
+
+// TestResumeAtFirstFetched: a worker that fails before buffering anything
+// resumes at the first record it fetched, not at its symbolic seek (which
+// for "latest" would skip what its lane held), and once records are
+// buffered, after the newest.
+func TestResumeAtFirstFetched(t *testing.T) {
+	sc, err := schemas.Lookup(schemas.Clickstream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := newPartitionBuffer(sc, "clicks", 0, -1, 1<<20, nil)
+	t.Cleanup(b.release)
+	if got := b.resumeAt(kafka.LastOffset); got != kafka.LastOffset {
+		t.Fatalf("nothing fetched: resumeAt = %d, want the seek", got)
+	}
+	b.fetched(42)
+	b.fetched(57) // a later worker's first record: the first stays
+	if got := b.resumeAt(kafka.LastOffset); got != 42 {
+		t.Fatalf("fetched from 42, nothing buffered: resumeAt = %d, want 42", got)
+	}
+	value := []byte(`{"event_id":"e","session_id":"s","user_id":"u","event_type":"click","ts":1700000000000,"seq":1}`)
+	for _, off := range []int64{42, 43} {
+		if _, _, dead, err := b.appendEnriched(kafka.Message{Offset: off, Time: time.Now(), Value: value}, time.Now(), offResult); err != nil || dead {
+			t.Fatalf("offset %d: dead %v, %v", off, dead, err)
+		}
+	}
+	if got := b.resumeAt(kafka.LastOffset); got != 44 {
+		t.Fatalf("buffered 42 and 43: resumeAt = %d, want 44", got)
+	}
+}

@@ -438,13 +438,16 @@ func (m *Member) fetchEnriched(ctx context.Context, b *partitionBuffer, seek int
 		cancel()
 		return <-drained
 	}
-	for {
+	for first := true; ; first = false {
 		msg, err := r.FetchMessage(ctx)
 		if err != nil {
 			if derr := stop(); derr != nil || outer.Err() != nil {
 				return derr
 			}
 			return fmt.Errorf("fetching %s/%d: %w", k.Topic, b.partition, err)
+		}
+		if first {
+			b.fetched(msg.Offset) // the lane may hold it a while
 		}
 		takes := m.takes(msg.Value)
 		var key []byte

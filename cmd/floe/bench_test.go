@@ -498,6 +498,9 @@ func benchConfig(b *testing.B, brokers []string, extra string) string {
 // benchConfigTopic is benchConfig for another topic than testTopic.
 func benchConfigTopic(b *testing.B, brokers []string, topic, extra string) string {
 	path := benchConfig(b, brokers, extra)
+	if topic == testTopic {
+		return path
+	}
 	text, err := os.ReadFile(path)
 	if err != nil {
 		b.Fatal(err)
@@ -680,12 +683,14 @@ func BenchmarkCompare(b *testing.B) {
 	_, url := referenceServer(b)
 	warm := enrichYAML(url) + "  cache_file: " + filepath.Join(b.TempDir(), "enrich.cache") + "\n"
 	extra := map[string]string{"warm": warm, "cold": enrichYAML(url), "plain": enrichMemory}[mode]
-	cpu := func(bin, extra string) float64 {
+	// cpu runs bin and returns its CPU µs a record and its wall time.
+	cpu := func(bin, extra string) (float64, time.Duration) {
 		cmd := exec.Command(bin, "run", "--until-caught-up", "--config", benchConfig(b, cl.Addrs(), extra))
+		started := time.Now()
 		if out, err := cmd.CombinedOutput(); err != nil {
 			b.Fatalf("%s: %v\n%s", bin, err, out)
 		}
-		return float64(cpuUsed(cmd.ProcessState).Microseconds()) / float64(n)
+		return float64(cpuUsed(cmd.ProcessState).Microseconds()) / float64(n), time.Since(started)
 	}
 	cpu(bins[1], warm) // saves the cache file the warm runs load
 	for i := 0; i < b.N; i++ {
@@ -693,12 +698,14 @@ func BenchmarkCompare(b *testing.B) {
 		var all strings.Builder
 		for r := range benchRounds() {
 			var us [2]float64
+			var took [2]time.Duration
 			for j := range 2 {
 				side := (r + j) % 2
-				us[side] = cpu(bins[side], extra)
+				us[side], took[side] = cpu(bins[side], extra)
 			}
 			diffs = append(diffs, us[1]-us[0])
-			fmt.Fprintf(&all, "\n  pair %d: A %.2f, B %.2f µs CPU/record: B-A %+.2f", r+1, us[0], us[1], us[1]-us[0])
+			fmt.Fprintf(&all, "\n  pair %d: A %.2f, B %.2f µs CPU/record: B-A %+.2f; wall time A %.2f s, B %.2f s",
+				r+1, us[0], us[1], us[1]-us[0], took[0].Seconds(), took[1].Seconds())
 		}
 		slices.Sort(diffs)
 		b.ReportMetric(diffs[len(diffs)/2], "median-B-A-µs/record")
@@ -746,7 +753,9 @@ func syncLookupRate(b *testing.B, brokers []string, url string, d time.Duration)
 
 // BenchmarkBacklogDrain is the case studies' scenario: a 2.1 M record backlog
 // (FLOE_BENCH_BACKLOG overrides) while 45,000 new records/s keep arriving,
-// drained by one floe process with enrichment at p50 600 ms / p99 2.8 s.
+// drained by one floe process with enrichment at p50 600 ms / p99 2.8 s,
+// and, as its baseline, by one without enrichment: each on its own topic
+// holding the same backlog and receiving the same arrivals, plain first.
 //
 // It reports two times: when the backlog (every offset below the end
 // offsets at the start) is committed, and when floe has caught up with the
@@ -761,65 +770,113 @@ func BenchmarkBacklogDrain(b *testing.B) {
 	if v, err := strconv.Atoi(os.Getenv("FLOE_BENCH_BACKLOG")); err == nil && v > 0 {
 		backlog = v
 	}
-	const arrivals = 45000
-	cl, gen := backlogCluster(b, backlog, 9)
+	const seed = 9
+	cl, gen := backlogCluster(b, backlog, seed)
+	// The baseline's topic: the same backlog, and a generator continuing
+	// the same stream.
+	const plainTopic = "clicks.plain"
 	ctx := context.Background()
+	if err := cl.CreateTopic(ctx, plainTopic, 12); err != nil {
+		b.Fatal(err)
+	}
+	plainGen := clickgen.New(clickgen.Config{Sessions: 50000, Seed: seed})
+	if _, err := cl.ProduceRate(ctx, plainTopic, plainGen, backlog, 0); err != nil {
+		b.Fatal(err)
+	}
 	_, url := referenceServer(b)
-	start, err := cl.EndOffsets(ctx, testTopic)
+	bin := floeBinary(b) // built now, not while the producer runs
+	for i := 0; i < b.N; i++ {
+		plain := drainOnce(b, cl, bin, plainTopic, plainGen, backlog, enrichMemory)
+		enriched := drainOnce(b, cl, bin, testTopic, gen, backlog, enrichYAML(url))
+		rows := ""
+		for _, r := range []struct {
+			name string
+			d    drained
+		}{{"floe, no enrichment (baseline)", plain}, {"floe, enrichment p50 600 ms / p99 2.8 s", enriched}} {
+			if !r.d.caughtUp() {
+				rows += fmt.Sprintf("\n| %s | not caught up after 10 min: backlog committed after %s, lag %d | | | %d MiB |",
+					r.name, r.d.backlogAt.Round(time.Second), r.d.lag, r.d.rss>>20)
+				continue
+			}
+			rows += fmt.Sprintf("\n| %s | %.1f s | %.1f s | %.0f | %d MiB |",
+				r.name, r.d.backlogAt.Seconds(), r.d.caughtUpAt.Seconds(), r.d.rate, r.d.rss>>20)
+		}
+		b.Logf("\n| %d backlog, %d/s arriving | backlog committed after | caught up after | committed/s until then | peak RSS |\n|---|---|---|---|---|%s",
+			backlog, drainArrivals, rows)
+		b.ReportMetric(float64(enriched.rss)/(1<<20), "peak-MiB")
+		if !enriched.caughtUp() {
+			// A result, not a crash: report how far it got.
+			b.ReportMetric(float64(enriched.lag), "lag-after-10min")
+			continue
+		}
+		b.ReportMetric(enriched.backlogAt.Seconds(), "backlog-committed-s")
+		b.ReportMetric(enriched.caughtUpAt.Seconds(), "caught-up-s")
+		b.ReportMetric(enriched.rate, "committed-rec/s")
+		if plain.caughtUp() {
+			b.ReportMetric(enriched.rate/plain.rate, "committed-rec/s-enriched/plain")
+		}
+	}
+}
+
+// drainArrivals is BenchmarkBacklogDrain's arrival rate, records/s.
+const drainArrivals = 45000
+
+// drained is one drain of BenchmarkBacklogDrain.
+type drained struct {
+	drain
+	rss  int64
+	rate float64 // records committed a second until caught up
+}
+
+func (d drained) caughtUp() bool { return d.backlogAt != 0 && d.caughtUpAt != 0 }
+
+// drainOnce runs floe with the benchmark config (extra appended) on topic,
+// whose backlog records are below its end offsets, while gen produces
+// drainArrivals records/s to it, until floe has caught up or 10 minutes
+// have passed.
+func drainOnce(b *testing.B, cl *embedded.Cluster, bin, topic string, gen *clickgen.Generator, backlog int, extra string) drained {
+	ctx := context.Background()
+	start, err := cl.EndOffsets(ctx, topic)
 	if err != nil {
 		b.Fatal(err)
 	}
-
-	bin := floeBinary(b) // built now, not while the producer runs
-	for i := 0; i < b.N; i++ {
-		cfg := benchConfig(b, cl.Addrs(), enrichYAML(url))
-		prodCtx, stopProducing := context.WithCancel(ctx)
-		produced := make(chan int, 1)
-		selfBefore := selfCPU()
-		go func() {
-			n, _ := cl.ProduceRate(prodCtx, testTopic, gen, 0, arrivals)
-			produced <- n
-		}()
-		cmd := exec.Command(bin, "run", "--config", cfg)
-		cmd.Stderr = os.Stderr
-		started := time.Now()
-		if err := cmd.Start(); err != nil {
-			b.Fatal(err)
-		}
-		peak := peakRSS(cmd.Process.Pid)
-		d := waitDrained(b, cl, cfg, start, 250_000, 10*time.Minute)
-		took := time.Since(started)
-		selfUsed := selfCPU() - selfBefore
-		stopProducing()
-		n := <-produced
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		err := cmd.Wait()
-		rss := peak()
-		if err != nil {
-			b.Fatalf("floe run: %v", err)
-		}
-		floeUsed := cpuUsed(cmd.ProcessState)
-		b.Logf("lag every 10 s: %v", d.timeline)
-		b.Logf("over %s: floe process %.0f%% of a core, benchmark process (kfake broker, producer at %d/s) %.0f%%; %d records produced",
-			took.Round(time.Second), 100*floeUsed.Seconds()/took.Seconds(), arrivals,
-			100*selfUsed.Seconds()/took.Seconds(), n)
-		b.ReportMetric(float64(rss)/(1<<20), "peak-MiB")
-		if d.backlogAt == 0 || d.caughtUpAt == 0 {
-			// A result, not a crash: report how far it got.
-			b.ReportMetric(float64(d.lag), "lag-after-10min")
-			b.Logf("\n| backlog | arriving | after 10 min | peak RSS |\n|---|---|---|---|\n| %d | %d/s | not caught up: backlog committed at %s, lag %d | %d MiB |",
-				backlog, arrivals, d.backlogAt.Round(time.Second), d.lag, rss>>20)
-			continue
-		}
+	cfg := benchConfigTopic(b, cl.Addrs(), topic, extra)
+	prodCtx, stopProducing := context.WithCancel(ctx)
+	produced := make(chan int, 1)
+	selfBefore := selfCPU()
+	go func() {
+		n, _ := cl.ProduceRate(prodCtx, topic, gen, 0, drainArrivals)
+		produced <- n
+	}()
+	cmd := exec.Command(bin, "run", "--config", cfg)
+	cmd.Stderr = os.Stderr
+	started := time.Now()
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	peak := peakRSS(cmd.Process.Pid)
+	d := waitDrained(b, cl, cfg, topic, start, 250_000, 10*time.Minute)
+	took := time.Since(started)
+	selfUsed := selfCPU() - selfBefore
+	stopProducing()
+	n := <-produced
+	_ = cmd.Process.Signal(syscall.SIGTERM)
+	err = cmd.Wait()
+	out := drained{drain: d, rss: peak()}
+	if err != nil {
+		b.Fatalf("floe run: %v", err)
+	}
+	floeUsed := cpuUsed(cmd.ProcessState)
+	b.Logf("%s: lag every 10 s: %v", topic, d.timeline)
+	b.Logf("%s: over %s: floe process %.0f%% of a core, benchmark process (kfake broker, producer at %d/s) %.0f%%; %d records produced",
+		topic, took.Round(time.Second), 100*floeUsed.Seconds()/took.Seconds(), drainArrivals,
+		100*selfUsed.Seconds()/took.Seconds(), n)
+	if out.caughtUp() {
 		// Records committed by the time floe caught up: the backlog plus
 		// what arrived until then, less the lag left.
-		committed := float64(backlog) + arrivals*d.caughtUpAt.Seconds() - float64(d.lag)
-		b.ReportMetric(d.backlogAt.Seconds(), "backlog-committed-s")
-		b.ReportMetric(d.caughtUpAt.Seconds(), "caught-up-s")
-		b.ReportMetric(committed/d.caughtUpAt.Seconds(), "committed-rec/s")
-		b.Logf("\n| backlog | arriving | backlog committed after | caught up after | committed/s until then | peak RSS |\n|---|---|---|---|---|---|\n| %d | %d/s | %.1f s | %.1f s | %.0f | %d MiB |",
-			backlog, arrivals, d.backlogAt.Seconds(), d.caughtUpAt.Seconds(), committed/d.caughtUpAt.Seconds(), rss>>20)
+		out.rate = (float64(backlog) + drainArrivals*d.caughtUpAt.Seconds() - float64(d.lag)) / d.caughtUpAt.Seconds()
 	}
+	return out
 }
 
 // selfCPU is this process's CPU time so far.
@@ -840,7 +897,7 @@ type drain struct {
 // waitDrained polls the table's watermarks and the topic's end offsets
 // until the table holds every offset below start and the lag is below
 // flush records, or within has passed.
-func waitDrained(b *testing.B, cl *embedded.Cluster, cfgPath string, start map[int32]int64, flush int64, within time.Duration) drain {
+func waitDrained(b *testing.B, cl *embedded.Cluster, cfgPath, topic string, start map[int32]int64, flush int64, within time.Duration) drain {
 	cfg, err := pipeline.LoadConfig(cfgPath)
 	if err != nil {
 		b.Fatal(err)
@@ -855,7 +912,7 @@ func waitDrained(b *testing.B, cl *embedded.Cluster, cfgPath string, start map[i
 	nextSample := 10 * time.Second
 	for time.Since(began) < within {
 		time.Sleep(250 * time.Millisecond)
-		end, err := cl.EndOffsets(context.Background(), testTopic)
+		end, err := cl.EndOffsets(context.Background(), topic)
 		if err != nil {
 			continue
 		}
@@ -869,7 +926,7 @@ func waitDrained(b *testing.B, cl *embedded.Cluster, cfgPath string, start map[i
 		}
 		lag, backlogDone := int64(0), true
 		for p, e := range end {
-			w, _ := wm.Get(testTopic, p)
+			w, _ := wm.Get(topic, p)
 			lag += e - max(w, 0)
 			if w < start[p] {
 				backlogDone = false
