@@ -453,14 +453,7 @@ func floeRun(b *testing.B, brokers []string, extra string) run {
 // FLOE_BENCH_CPUPROFILE (FLOE_BENCH_MEMPROFILE) set, each run writes its CPU (allocation) profile to that path
 // with a sequence number appended.
 func floeRunConfig(b *testing.B, cfg string) run {
-	args := []string{"run", "--until-caught-up", "--config", cfg, "--log-level", "debug"}
-	seq := profileSeq.Add(1)
-	if p := os.Getenv("FLOE_BENCH_CPUPROFILE"); p != "" {
-		args = append(args, "--cpuprofile", fmt.Sprintf("%s.%d", p, seq))
-	}
-	if p := os.Getenv("FLOE_BENCH_MEMPROFILE"); p != "" {
-		args = append(args, "--memprofile", fmt.Sprintf("%s.%d", p, seq))
-	}
+	args := append([]string{"run", "--until-caught-up", "--config", cfg, "--log-level", "debug"}, profileArgs()...)
 	cmd := exec.Command(floeBinary(b), args...)
 	started := time.Now()
 	log := &commitLog{w: os.Stderr, started: started}
@@ -484,6 +477,21 @@ func floeRunConfig(b *testing.B, cfg string) run {
 
 // profileSeq numbers the CPU profiles of one benchmark process.
 var profileSeq atomic.Int32
+
+// profileArgs are the flags that make the next floe run write the CPU
+// (FLOE_BENCH_CPUPROFILE) and allocation (FLOE_BENCH_MEMPROFILE) profiles
+// asked for, numbered by profileSeq.
+func profileArgs() []string {
+	seq := profileSeq.Add(1)
+	var args []string
+	if p := os.Getenv("FLOE_BENCH_CPUPROFILE"); p != "" {
+		args = append(args, "--cpuprofile", fmt.Sprintf("%s.%d", p, seq))
+	}
+	if p := os.Getenv("FLOE_BENCH_MEMPROFILE"); p != "" {
+		args = append(args, "--memprofile", fmt.Sprintf("%s.%d", p, seq))
+	}
+	return args
+}
 
 // benchCommit is the commit section of every benchmark config.
 const benchCommit = "commit:\n  interval: 10s\n  max_records: 250000\n  max_bytes: 64MiB\n"
@@ -848,7 +856,7 @@ func drainOnce(b *testing.B, cl *embedded.Cluster, bin, topic string, gen *click
 		n, _ := cl.ProduceRate(prodCtx, topic, gen, 0, drainArrivals)
 		produced <- n
 	}()
-	cmd := exec.Command(bin, "run", "--config", cfg)
+	cmd := exec.Command(bin, append([]string{"run", "--config", cfg}, profileArgs()...)...)
 	cmd.Stderr = os.Stderr
 	started := time.Now()
 	if err := cmd.Start(); err != nil {
