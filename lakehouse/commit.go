@@ -130,7 +130,7 @@ func (t *Table) Commit(ctx context.Context, parts []Part) (res Result, err error
 	}()
 	spec := t.dedupe.Load()
 	// merged is the snapshot the MERGE read (nil: none): a conflict
-	// re-checks business keys against what was appended after it.
+	// re-checks offsets and business keys against what landed after it.
 	merged := snapshotID(tbl)
 	partFiles, err = t.prepare(ctx, tbl, parts, spec, &res)
 	if err != nil {
@@ -160,9 +160,18 @@ func (t *Table) Commit(ctx context.Context, parts []Part) (res Result, err error
 		if err = t.fence(tbl, parts); err != nil {
 			return res, err
 		}
-		if spec != nil && !sameID(snapshotID(tbl), merged) {
-			if err = t.recheckKeys(ctx, tbl, spec, parts, partFiles, merged, ambiguous, &res); err != nil {
+		if !sameID(snapshotID(tbl), merged) {
+			// The fence covers commits of the live job, which move the
+			// watermarks; a replay's do not, and may have written offsets
+			// of these parts meanwhile (or, for a replay part, the live
+			// job may have).
+			if err = t.recheckOffsets(ctx, tbl, parts, partFiles, ambiguous, &res); err != nil {
 				return res, err
+			}
+			if spec != nil {
+				if err = t.recheckKeys(ctx, tbl, spec, parts, partFiles, merged, ambiguous, &res); err != nil {
+					return res, err
+				}
 			}
 			merged = snapshotID(tbl)
 		}
@@ -342,22 +351,65 @@ func (t *Table) recheckKeys(ctx context.Context, tbl *table.Table, spec *dedupeS
 		t.log.Info("business keys committed concurrently, rewriting files", "commit_id", res.CommitID, "skipped", st.skipped)
 	}
 	for i, ch := range changed {
-		if !ch {
-			continue
-		}
-		stale := partFiles[i]
-		partFiles[i] = nil
-		if parts[i].Rows.NumRows() > 0 {
-			written, err := t.writeFiles(ctx, tbl, parts[i].Rows)
-			partFiles[i] = written
-			if err != nil {
-				partFiles[i] = append(written, stale...) // the caller deletes both
-				return fmt.Errorf("rewriting data files of %s: %w", parts[i].Range, err)
+		if ch {
+			if err := t.rewritePart(ctx, tbl, parts[i], partFiles, i, ambiguous); err != nil {
+				return err
 			}
 		}
-		if !ambiguous {
-			t.deleteFiles(tbl, stale)
+	}
+	return nil
+}
+
+// recheckOffsets runs after a conflict, on the reloaded tbl, when commits
+// landed since the MERGE read the table: it runs each part's offset
+// anti-join again and rewrites the data files of every part that lost rows,
+// as recheckKeys does. Planning prunes by the files' offset statistics, so
+// it reads files only when another commit wrote offsets in a part's range.
+func (t *Table) recheckOffsets(ctx context.Context, tbl *table.Table, parts []Part, partFiles [][]iceberg.DataFile, ambiguous bool, res *Result) error {
+	for i := range parts {
+		p := &parts[i]
+		if p.Rows == nil || p.Rows.NumRows() == 0 {
+			continue
 		}
+		rows, scanned, err := t.antiJoin(ctx, tbl, p.Range, p.Rows)
+		if err != nil {
+			return fmt.Errorf("re-checking the offsets of %s after a conflict: %w", p.Range, err)
+		}
+		res.FilesScanned += scanned
+		dropped := p.Rows.NumRows() - rows.NumRows()
+		if dropped == 0 {
+			rows.Release()
+			continue
+		}
+		t.log.Info("offsets committed concurrently, rewriting files", "commit_id", res.CommitID, "range", p.Range, "skipped", dropped)
+		res.Skipped += dropped
+		res.Rows -= dropped
+		p.Rows.Release()
+		p.Rows = rows
+		if err := t.rewritePart(ctx, tbl, *p, partFiles, i, ambiguous); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// rewritePart writes part p's rows (the i-th part) again, after a re-check
+// took some of them out, and replaces partFiles[i] by the new files,
+// deleting the stale ones unless an earlier attempt's outcome was unknown
+// (ambiguous): those may yet be referenced.
+func (t *Table) rewritePart(ctx context.Context, tbl *table.Table, p Part, partFiles [][]iceberg.DataFile, i int, ambiguous bool) error {
+	stale := partFiles[i]
+	partFiles[i] = nil
+	if p.Rows.NumRows() > 0 {
+		written, err := t.writeFiles(ctx, tbl, p.Rows)
+		partFiles[i] = written
+		if err != nil {
+			partFiles[i] = append(written, stale...) // the caller deletes both
+			return fmt.Errorf("rewriting data files of %s: %w", p.Range, err)
+		}
+	}
+	if !ambiguous {
+		t.deleteFiles(tbl, stale)
 	}
 	return nil
 }

@@ -127,6 +127,17 @@ func assertExactlyOnce(t *testing.T, got map[[2]int64]int, p int32, from, to int
 	}
 }
 
+// assertHolds checks that the table holds offsets [0, n) of partition 0
+// once each, and nothing else.
+func assertHolds(t *testing.T, tbl *lakehouse.Table, n int64) {
+	t.Helper()
+	got := ids(t, tbl)
+	assertExactlyOnce(t, got, 0, 0, n)
+	if int64(len(got)) != n {
+		t.Fatalf("%d distinct ids, want %d", len(got), n)
+	}
+}
+
 func dataFiles(t *testing.T, dir string) int {
 	t.Helper()
 	n := 0
@@ -217,11 +228,7 @@ func TestMergeSkipsOverlappingRanges(t *testing.T) {
 	if res.Rows != 0 || res.Skipped != 200 || res.Files != 0 {
 		t.Fatalf("second replay: rows %d skipped %d files %d, want 0, 200, 0", res.Rows, res.Skipped, res.Files)
 	}
-	got := ids(t, tbl)
-	assertExactlyOnce(t, got, 0, 0, 200)
-	if len(got) != 200 {
-		t.Fatalf("%d distinct ids, want 200", len(got))
-	}
+	assertHolds(t, tbl, 200)
 }
 
 func TestFencedCommitDeletesItsFiles(t *testing.T) {
@@ -284,11 +291,7 @@ func TestCommitSurvivesCatalogFaults(t *testing.T) {
 			if res.Rows != 20 {
 				t.Fatalf("rows %d, want 20", res.Rows)
 			}
-			got := ids(t, tbl)
-			assertExactlyOnce(t, got, 0, 0, 30)
-			if len(got) != 30 {
-				t.Fatalf("%d ids, want 30", len(got))
-			}
+			assertHolds(t, tbl, 30)
 			wm, _ := tbl.Watermarks(t.Context())
 			if w, _ := wm.Get(topic, 0); w != 30 {
 				t.Fatalf("W(0) = %d, want 30", w)
@@ -320,10 +323,52 @@ func TestCommitCleansUpWhenItsReloadFails(t *testing.T) {
 	if after := dataFilesOnDisk(t, f); !slices.Equal(after, before) {
 		t.Fatalf("data files on disk %v, want those of the first commit %v", after, before)
 	}
-	got := ids(t, tbl)
-	assertExactlyOnce(t, got, 0, 0, 10)
-	if len(got) != 10 {
-		t.Fatalf("%d ids, want 10", len(got))
+	assertHolds(t, tbl, 10)
+}
+
+// TestCommitRechecksOffsetsAfterAConflict: a replay's commits do not move
+// the watermarks, so the fence does not stop a flush that races one over
+// the same offsets; the commit that loses the race re-runs its offset
+// anti-join on the reloaded table and writes only what is missing. Each
+// case commits [10,20) twice, B's landing between A's MERGE and A's
+// commit.
+func TestCommitRechecksOffsetsAfterAConflict(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		a, b   int64 // each commit's Resume
+		wantWM int64
+	}{
+		{"the live job's flush, a replay landing first", 10, lakehouse.Replay, 20},
+		{"a replay, the live job's flush landing first", lakehouse.Replay, 10, 20},
+		{"two replays", lakehouse.Replay, lakehouse.Replay, 10},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t)
+			b := f.open(t, "g")
+			if _, err := b.Commit(t.Context(), []lakehouse.Part{f.part(t, 0, 0, 10, lakehouse.NoWatermark)}); err != nil {
+				t.Fatal(err)
+			}
+			a, fc := f.openFaulty(t, "g")
+			var bErr error
+			fc.Before(func() {
+				_, bErr = b.Commit(context.Background(), []lakehouse.Part{f.part(t, 0, 10, 20, tc.b)})
+			})
+			res, err := a.Commit(t.Context(), []lakehouse.Part{f.part(t, 0, 10, 20, tc.a)})
+			if err != nil || bErr != nil {
+				t.Fatalf("commits: A %v, B %v", err, bErr)
+			}
+			if res.Attempts != 2 || res.Rows != 0 || res.Skipped != 10 {
+				t.Fatalf("A: %d attempts, %d rows, %d skipped; want its conflict's retry to find all 10 committed", res.Attempts, res.Rows, res.Skipped)
+			}
+			assertHolds(t, a, 20)
+			wm, _ := a.Watermarks(t.Context())
+			if w, _ := wm.Get(topic, 0); w != tc.wantWM {
+				t.Fatalf("W(0) = %d, want %d", w, tc.wantWM)
+			}
+			if files := dataFilesOnDisk(t, f); len(files) != 2 {
+				t.Fatalf("data files on disk %v, want B's two: A's first, stale, deleted", files)
+			}
+		})
 	}
 }
 

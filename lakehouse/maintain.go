@@ -202,7 +202,9 @@ func (r *MaintainReport) WriteText(w io.Writer) error {
 //     offset statistics the MERGE prunes on stay tight) and checks that the
 //     row counts match before it commits.
 //   - Orphan files must be older than OrphanOlderThan (at least an hour), so
-//     files of a commit in flight are never taken for orphans.
+//     files of a commit in flight are never taken for orphans; compaction
+//     commits what it wrote every 10 minutes, and refuses outputs older than
+//     30, so that its own are not either.
 func (t *Table) Maintain(ctx context.Context, opts MaintainOptions) (*MaintainReport, error) {
 	started := time.Now()
 	tbl, err := t.Load(ctx)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"time"
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
@@ -46,27 +47,64 @@ func (m *maintenance) compact(ctx context.Context) (err error) {
 		return nil
 	}
 
+	// The groups written are committed in batches, the next batch started
+	// once the oldest output of the current one is compactCommitAge old:
+	// an output waiting uncommitted for MinOrphanOlderThan would be an
+	// orphan to a concurrent run's clean-up.
 	var (
-		results []table.CompactionGroupResult
-		keep    bool // the files written must not be deleted
+		batch  []table.CompactionGroupResult
+		oldest time.Time // when the batch's first group started writing
 	)
+	base := tbl.CurrentSnapshot().SnapshotID // the groups' files are live here
+	for _, g := range groups {
+		if len(batch) > 0 && time.Since(oldest) >= compactCommitAge {
+			if err := m.commitCompaction(ctx, tbl, base, batch, oldest); err != nil {
+				return err
+			}
+			batch = nil
+			if tbl, err = m.t.Load(ctx); err != nil {
+				return err
+			}
+		}
+		if len(batch) == 0 {
+			oldest = time.Now()
+		}
+		gr, err := compactGroup(ctx, tbl, g, m.opts.TargetFileBytes)
+		if err == nil {
+			err = sameRows(gr)
+		}
+		batch = append(batch, gr)
+		if err != nil {
+			m.deleteOutputs(tbl, batch)
+			return err
+		}
+	}
+	return m.commitCompaction(ctx, tbl, base, batch, oldest)
+}
+
+// compactCommitAge is how long compact writes groups before it commits
+// them, and compactMaxAge the age of outputs it no longer commits: both
+// well under MinOrphanOlderThan. Variables for tests.
+var (
+	compactCommitAge = MinOrphanOlderThan / 6
+	compactMaxAge    = MinOrphanOlderThan / 2
+)
+
+// commitCompaction commits, on tbl, the rewrite of compacted groups whose
+// input files were live in snapshot base and whose outputs started to be
+// written at written, dropping the groups a concurrent run rewrote
+// meanwhile, and reloading and redoing it after conflicts. Unless its
+// outcome is unknown, the outputs of groups not committed are deleted. It
+// refuses to commit outputs as old as compactMaxAge (a catalog that hung, a
+// group that took that long): a concurrent clean-up may have taken them for
+// orphans.
+func (m *maintenance) commitCompaction(ctx context.Context, tbl *table.Table, base int64, results []table.CompactionGroupResult, written time.Time) (err error) {
+	keep := false // the files written must not be deleted
 	defer func() {
 		if err != nil && !keep {
 			m.deleteOutputs(tbl, results)
 		}
 	}()
-	for _, g := range groups {
-		gr, err := compactGroup(ctx, tbl, g, m.opts.TargetFileBytes)
-		results = append(results, gr)
-		if err != nil {
-			return err
-		}
-		if err := sameRows(gr); err != nil {
-			return err
-		}
-	}
-
-	base := tbl.CurrentSnapshot().SnapshotID // the files in results are live here
 	for attempt := 1; attempt <= maintainAttempts; attempt++ {
 		if attempt > 1 {
 			// Not into tbl at once: the deferred cleanup deletes the
@@ -78,11 +116,16 @@ func (m *maintenance) compact(ctx context.Context) (err error) {
 			}
 			tbl = fresh
 		}
+		if age := time.Since(written); age >= compactMaxAge {
+			err = fmt.Errorf("compaction outputs written %s ago, not committed: a concurrent run's orphan clean-up (files older than %s) may have taken them", age.Round(time.Second), MinOrphanOlderThan)
+			return err
+		}
 		// A concurrent maintenance run may have rewritten some of the
 		// same files: those groups are dropped (their outputs deleted).
 		// Files that ingestion appended meanwhile change nothing.
-		live, err := liveDataFiles(ctx, tbl, base)
-		if err != nil {
+		live, lerr := liveDataFiles(ctx, tbl, base)
+		if lerr != nil {
+			err = lerr
 			return err
 		}
 		base = tbl.CurrentSnapshot().SnapshotID
@@ -103,20 +146,22 @@ func (m *maintenance) compact(ctx context.Context) (err error) {
 
 		want := offsetMaps(tbl)
 		tx := tbl.NewTransaction()
-		if err := tx.AssertRefSnapshotID(table.MainBranch); err != nil {
+		if err = tx.AssertRefSnapshotID(table.MainBranch); err != nil {
 			return err
 		}
 		rw := tx.NewRewrite(m.props(tbl, "compact"))
 		for _, gr := range results {
 			rw.ApplyResult(gr)
 		}
-		if err := rw.Commit(ctx); err != nil {
-			return fmt.Errorf("staging rewrite: %w", err)
-		}
-		if err := checkMaps(tx, want); err != nil {
+		if err = rw.Commit(ctx); err != nil {
+			err = fmt.Errorf("staging rewrite: %w", err)
 			return err
 		}
-		r, err := m.commit(ctx, tx, attempt, "compact")
+		if err = checkMaps(tx, want); err != nil {
+			return err
+		}
+		var r commitResult
+		r, err = m.commit(ctx, tx, attempt, "compact")
 		switch {
 		case r == unknown:
 			keep = true
@@ -134,7 +179,8 @@ func (m *maintenance) compact(ctx context.Context) (err error) {
 			return nil
 		}
 	}
-	return ErrContended
+	err = ErrContended
+	return err
 }
 
 // compactGroup reads a group's files and writes their rows into new files of

@@ -92,6 +92,68 @@ func TestMaintainCleansUpWhenItsReloadFails(t *testing.T) {
 	}
 }
 
+// TestMaintainCommitsCompactionInBatches: a compaction that writes for
+// longer than compactCommitAge commits what it wrote so far before the next
+// group (here each group: the age is 0), so that no output waits
+// uncommitted long enough for a concurrent run's orphan clean-up to take
+// it; every id and watermark stays.
+func TestMaintainCommitsCompactionInBatches(t *testing.T) {
+	lakehouse.SetCompactAges(t, 0, time.Hour)
+	f := newFixture(t)
+	tbl := f.open(t, "g")
+	next := commitRounds(t, f, tbl, []int32{0, 1, 2}, 0, 4, 20)
+	idsBefore := ids(t, tbl)
+	wmBefore, _ := tbl.Watermarks(t.Context())
+	rep, err := tbl.Maintain(t.Context(), lakehouse.MaintainOptions{MinInputFiles: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.CompactedGroups != 3 || rep.FilesRewritten != 12 || rep.FilesWritten != 3 {
+		t.Fatalf("compacted %d groups, %d files into %d; want 3, 12 into 3", rep.CompactedGroups, rep.FilesRewritten, rep.FilesWritten)
+	}
+	it, err := tbl.Load(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	compactions := 0
+	for _, s := range it.Metadata().Snapshots() {
+		if s.Summary != nil && s.Summary.Properties[lakehouse.MaintenanceKey] == "compact" {
+			compactions++
+		}
+	}
+	if compactions != 3 {
+		t.Fatalf("%d compaction snapshots, want one a group", compactions)
+	}
+	if !maps.Equal(ids(t, tbl), idsBefore) || len(idsBefore) != 3*int(next) {
+		t.Fatal("compaction changed the table's ids")
+	}
+	if got, _ := tbl.Watermarks(t.Context()); !maps.EqualFunc(got, wmBefore, maps.Equal) {
+		t.Fatalf("watermarks %v, before %v", got, wmBefore)
+	}
+}
+
+// TestMaintainRefusesOldCompactionOutputs: outputs as old as compactMaxAge
+// (a catalog that hung, a group that took that long) are not committed but
+// deleted: a concurrent clean-up may have taken them for orphans.
+func TestMaintainRefusesOldCompactionOutputs(t *testing.T) {
+	lakehouse.SetCompactAges(t, time.Hour, 0)
+	f := newFixture(t)
+	tbl := f.open(t, "g")
+	commitRounds(t, f, tbl, []int32{0}, 0, 4, 20)
+	idsBefore := ids(t, tbl)
+	before := dataFilesOnDisk(t, f)
+	_, err := tbl.Maintain(t.Context(), lakehouse.MaintainOptions{MinInputFiles: 2})
+	if err == nil || !strings.Contains(err.Error(), "not committed") {
+		t.Fatalf("maintain: %v, want the outputs refused", err)
+	}
+	if after := dataFilesOnDisk(t, f); !slices.Equal(after, before) {
+		t.Fatalf("data files on disk %v, want those before maintenance %v", after, before)
+	}
+	if !maps.Equal(ids(t, tbl), idsBefore) {
+		t.Fatal("the table's ids changed")
+	}
+}
+
 // TestMaintainCompactsExpiresAndCleans: many small commits, then Maintain:
 // fewer files holding the same ids, every group's watermarks unchanged (also
 // a group whose map is deep in the history), old snapshots expired but the

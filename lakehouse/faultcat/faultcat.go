@@ -1,7 +1,8 @@
 // Package faultcat wraps a real Iceberg catalog and injects the commit
 // failures the commit protocol must survive: clean conflicts, ambiguous
-// commits (applied, but the caller sees an error) and failed commits, and
-// failed table loads. It
+// commits (applied, but the caller sees an error) and failed commits,
+// failed table loads, and another writer's commit landing just before one.
+// It
 // exists for floe's tests; the catalog underneath is real, so every injected
 // outcome leaves the same state a real failure would.
 package faultcat
@@ -45,6 +46,7 @@ type Catalog struct {
 	loads       []Fault
 	injected    map[Fault]int
 	failedLoads int
+	before      func()
 }
 
 // Wrap returns c with an empty fault plan.
@@ -73,6 +75,15 @@ func (c *Catalog) FailedLoads() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.failedLoads
+}
+
+// Before runs fn once, just before the next commit reaches the catalog:
+// another writer's commit landing between a caller's read of the table
+// and its commit.
+func (c *Catalog) Before(fn func()) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.before = fn
 }
 
 // Injected returns how many commits got fault f so far.
@@ -112,7 +123,12 @@ func (c *Catalog) CommitTable(ctx context.Context, ident table.Identifier, reqs 
 		f, c.plan = c.plan[0], c.plan[1:]
 	}
 	c.injected[f]++
+	before := c.before
+	c.before = nil
 	c.mu.Unlock()
+	if before != nil {
+		before()
+	}
 
 	switch f {
 	case Conflict:
