@@ -352,7 +352,8 @@ func (m *maintenance) deleteOutputs(tbl *table.Table, results []table.Compaction
 // live in snapshot base is live in tbl's current snapshot. When every
 // snapshot since base only appended (ingestion commits), all are: that check
 // is free, which keeps a redo after a conflict short. Otherwise it reads the
-// current snapshot's manifests.
+// current snapshot's manifests; a file with delete files counts as not live
+// (see hasDeletes).
 func liveDataFiles(ctx context.Context, tbl *table.Table, base int64) (func(string) bool, error) {
 	meta := tbl.Metadata()
 	for snap := meta.CurrentSnapshot(); snap != nil; {
@@ -370,9 +371,18 @@ func liveDataFiles(ctx context.Context, tbl *table.Table, base int64) (func(stri
 	}
 	live := make(map[string]bool, len(tasks))
 	for _, t := range tasks {
-		live[t.File.FilePath()] = true
+		live[t.File.FilePath()] = !hasDeletes(t)
 	}
 	return func(path string) bool { return live[path] }, nil
+}
+
+// hasDeletes reports whether rows of t's file were deleted by delete files
+// (another engine's merge-on-read DELETE or UPDATE). Compaction leaves such
+// files alone: its row-count check would refuse the rewrite, and a file
+// that got deletes after it was planned must not be rewritten with the
+// deleted rows.
+func hasDeletes(t table.FileScanTask) bool {
+	return len(t.DeleteFiles)+len(t.EqualityDeleteFiles)+len(t.DeletionVectorFiles) > 0
 }
 
 // planCompaction groups the small data files (below 3/4 of the target, the
@@ -398,7 +408,7 @@ func planCompaction(ctx context.Context, tbl *table.Table, opts MaintainOptions)
 	buckets := map[string][]table.FileScanTask{}
 	for _, t := range tasks {
 		f := t.File
-		if f.ContentType() != iceberg.EntryContentData || f.FileSizeBytes() >= small {
+		if f.ContentType() != iceberg.EntryContentData || f.FileSizeBytes() >= small || hasDeletes(t) {
 			continue
 		}
 		lo, hi := f.LowerBoundValues(), f.UpperBoundValues()

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/apache/iceberg-go"
 	"github.com/apache/iceberg-go/table"
 
 	"github.com/floe-dev/floe/lakehouse"
@@ -151,6 +152,62 @@ func TestMaintainRefusesOldCompactionOutputs(t *testing.T) {
 	}
 	if !maps.Equal(ids(t, tbl), idsBefore) {
 		t.Fatal("the table's ids changed")
+	}
+}
+
+// TestMaintainLeavesFilesWithDeletes: rows another engine deleted with
+// delete files (a merge-on-read DELETE) stay deleted: compaction skips the
+// files that have deletes when it plans, and drops a group whose files got
+// them after it planned (the DELETE landing just before its commit).
+func TestMaintainLeavesFilesWithDeletes(t *testing.T) {
+	for _, race := range []bool{false, true} {
+		t.Run(map[bool]string{false: "deleted before", true: "deleted while compacting"}[race], func(t *testing.T) {
+			f := newFixture(t)
+			tbl, fc := f.openFaulty(t, "g")
+			other := f.open(t, "g")
+			commitRounds(t, f, tbl, []int32{0}, 0, 4, 20)
+			// Another engine's row-level DELETE of offsets below 5.
+			deleteRows := func() {
+				it, err := other.Load(context.Background())
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				tx := it.NewTransaction()
+				if err := tx.SetProperties(map[string]string{table.WriteDeleteModeKey: table.WriteModeMergeOnRead}); err != nil {
+					t.Error(err)
+					return
+				}
+				if err := tx.Delete(context.Background(), iceberg.LessThan(iceberg.Reference(lakehouse.OffsetColumn), int64(5)), nil); err != nil {
+					t.Error(err)
+					return
+				}
+				if _, err := tx.Commit(context.Background()); err != nil {
+					t.Error(err)
+				}
+			}
+			if race {
+				fc.Before(deleteRows)
+			} else {
+				deleteRows()
+			}
+			rep, err := tbl.Maintain(t.Context(), lakehouse.MaintainOptions{MinInputFiles: 2})
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := ids(t, tbl)
+			for o := int64(0); o < 80; o++ {
+				if want := map[bool]int{true: 0, false: 1}[o < 5]; got[[2]int64{0, o}] != want {
+					t.Fatalf("offset %d present %d times, want %d (compacted %d groups)", o, got[[2]int64{0, o}], want, rep.CompactedGroups)
+				}
+			}
+			if len(got) != 75 {
+				t.Fatalf("%d ids, want 75", len(got))
+			}
+			if race && rep.CompactedGroups != 0 {
+				t.Fatalf("compacted %d groups: the group whose file got deletes was committed", rep.CompactedGroups)
+			}
+		})
 	}
 }
 
