@@ -29,7 +29,19 @@ const (
 	// verify counts only its own dead letters (and those of the field
 	// routes it splits the topic with).
 	HeaderTable = "floe.table"
+	// HeaderValueSize is the size of the record's value when the dead
+	// letter holds only its first maxLetterBytes (see message).
+	HeaderValueSize = "floe.value.size"
 )
+
+// maxLetterBytes bounds a dead letter's key and value together. A record
+// dead-lettered as too_large is larger than max_message_bytes (1 MiB by
+// default), and so would be its dead letter: the writer (and a broker at
+// its default message.max.bytes) would refuse it at every attempt, and the
+// flush holding it would retry forever. Such a letter keeps the value's
+// first bytes and its size (HeaderValueSize); the whole record stays in the
+// source topic at the offset the headers give.
+const maxLetterBytes = 512 << 10
 
 // ReasonEnrichFailed is the dead-letter reason for records the enrichment
 // stage could not enrich under the dlq breaker policy.
@@ -58,7 +70,13 @@ func (d deadLetter) message(topic, table string) kafka.Message {
 	if d.detail != "" {
 		h = append(h, kafka.Header{Key: HeaderDetail, Value: []byte(d.detail)})
 	}
-	return kafka.Message{Topic: topic, Key: d.msg.Key, Value: d.msg.Value, Headers: h}
+	key, value := d.msg.Key, d.msg.Value
+	if len(key)+len(value) > maxLetterBytes {
+		h = append(h, kafka.Header{Key: HeaderValueSize, Value: []byte(strconv.Itoa(len(value)))})
+		key = key[:min(len(key), maxLetterBytes/2)]
+		value = value[:min(len(value), maxLetterBytes-len(key))]
+	}
+	return kafka.Message{Topic: topic, Key: key, Value: value, Headers: h}
 }
 
 // deadLetterWriter produces dead letters and waits for the broker's
