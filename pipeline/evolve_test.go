@@ -178,6 +178,21 @@ func (r *evolveRig) produce(t *testing.T, from int, values [][]byte) {
 	}
 }
 
+// avroV1ThenV2 registers the three Avro writer schemas, produces orders
+// [0, 200) with v1 and [200, 400) with v2 (coupon), and runs the member
+// until it has committed them; it returns the ids of v2 and v3.
+func (r *evolveRig) avroV1ThenV2(t *testing.T) (v2, v3 int) {
+	t.Helper()
+	v1 := r.register(t, "v1", ordersAvsc, sr.TypeAvro)
+	v2 = r.register(t, "v2", ordersAvroV2, sr.TypeAvro)
+	v3 = r.register(t, "v3", ordersAvroV3, sr.TypeAvro)
+	r.produce(t, 0, avroOrders(t, ordersAvsc, v1, 0, 200))
+	r.produce(t, 200, avroOrders(t, ordersAvroV2, v2, 200, 400))
+	r.start(t)
+	r.waitCaughtUp(t)
+	return v2, v3
+}
+
 func (r *evolveRig) start(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done, m := make(chan error, 1), r.member
@@ -340,13 +355,7 @@ const evolvedColumns = "order_id string required, qty long required, price doubl
 // under the old schema when the new one arrived.
 func TestEvolveAvroMidStream(t *testing.T) {
 	r := newEvolveRig(t, "avro", "", 2)
-	v1 := r.register(t, "v1", ordersAvsc, sr.TypeAvro)
-	v2 := r.register(t, "v2", ordersAvroV2, sr.TypeAvro)
-	v3 := r.register(t, "v3", ordersAvroV3, sr.TypeAvro)
-	r.produce(t, 0, avroOrders(t, ordersAvsc, v1, 0, 200))
-	r.produce(t, 200, avroOrders(t, ordersAvroV2, v2, 200, 400))
-	r.start(t)
-	r.waitCaughtUp(t)
+	_, v3 := r.avroV1ThenV2(t)
 	rows, cols := r.rows(t)
 	if got := strings.Join(cols[:5], ", "); got != "order_id string required, qty int required, price float required, coupon string, _kafka_topic string required" {
 		t.Fatalf("columns after v2: %s", got)
@@ -363,6 +372,40 @@ func TestEvolveAvroMidStream(t *testing.T) {
 	if s := r.member.Stats(); s.DeadLettered.Load() != 0 {
 		t.Errorf("%d dead letters, want 0", s.DeadLettered.Load())
 	}
+}
+
+// TestReplayEvolvesAsTheLiveJob: a replay ahead of the live job (a
+// backfill) of records whose writer schema the live job evolved the table
+// for (coupon), then of records that need another evolution (qty long,
+// price double), keeps every value: the replay builds rows with the
+// table's columns, not only the schema file's, and evolves the table as
+// the live job would. It used to store coupon as null, and refuse the
+// wider types.
+func TestReplayEvolvesAsTheLiveJob(t *testing.T) {
+	r := newEvolveRig(t, "avro", "", 1)
+	v2, v3 := r.avroV1ThenV2(t)
+	r.cancel()
+	if err := <-r.done; err != nil {
+		t.Fatal(err)
+	}
+	r.done <- nil // for the cleanup
+
+	r.produce(t, 400, avroOrders(t, ordersAvroV2, v2, 400, 500))
+	r.produce(t, 500, avroOrders(t, ordersAvroV3, v3, 500, 600))
+	file, err := schemas.Lookup(r.cfg.Schema) // the schema file, without coupon
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := pipeline.Replay(t.Context(), r.cfg, r.tbl, file, []pipeline.ReplayRange{{Partition: 0, From: 400, To: 600}},
+		pipeline.ReplayOptions{}, slog.New(slog.DiscardHandler))
+	if err != nil || res.Inserted != 200 || res.DeadLettered != 0 {
+		t.Fatalf("replay: %+v, %v; want 200 inserted", res, err)
+	}
+	rows, cols := r.rows(t)
+	if got := strings.Join(cols[:5], ", "); got != evolvedColumns {
+		t.Fatalf("columns after the replay: %s", got)
+	}
+	checkOrders(t, rows, 600, 200, 500)
 }
 
 // TestEvolveProtobufMidStream: the same with Protobuf producers, whose v2

@@ -11,6 +11,19 @@ import (
 // EndOffsets returns each partition's high watermark (the next offset to be
 // written) of k.Topic: the target of scheduled runs and the base of lag.
 func EndOffsets(ctx context.Context, k KafkaConfig) (map[int32]int64, error) {
+	return listOffsets(ctx, k, "end", kafka.LastOffsetOf, func(p kafka.PartitionOffsets) int64 { return p.LastOffset })
+}
+
+// FirstOffsets returns each partition's log start offset of k.Topic: what
+// retention has not deleted.
+func FirstOffsets(ctx context.Context, k KafkaConfig) (map[int32]int64, error) {
+	return listOffsets(ctx, k, "first", kafka.FirstOffsetOf, func(p kafka.PartitionOffsets) int64 { return p.FirstOffset })
+}
+
+// listOffsets asks for the offset of each partition of k.Topic that of
+// names, read by pick from the answer; what ("end", "first") names it in
+// errors.
+func listOffsets(ctx context.Context, k KafkaConfig, what string, of func(partition int) kafka.OffsetRequest, pick func(kafka.PartitionOffsets) int64) (map[int32]int64, error) {
 	tr, err := k.transport()
 	if err != nil {
 		return nil, err
@@ -30,7 +43,7 @@ func EndOffsets(ctx context.Context, k KafkaConfig) (map[int32]int64, error) {
 			return nil, fmt.Errorf("metadata of %s: %w", k.Topic, t.Error)
 		}
 		for _, p := range t.Partitions {
-			reqs = append(reqs, kafka.LastOffsetOf(p.ID))
+			reqs = append(reqs, of(p.ID))
 		}
 	}
 	if len(reqs) == 0 {
@@ -38,14 +51,14 @@ func EndOffsets(ctx context.Context, k KafkaConfig) (map[int32]int64, error) {
 	}
 	res, err := c.ListOffsets(ctx, &kafka.ListOffsetsRequest{Topics: map[string][]kafka.OffsetRequest{k.Topic: reqs}})
 	if err != nil {
-		return nil, fmt.Errorf("end offsets of %s: %w", k.Topic, err)
+		return nil, fmt.Errorf("%s offsets of %s: %w", what, k.Topic, err)
 	}
 	out := make(map[int32]int64, len(reqs))
 	for _, p := range res.Topics[k.Topic] {
 		if p.Error != nil {
-			return nil, fmt.Errorf("end offset of %s/%d: %w", k.Topic, p.Partition, p.Error)
+			return nil, fmt.Errorf("%s offset of %s/%d: %w", what, k.Topic, p.Partition, p.Error)
 		}
-		out[int32(p.Partition)] = p.LastOffset
+		out[int32(p.Partition)] = pick(p)
 	}
 	return out, nil
 }

@@ -63,6 +63,10 @@ func Replay(ctx context.Context, cfg Config, tbl *lakehouse.Table, sc *schemas.S
 	if err != nil {
 		return res, fmt.Errorf("kafka %v: %w", k.Brokers, err)
 	}
+	first, err := FirstOffsets(ctx, k)
+	if err != nil {
+		return res, fmt.Errorf("kafka %v: %w", k.Brokers, err)
+	}
 	for _, r := range ranges {
 		if r.From < 0 || r.To <= r.From {
 			return res, fmt.Errorf("replay: partition %d: want 0 <= from < to, got [%d, %d)", r.Partition, r.From, r.To)
@@ -73,6 +77,12 @@ func Replay(ctx context.Context, cfg Config, tbl *lakehouse.Table, sc *schemas.S
 		}
 		if r.To > last {
 			return res, fmt.Errorf("replay: to %d is beyond the end of %s/%d (%d)", r.To, k.Topic, r.Partition, last)
+		}
+		// The reader would start at the log's start instead, silently,
+		// or, with nothing left of the range, wait for it.
+		if start := first[r.Partition]; r.From < start {
+			return res, fmt.Errorf("replay: %s/%d starts at offset %d (retention deleted what came before): want from >= %d, got %d",
+				k.Topic, r.Partition, start, start, r.From)
 		}
 	}
 	if opts.Reenrich {
@@ -87,11 +97,16 @@ func Replay(ctx context.Context, cfg Config, tbl *lakehouse.Table, sc *schemas.S
 			}
 		}
 	}
-	sc, err = sc.WithFormat(cfg.SchemaFormat())
-	if err != nil {
+	// As the live job does: the table's columns (some may have been added
+	// since the schema was read), and the table evolved for a writer
+	// schema that needs it, or the rows would lose those columns' values.
+	if sc, err = tbl.EvolveTo(ctx, sc); err != nil {
 		return res, err
 	}
-	rp := &replayer{cfg: cfg, tbl: tbl, sc: sc, opts: opts, log: log, res: &res}
+	if sc, err = sc.WithFormat(cfg.SchemaFormat()); err != nil {
+		return res, err
+	}
+	rp := &replayer{cfg: cfg, tbl: tbl, evo: &evolver{table: tbl, current: sc.Evolving()}, opts: opts, log: log, res: &res}
 	if rp.dialer, err = k.dialer(); err != nil {
 		return res, err
 	}
@@ -129,7 +144,7 @@ func Replay(ctx context.Context, cfg Config, tbl *lakehouse.Table, sc *schemas.S
 type replayer struct {
 	cfg    Config
 	tbl    *lakehouse.Table
-	sc     *schemas.Schema
+	evo    *evolver
 	opts   ReplayOptions
 	log    *slog.Logger
 	dialer *kafka.Dialer
@@ -145,8 +160,11 @@ func (rp *replayer) replay(ctx context.Context, r ReplayRange) error {
 		return err
 	}
 	defer reader.Close()
-	buf := newPartitionBuffer(rp.sc, k.Topic, r.Partition, lakehouse.Replay, int(k.MaxMessageBytes), nil)
+	buf := newPartitionBuffer(rp.evo.schema(), k.Topic, r.Partition, lakehouse.Replay, int(k.MaxMessageBytes), nil)
 	defer buf.release()
+	buf.evolve = func(from *schemas.Schema, req *schemas.EvolveRequest) (*schemas.Schema, error) {
+		return rp.evo.evolve(ctx, from, req)
+	}
 	// fetch reads the range in offset order and hands each record to emit.
 	fetch := func(ctx context.Context, emit func(kafka.Message) error) error {
 		for {

@@ -2,10 +2,14 @@ package pipeline_test
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/floe-dev/floe/enrich"
 	"github.com/floe-dev/floe/pipeline"
@@ -79,6 +83,45 @@ func TestReplayRejectsBadRanges(t *testing.T) {
 		if _, err := pipeline.Replay(t.Context(), j.cfg, j.tbl, j.sc, []pipeline.ReplayRange{tc.r}, pipeline.ReplayOptions{}, log); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("Replay(%+v) = %v, want an error with %q", tc.r, err, tc.want)
 		}
+	}
+}
+
+// TestReplayRefusesDeletedOffsets: a range that starts below the log's
+// start (retention deleted those records) is refused, naming where the log
+// starts, where the reader used to start at the log's start silently or,
+// with nothing left of the range, wait forever; a range from the log start
+// is replayed.
+func TestReplayRefusesDeletedOffsets(t *testing.T) {
+	j := newJob(t, 400, pipeline.CommitConfig{}, nil)
+	cl, err := kgo.NewClient(kgo.SeedBrokers(j.cl.Addrs()...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	deleted := kadm.Offsets{}
+	deleted.Add(kadm.Offset{Topic: "clicks", Partition: 0, At: j.end[0]}) // all of partition 0
+	deleted.Add(kadm.Offset{Topic: "clicks", Partition: 1, At: 50})       // the head of partition 1
+	if _, err := kadm.NewClient(cl).DeleteRecords(t.Context(), deleted); err != nil {
+		t.Fatal(err)
+	}
+	log := slog.New(slog.DiscardHandler)
+	for _, tc := range []struct {
+		r    pipeline.ReplayRange
+		want string
+	}{
+		{pipeline.ReplayRange{Partition: 1, From: 0, To: 80}, "clicks/1 starts at offset 50 (retention deleted what came before): want from >= 50"},
+		{pipeline.ReplayRange{Partition: 0, From: 0, To: 10}, fmt.Sprintf("clicks/0 starts at offset %d", j.end[0])},
+	} {
+		ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+		_, err := pipeline.Replay(ctx, j.cfg, j.tbl, j.sc, []pipeline.ReplayRange{tc.r}, pipeline.ReplayOptions{}, log)
+		cancel()
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("Replay(%+v) = %v, want an error with %q", tc.r, err, tc.want)
+		}
+	}
+	res, err := pipeline.Replay(t.Context(), j.cfg, j.tbl, j.sc, []pipeline.ReplayRange{{Partition: 1, From: 50, To: 80}}, pipeline.ReplayOptions{}, log)
+	if err != nil || res.Read != 30 || res.Inserted != 30 {
+		t.Fatalf("replay from the log start: %+v, %v; want 30 read and inserted", res, err)
 	}
 }
 
