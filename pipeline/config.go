@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"regexp"
+	"strconv"
 	"strings"
 	"time"
 
@@ -221,26 +222,63 @@ type ByteSize = bytesize.Size
 
 var envRef = regexp.MustCompile(`\$\{([A-Za-z_][A-Za-z0-9_]*)(:-([^}]*))?\}`)
 
-// interpolate replaces ${NAME} and ${NAME:-default}. An unset variable
-// without a default is an error naming it, rather than an empty string that
-// would surface later as a confusing connection error.
-func interpolate(src []byte) ([]byte, error) {
-	var missing []string
-	out := envRef.ReplaceAllFunc(src, func(m []byte) []byte {
-		g := envRef.FindSubmatch(m)
-		if v, ok := os.LookupEnv(string(g[1])); ok {
-			return []byte(v)
-		}
-		if len(g[2]) > 0 {
+// envRefs are the ${NAME} and ${NAME:-default} references of a config
+// file, each replaced in its text by a placeholder of letters and digits
+// before the YAML is parsed: a reference then parses as the word it is
+// written as (also in a flow sequence, [${BROKERS}]), and the values
+// replacing the placeholders afterwards (interpolate) are never YAML
+// syntax, so a secret holding "#", "*", "!", quotes or backslashes reaches
+// its key whole and cannot appear in a parse error.
+type envRefs struct {
+	token *regexp.Regexp // a placeholder; its group is the reference's index
+	refs  [][]string     // envRef's submatches of each reference
+}
+
+// placeholders returns raw with its references replaced by placeholders.
+func placeholders(raw []byte) ([]byte, *envRefs) {
+	prefix := "FLOEENV"
+	for bytes.Contains(raw, []byte(prefix)) {
+		prefix += "X"
+	}
+	r := &envRefs{token: regexp.MustCompile(prefix + `(\d+)Z`)}
+	out := envRef.ReplaceAllFunc(raw, func(m []byte) []byte {
+		r.refs = append(r.refs, envRef.FindStringSubmatch(string(m)))
+		return fmt.Appendf(nil, "%s%dZ", prefix, len(r.refs)-1)
+	})
+	return out, r
+}
+
+// interpolate replaces the placeholders in the scalars of the parsed YAML
+// n by their references' values: the variable's, or the default when it is
+// unset or empty. A plain value is resolved again once replaced (${PORT}
+// may be a number); a quoted one stays a string. References in comments
+// are ignored. Unset variables without a default are appended to missing,
+// so that the error names them rather than an empty string surfacing
+// later as a confusing connection error.
+func (r *envRefs) interpolate(n *yaml.Node, missing *[]string) {
+	for _, c := range n.Content {
+		r.interpolate(c, missing)
+	}
+	if n.Kind != yaml.ScalarNode || len(r.refs) == 0 {
+		return
+	}
+	v := r.token.ReplaceAllStringFunc(n.Value, func(m string) string {
+		i, _ := strconv.Atoi(r.token.FindStringSubmatch(m)[1])
+		g := r.refs[i]
+		v, ok := os.LookupEnv(g[1])
+		switch {
+		case ok && (v != "" || g[2] == ""):
+			return v
+		case g[2] != "":
 			return g[3]
 		}
-		missing = append(missing, string(g[1]))
-		return m
+		*missing = append(*missing, g[1])
+		return g[0]
 	})
-	if len(missing) > 0 {
-		return nil, fmt.Errorf("environment variables not set: %s", strings.Join(missing, ", "))
+	if v != n.Value && n.Style&(yaml.DoubleQuotedStyle|yaml.SingleQuotedStyle|yaml.LiteralStyle|yaml.FoldedStyle) == 0 {
+		n.Tag = "" // resolved again when decoded
 	}
-	return out, nil
+	n.Value = v
 }
 
 // LoadConfig reads, interpolates and parses a YAML config file. Unknown keys
@@ -252,17 +290,45 @@ func LoadConfig(path string) (Config, error) {
 	if err != nil {
 		return cfg, fmt.Errorf("reading config: %w", err)
 	}
-	raw, err = interpolate(raw)
-	if err != nil {
+	text, refs := placeholders(raw)
+	var doc yaml.Node
+	if err := yaml.Unmarshal(text, &doc); err != nil {
+		return cfg, fmt.Errorf("config %s: %w", path, err)
+	}
+	var missing []string
+	refs.interpolate(&doc, &missing)
+	if len(missing) > 0 {
+		return cfg, fmt.Errorf("config %s: environment variables not set: %s", path, strings.Join(missing, ", "))
+	}
+	if doc.Kind == 0 {
+		return cfg, nil // an empty file
+	}
+	if err := doc.Decode(&cfg); err != nil {
+		return cfg, fmt.Errorf("config %s: %w", path, err)
+	}
+	// Unknown keys: yaml.Node.Decode cannot refuse them, so the document
+	// is encoded again (quoting what needs it) for a decoder that does.
+	// Its line numbers are that text's, not the file's: they are dropped.
+	if raw, err = yaml.Marshal(&doc); err != nil {
 		return cfg, fmt.Errorf("config %s: %w", path, err)
 	}
 	dec := yaml.NewDecoder(bytes.NewReader(raw))
 	dec.KnownFields(true)
-	if err := dec.Decode(&cfg); err != nil && !errors.Is(err, io.EOF) {
+	var check Config
+	if err := dec.Decode(&check); err != nil && !errors.Is(err, io.EOF) {
+		var te *yaml.TypeError
+		if errors.As(err, &te) {
+			for i, e := range te.Errors {
+				te.Errors[i] = yamlLine.ReplaceAllString(e, "")
+			}
+		}
 		return cfg, fmt.Errorf("config %s: %w", path, err)
 	}
 	return cfg, nil
 }
+
+// yamlLine is the position yaml.v3 puts before each of its errors.
+var yamlLine = regexp.MustCompile(`^line \d+: `)
 
 // SchemaFormat is the message format the schema's builders decode.
 func (c Config) SchemaFormat() schemas.Format {

@@ -110,6 +110,40 @@ func TestConfigInterpolatesEnvironment(t *testing.T) {
 	}
 }
 
+// TestConfigInterpolationIsNotYAML: a variable's value is never read as
+// YAML syntax — a password holding " #", a leading "!" or "*", quotes or
+// backslashes reaches its key whole (it used to be cut at the comment, read
+// as a tag, or printed in an "unknown anchor" error) — while a reference
+// still parses where it is written (a flow sequence, a quoted string), a
+// plain one may be a number, an empty variable takes the default, and a
+// reference in a comment is ignored.
+func TestConfigInterpolationIsNotYAML(t *testing.T) {
+	for _, pw := range []string{"abc #tail", "!s3cr3t x", "*s3cr3tValue", `a\tb"c'd`, "&anchor: {x}", "- [1, 2]"} {
+		t.Setenv("FLOE_TEST_PW", pw)
+		t.Setenv("FLOE_TEST_BROKER", "10.0.0.1:9093")
+		t.Setenv("FLOE_TEST_N", "5000")
+		t.Setenv("FLOE_TEST_EMPTY", "")
+		body := strings.Replace(validConfig, "[127.0.0.1:9092]", "[${FLOE_TEST_BROKER}] # not ${FLOE_TEST_UNSET_IN_COMMENT}", 1)
+		body = strings.Replace(body, "  group: floe-clicks", `  group: ${FLOE_TEST_EMPTY:-fallback}
+  sasl:
+    mechanism: PLAIN
+    username: floe
+    password: ${FLOE_TEST_PW}
+  tls: {ca_file: "/ca/${FLOE_TEST_PW}.pem"}`, 1)
+		body = strings.Replace(body, "table:", "commit:\n  max_records: ${FLOE_TEST_N}\ntable:", 1)
+		cfg, err := pipeline.LoadConfig(writeConfig(t, body))
+		if err != nil {
+			t.Fatalf("password %q: %v", pw, err)
+		}
+		if string(cfg.Kafka.SASL.Password) != pw || cfg.Kafka.TLS.CAFile != "/ca/"+pw+".pem" {
+			t.Fatalf("password %q read as %q, ca_file %q", pw, cfg.Kafka.SASL.Password, cfg.Kafka.TLS.CAFile)
+		}
+		if cfg.Kafka.Brokers[0] != "10.0.0.1:9093" || cfg.Kafka.Group != "fallback" || cfg.Commit.MaxRecords != 5000 {
+			t.Fatalf("brokers %v, group %q, max_records %d", cfg.Kafka.Brokers, cfg.Kafka.Group, cfg.Commit.MaxRecords)
+		}
+	}
+}
+
 func TestConfigErrorsNameTheKey(t *testing.T) {
 	for _, tc := range []struct {
 		name, from, to, want string

@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 
+	"gopkg.in/yaml.v3"
+
 	"github.com/floe-dev/floe/enrich"
 	"github.com/floe-dev/floe/schemas"
 )
@@ -58,6 +60,42 @@ type WhereConfig struct {
 	In []string `yaml:"in"`
 	// Default takes what the topic's other routes do not.
 	Default bool `yaml:"default"`
+}
+
+// UnmarshalYAML refuses a value of in that is neither a string nor a
+// number (YAML would read `in: [true]` as the string "true", which no
+// JSON true matches, and the route would silently take nothing), and keys
+// other than field, in and default (a decoder of a type with its own
+// UnmarshalYAML does not check them).
+func (w *WhereConfig) UnmarshalYAML(n *yaml.Node) error {
+	if n.Kind == yaml.MappingNode {
+		for i := 0; i < len(n.Content); i += 2 {
+			switch k := n.Content[i]; k.Value {
+			case "field", "in", "default":
+			default:
+				return fmt.Errorf("line %d: field %s not found in where (field, in, default)", k.Line, k.Value)
+			}
+		}
+	}
+	var raw struct {
+		Field   string      `yaml:"field"`
+		In      []yaml.Node `yaml:"in"`
+		Default bool        `yaml:"default"`
+	}
+	if err := n.Decode(&raw); err != nil {
+		return err
+	}
+	*w = WhereConfig{Field: raw.Field, Default: raw.Default}
+	for _, v := range raw.In {
+		switch {
+		case v.Kind != yaml.ScalarNode:
+			return fmt.Errorf("line %d: where.in: want strings or numbers, got a list or map", v.Line)
+		case v.ShortTag() != "!!str" && v.ShortTag() != "!!int" && v.ShortTag() != "!!float":
+			return fmt.Errorf("line %d: where.in: %s is a %s, not a string or number: quote it to match the string", v.Line, v.Value, strings.TrimPrefix(v.ShortTag(), "!!"))
+		}
+		w.In = append(w.In, v.Value)
+	}
+	return nil
 }
 
 // Routed reports whether the job has a routes: section.
@@ -186,6 +224,8 @@ func (c *Config) validateRoutes() error {
 				bad("where", "default: true takes what the other routes do not; it has no field or in")
 			case !w.Default && w.Field == "":
 				bad("where.field", "required (or default: true)")
+			case !w.Default && slices.ContainsFunc(strings.Split(w.Field, "."), func(p string) bool { return p == "" || strings.TrimSpace(p) != p }):
+				bad("where.field", "%q: each dotted part must be a field name, not empty or padded with spaces", w.Field)
 			case !w.Default && len(w.In) == 0:
 				bad("where.in", "required: the values of %s this route takes", w.Field)
 			}
@@ -344,6 +384,9 @@ func routeName(i int, r RouteConfig) string {
 // as numbers.
 func normalizeValue(v string) string {
 	if f, err := strconv.ParseFloat(v, 64); err == nil {
+		if f == 0 {
+			f = 0 // -0 is 0, as the filter compares them
+		}
 		return "n:" + strconv.FormatFloat(f, 'g', -1, 64)
 	}
 	return "s:" + v

@@ -50,7 +50,7 @@ func (f *routeFilter) takes(value []byte) bool {
 	defer f.parsers.Put(p)
 	matched := false
 	if v, err := p.ParseBytes(value); err == nil && len(f.path) > 0 {
-		if fv := v.Get(f.path...); fv != nil {
+		if fv := lastMember(v, f.path); fv != nil {
 			switch fv.Type() {
 			case fastjson.TypeString:
 				_, matched = f.strs[string(fv.GetStringBytes())]
@@ -62,6 +62,29 @@ func (f *routeFilter) takes(value []byte) bool {
 		}
 	}
 	return matched != f.isDefault
+}
+
+// lastMember returns the value at path in v, taking of a repeated member
+// the last, as the decoders do (fastjson's Get takes the first): a record
+// is routed by the value its row stores.
+func lastMember(v *fastjson.Value, path []string) *fastjson.Value {
+	for _, name := range path {
+		o, err := v.Object()
+		if err != nil {
+			return nil
+		}
+		var found *fastjson.Value
+		o.Visit(func(k []byte, m *fastjson.Value) {
+			if string(k) == name {
+				found = m
+			}
+		})
+		if found == nil {
+			return nil
+		}
+		v = found
+	}
+	return v
 }
 
 // skip covers msg's offset without a row or a dead letter: a record another

@@ -23,6 +23,12 @@ func TestRouteFilter(t *testing.T) {
 		{`{"id":1}`, false, true, false},                 // missing: default
 		{`not json`, false, true, false},                 // the default route's decoder dead-letters it
 		{`{"meta":{"kind":"order"}}`, false, true, true}, // a dotted field reads nested objects
+		// A repeated member counts by its last value, as the decoder
+		// stores it.
+		{`{"kind":"view","kind":"order"}`, true, false, false},
+		{`{"kind":"order","kind":"view"}`, false, true, false},
+		{`{"meta":{"kind":"view","kind":"order"},"meta":{"kind":"view"}}`, false, true, false},
+		{`{"meta":{"kind":"view"},"meta":{"kind":"order"}}`, false, true, true},
 	} {
 		if got := orders.takes([]byte(tc.value)); got != tc.orders {
 			t.Errorf("field route takes %s: %v, want %v", tc.value, got, tc.orders)
@@ -44,5 +50,19 @@ func BenchmarkRouteFilter(b *testing.B) {
 	b.SetBytes(int64(len(v)))
 	for b.Loop() {
 		f.takes(v)
+	}
+}
+
+// TestRouteValuesNormalized: values compared as numbers are the same value
+// for the overlap check as for the filter: -0 is 0, 1.0 is 1.
+func TestRouteValuesNormalized(t *testing.T) {
+	for _, pair := range [][2]string{{"0", "-0"}, {"1", "1.0"}, {"1e3", "1000"}} {
+		if a, b := normalizeValue(pair[0]), normalizeValue(pair[1]); a != b {
+			t.Errorf("%s normalizes to %s, %s to %s: routes taking both would overlap unchecked", pair[0], a, pair[1], b)
+		}
+	}
+	f := newRouteFilter(WhereConfig{Field: "k", In: []string{"-0"}}, "", nil)
+	if !f.takes([]byte(`{"k":0}`)) {
+		t.Error("a route taking -0 does not take 0")
 	}
 }

@@ -43,7 +43,7 @@ func loadRoutes(t *testing.T, body string) (pipeline.Config, error) {
 	t.Helper()
 	cfg, err := pipeline.LoadConfig(writeConfig(t, body))
 	if err != nil {
-		t.Fatal(err)
+		return cfg, err
 	}
 	return cfg, cfg.Finish()
 }
@@ -129,6 +129,45 @@ func TestRouteConfigErrors(t *testing.T) {
     table: {name: shop.other}
 `, []string{`routes[1] (table shop.refunds): where.in: "order" is also taken by routes[0] (table shop.orders)`,
 			`routes[1] (table shop.refunds): where.in: "7.0" is also taken by routes[0] (table shop.orders)`}},
+		{"-0 and 0", routesHead + `routes:
+  - topic: events
+    where: {field: kind, in: ["0"]}
+    table: {name: shop.orders}
+  - topic: events
+    where: {field: kind, in: ["-0"]}
+    table: {name: shop.refunds}
+  - topic: events
+    where: {default: true}
+    table: {name: shop.other}
+`, []string{`routes[1] (table shop.refunds): where.in: "-0" is also taken by routes[0] (table shop.orders)`}},
+		{"in value not a string or number", routesHead + `routes:
+  - topic: events
+    where: {field: vip, in: [true]}
+    table: {name: shop.orders}
+  - topic: events
+    where: {default: true}
+    table: {name: shop.other}
+`, []string{`where.in: true is a bool, not a string or number: quote it to match the string`}},
+		{"unknown where key", routesHead + `routes:
+  - topic: events
+    where: {field: kind, in: [order], value: x}
+    table: {name: shop.orders}
+  - topic: events
+    where: {default: true}
+    table: {name: shop.other}
+`, []string{`field value not found in where (field, in, default)`}},
+		{"bad field path", routesHead + `routes:
+  - topic: events
+    where: {field: "meta.", in: [order]}
+    table: {name: shop.orders}
+  - topic: events
+    where: {field: " kind", in: [refund]}
+    table: {name: shop.refunds}
+  - topic: events
+    where: {default: true}
+    table: {name: shop.other}
+`, []string{`routes[0] (table shop.orders): where.field: "meta.": each dotted part must be a field name, not empty or padded with spaces`,
+			`routes[1] (table shop.refunds): where.field: " kind": each dotted part must be a field name, not empty or padded with spaces`}},
 		{"route without where beside field routes", routesHead + `routes:
   - topic: events
     where: {field: kind, in: [order]}

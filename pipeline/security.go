@@ -165,6 +165,17 @@ func (k KafkaConfig) transport() (*kafka.Transport, error) {
 	return &kafka.Transport{DialTimeout: 10 * time.Second, ClientID: k.ClientID, TLS: sec.tls, SASL: sec.mech}, nil
 }
 
+// Client returns a kafka-go client of k's brokers with k's TLS and SASL
+// settings, for the admin requests of tools (floe doctor). Call done when
+// done with it.
+func (k KafkaConfig) Client() (c *kafka.Client, done func(), err error) {
+	tr, err := k.transport()
+	if err != nil {
+		return nil, nil, err
+	}
+	return &kafka.Client{Addr: kafka.TCP(k.Brokers...), Timeout: 10 * time.Second, Transport: tr}, tr.CloseIdleConnections, nil
+}
+
 // warnInsecure logs, once at start-up, a SASL password that would cross the
 // network in clear text.
 func (k KafkaConfig) warnInsecure(log *slog.Logger) {

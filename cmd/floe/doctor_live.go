@@ -35,14 +35,19 @@ func diagnoseLive(ctx context.Context, g *globalFlags, every time.Duration, metr
 		}
 		in.Enrich = &doctor.EnrichLimits{MaxInFlightRecords: e.MaxInFlightRecords, MaxInFlightRequests: e.MaxInFlightRequests, KeysPerRequest: keys}
 	}
-	kc := &kafka.Client{Addr: kafka.TCP(cfg.Kafka.Brokers...), Timeout: 10 * time.Second}
+	// With the job's TLS and SASL settings, as every request of floe run.
+	kc, closeClient, err := cfg.Kafka.Client()
+	if err != nil {
+		return nil, err
+	}
+	defer closeClient()
 	take := func() (doctor.Sample, error) {
 		s := doctor.Sample{At: time.Now()}
 		var err error
 		if s.End, err = pipeline.EndOffsets(ctx, cfg.Kafka); err != nil {
 			return s, err
 		}
-		if s.Start, err = startOffsets(ctx, kc, cfg.Kafka.Topic, s.End); err != nil {
+		if s.Start, err = pipeline.FirstOffsets(ctx, cfg.Kafka); err != nil {
 			return s, err
 		}
 		wm, err := j.tbl.Watermarks(ctx)
@@ -79,27 +84,6 @@ func diagnoseLive(ctx context.Context, g *globalFlags, every time.Duration, metr
 		return nil, err
 	}
 	return doctor.DiagnoseLive(in)
-}
-
-// startOffsets returns each partition's log start offset: where lag of a
-// partition the table has never committed begins.
-func startOffsets(ctx context.Context, kc *kafka.Client, topic string, end map[int32]int64) (map[int32]int64, error) {
-	var reqs []kafka.OffsetRequest
-	for p := range end {
-		reqs = append(reqs, kafka.FirstOffsetOf(int(p)))
-	}
-	res, err := kc.ListOffsets(ctx, &kafka.ListOffsetsRequest{Topics: map[string][]kafka.OffsetRequest{topic: reqs}})
-	if err != nil {
-		return nil, fmt.Errorf("start offsets of %s: %w", topic, err)
-	}
-	out := make(map[int32]int64, len(reqs))
-	for _, p := range res.Topics[topic] {
-		if p.Error != nil {
-			return nil, fmt.Errorf("start offset of %s/%d: %w", topic, p.Partition, p.Error)
-		}
-		out[int32(p.Partition)] = p.FirstOffset
-	}
-	return out, nil
 }
 
 // describeGroup returns the group's state and its members with the

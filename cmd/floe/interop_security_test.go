@@ -76,6 +76,11 @@ func interopMTLS(t *testing.T, k *infra.Kafka) {
 	if rows+dead != 3000 || dead == 0 {
 		t.Fatalf("over mutual TLS: %d rows + %d dead letters, want 3000 with some dead letters", rows, dead)
 	}
+	// floe doctor reads the group and the offsets with the same TLS
+	// settings (it used to connect in plain text, and fail).
+	if out, rep := e.doctor(t, "--json", "--sample", "0", "--topic", topic, "--group", group); rep.TotalLag != 0 || len(rep.Partitions) != 3 {
+		t.Fatalf("floe doctor over mutual TLS: lag %d over %d partitions, want 0 over 3\n%s", rep.TotalLag, len(rep.Partitions), out)
+	}
 	key, err := os.ReadFile(m.KeyFile)
 	if err != nil {
 		t.Fatal(err)
