@@ -8,9 +8,11 @@ import (
 	"github.com/apache/iceberg-go/table"
 	"github.com/prometheus/client_golang/prometheus"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -386,6 +388,13 @@ func TestCatalogOutageRetriedInPlace(t *testing.T) {
 // offset) ids it holds, failing on a duplicate.
 func distinctIDs(t *testing.T, tbl *lakehouse.Table) int {
 	t.Helper()
+	return len(rowIDs(t, tbl))
+}
+
+// rowIDs scans the table and returns its rows' (partition, offset) ids,
+// failing on a duplicate.
+func rowIDs(t *testing.T, tbl *lakehouse.Table) [][2]int64 {
+	t.Helper()
 	it, err := tbl.Load(t.Context())
 	if err != nil {
 		t.Fatal(err)
@@ -410,5 +419,5 @@ func distinctIDs(t *testing.T, tbl *lakehouse.Table) int {
 		}
 		b.Release()
 	}
-	return len(seen)
+	return slices.Collect(maps.Keys(seen))
 }

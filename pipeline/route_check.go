@@ -133,6 +133,11 @@ type startState struct {
 //     still on the old routing must be at the same watermark per
 //     partition, and each already on the new one at or past it.
 //
+// A route the recorded routing does not name, whose table is new (a field
+// route added to the topic), joins at that common offset: its table's
+// watermarks are set there before it runs (join), so that it takes its
+// records from where the routing changes, not from start_offset.
+//
 // Each refusal is a warning instead when ov accepts it.
 func CheckStart(ctx context.Context, jobs []StartTable, ov StartOverrides, log *slog.Logger) error {
 	states := make([]*startState, len(jobs))
@@ -173,12 +178,22 @@ func CheckStart(ctx context.Context, jobs []StartTable, ov StartOverrides, log *
 		}
 	}
 	reported := map[string]bool{}
+	joins := map[*startState]map[int32]int64{}
 	for _, st := range states {
 		if st.recorded == "" || st.recorded == st.config {
 			continue
 		}
-		err := checkRoutingChange(st, states)
-		if err == nil || reported[err.Error()] {
+		joining, from, err := checkRoutingChange(st, states)
+		if err == nil {
+			if len(from) == 0 {
+				continue // the others have no offsets either: all start alike
+			}
+			for _, j := range joining {
+				joins[j] = from
+			}
+			continue
+		}
+		if reported[err.Error()] {
 			continue
 		}
 		reported[err.Error()] = true
@@ -188,7 +203,34 @@ func CheckStart(ctx context.Context, jobs []StartTable, ov StartOverrides, log *
 			log.Warn("applying a routing change from uncommon offsets (--accept-routing-change)", "err", err)
 		}
 	}
-	return errors.Join(errs...)
+	if len(errs) > 0 {
+		return errors.Join(errs...)
+	}
+	for st, from := range joins {
+		if err := join(ctx, st, from, log); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// join makes a route new to its topic's routing start at the offsets from,
+// where the routing changes: an empty commit sets its table's watermarks
+// there (recording its routing), so that it takes what its where selects
+// from that offset on, not from start_offset — below it the other routes'
+// tables hold those records, under the old routing.
+func join(ctx context.Context, st *startState, from map[int32]int64, log *slog.Logger) error {
+	topic, name := st.job.Config.Kafka.Topic, st.job.Config.Table.Name
+	parts := make([]lakehouse.Part, 0, len(from))
+	for p, w := range from {
+		parts = append(parts, lakehouse.Part{Range: lakehouse.Range{Topic: topic, Partition: p, From: w, To: w}, Resume: lakehouse.NoWatermark})
+	}
+	st.job.Table.SetRouting(topic, st.config)
+	if _, err := st.job.Table.Commit(ctx, parts); err != nil {
+		return fmt.Errorf("table %s, a new route of topic %s: starting it at %s: %w", name, topic, formatWatermarks(from), err)
+	}
+	log.Info("a new route joins its topic's routing where the other routes are", "table", name, "topic", topic, "offsets", formatWatermarks(from))
+	return nil
 }
 
 // groupKey names the setting that selects group for cfg.
@@ -200,12 +242,14 @@ func groupKey(cfg Config, group string) string {
 }
 
 // checkRoutingChange decides whether the change of st's routing applies
-// from a common offset of every route involved (nil) or not.
-func checkRoutingChange(st *startState, states []*startState) error {
+// from a common offset of every route involved (nil) or not. A route the
+// recorded routing does not name, whose table has no offsets of the topic,
+// is new: it joins at that offset (from) rather than being compared.
+func checkRoutingChange(st *startState, states []*startState) (joining []*startState, from map[int32]int64, err error) {
 	topic := st.job.Config.Kafka.Topic
 	var oldDoc, newDoc routingDoc
 	if err := json.Unmarshal([]byte(st.recorded), &oldDoc); err != nil {
-		return fmt.Errorf("table %s: decoding %s%s: %w", st.job.Config.Table.Name, lakehouse.RoutingKeyPrefix, topic, err)
+		return nil, nil, fmt.Errorf("table %s: decoding %s%s: %w", st.job.Config.Table.Name, lakehouse.RoutingKeyPrefix, topic, err)
 	}
 	_ = json.Unmarshal([]byte(st.config), &newDoc) // made by routingOf
 	names := slices.Compact(slices.Sorted(slices.Values(append(oldDoc.tables(), newDoc.tables()...))))
@@ -222,7 +266,11 @@ func checkRoutingChange(st *startState, states []*startState) error {
 			return s.job.Config.Table.Name == name && s.job.Config.Kafka.Topic == topic
 		})
 		if i < 0 {
-			return fail(fmt.Sprintf("table %s is not a configured route of the topic, so its offsets cannot be compared", name))
+			return nil, nil, fail(fmt.Sprintf("table %s is not a configured route of the topic, so its offsets cannot be compared", name))
+		}
+		if s := states[i]; s.recorded == "" && len(s.wm) == 0 && !slices.Contains(oldDoc.tables(), name) {
+			joining = append(joining, s)
+			continue
 		}
 		involved = append(involved, states[i])
 	}
@@ -243,7 +291,7 @@ func checkRoutingChange(st *startState, states []*startState) error {
 			continue
 		}
 		if !maps.Equal(common, s.wm) {
-			return fail(fmt.Sprintf("the routes are not at a common offset (%s at %s, %s at %s)",
+			return nil, nil, fail(fmt.Sprintf("the routes are not at a common offset (%s at %s, %s at %s)",
 				commonTable, formatWatermarks(common), s.job.Config.Table.Name, formatWatermarks(s.wm)))
 		}
 	}
@@ -253,17 +301,17 @@ func checkRoutingChange(st *startState, states []*startState) error {
 		}
 		for p, w := range s.wm {
 			if c, ok := common[p]; !ok || w < c {
-				return fail(fmt.Sprintf("table %s, already on the new routing, is at %s, behind %s at %s",
+				return nil, nil, fail(fmt.Sprintf("table %s, already on the new routing, is at %s, behind %s at %s",
 					s.job.Config.Table.Name, formatWatermarks(s.wm), commonTable, formatWatermarks(common)))
 			}
 		}
 		for p := range common {
 			if _, ok := s.wm[p]; !ok {
-				return fail(fmt.Sprintf("table %s, already on the new routing, has no watermark of partition %d", s.job.Config.Table.Name, p))
+				return nil, nil, fail(fmt.Sprintf("table %s, already on the new routing, has no watermark of partition %d", s.job.Config.Table.Name, p))
 			}
 		}
 	}
-	return nil
+	return joining, common, nil
 }
 
 // formatWatermarks prints a partition → offset map in partition order.

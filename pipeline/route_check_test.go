@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -301,6 +302,58 @@ func scanRows(t *testing.T, tbl *lakehouse.Table, columns ...string) [][]string 
 // set); with routes[0].group set it starts and continues from the table's
 // watermarks. A renamed kafka.group of the single-table form is refused the
 // same way, unless accepted.
+// TestRouteAddedJoinsAtTheCommonOffset adds a field route to a topic whose
+// only route (the default one) is caught up: the start is accepted, the new
+// route's table starts at the old route's watermarks (it used to be refused
+// at "no watermarks", and with the override to start at start_offset,
+// taking records the old route already held), and every offset ends up in
+// exactly one table.
+func TestRouteAddedJoinsAtTheCommonOffset(t *testing.T) {
+	r := newRouteRig(t)
+	old := r.config(t, "floe", "", "", `routes:
+  - topic: clicks
+    where: {default: true}
+    table: {name: shop.other}
+`)
+	end1 := r.produce(t, 2000)
+	r.run(t, old[0], end1)
+
+	added := r.config(t, "floe", "", "", routesPurchase)
+	if err := r.check(t, added, pipeline.StartOverrides{}); err != nil {
+		t.Fatalf("adding a route at a common offset: %v", err)
+	}
+	orders, _ := r.table(t, added[0])
+	if wm, _ := orders.Watermarks(t.Context()); !maps.Equal(wm["clicks"], end1) {
+		t.Fatalf("the new route starts at %v, want the old route's %v", wm["clicks"], end1)
+	}
+	if err := r.check(t, added, pipeline.StartOverrides{}); err != nil {
+		t.Fatalf("restarting before the new route ran: %v", err)
+	}
+	end2 := r.produce(t, 500)
+	r.run(t, added[0], end2)
+	r.run(t, added[1], end2)
+	other, _ := r.table(t, added[1])
+	dl, err := pipeline.ReadDeadLetters(t.Context(), added[0].Kafka, "shop.orders", "shop.other")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err := lakehouse.VerifyRoutes(t.Context(), "clicks", []*lakehouse.Table{orders, other}, dl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range rep.Partitions {
+		if p.InSeveral > 0 || p.GapOffsets > 0 || p.Watermark != end2[p.Partition] {
+			t.Errorf("partition %d: %d offsets in two tables, %d in none, watermark %d (want %d)",
+				p.Partition, p.InSeveral, p.GapOffsets, p.Watermark, end2[p.Partition])
+		}
+	}
+	for _, id := range rowIDs(t, orders) {
+		if id[1] < end1[int32(id[0])] {
+			t.Fatalf("shop.orders holds %d/%d, below where it joined (%v)", id[0], id[1], end1)
+		}
+	}
+}
+
 func TestRouteGroupChange(t *testing.T) {
 	r := newRouteRig(t)
 	single := r.config(t, "floe-clicks", "clicks", "analytics.clicks", "")
