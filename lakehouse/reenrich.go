@@ -163,10 +163,11 @@ func (t *Table) rewriteWithout(ctx context.Context, tbl *table.Table, r Range, i
 		iceberg.EqualTo(iceberg.Reference(TopicColumn), r.Topic),
 		iceberg.EqualTo(iceberg.Reference(PartitionColumn), r.Partition)),
 		iceberg.IsIn(iceberg.Reference(OffsetColumn), ids...))
-	tasks, err := tbl.Scan(table.WithRowFilter(filter)).PlanFiles(ctx)
+	planned, err := tbl.Scan(table.WithRowFilter(filter)).PlanFiles(ctx)
 	if err != nil {
 		return nil, nil, fmt.Errorf("planning the scan of %s: %w", r, err)
 	}
+	tasks := wholeFiles(planned)
 	want, err := writeArrowSchema(tbl)
 	if err != nil {
 		return nil, nil, err
@@ -182,7 +183,7 @@ func (t *Table) rewriteWithout(ctx context.Context, tbl *table.Table, r Range, i
 		if err != nil {
 			return old, kept, fmt.Errorf("reading %s: %w", task.File.FilePath(), err)
 		}
-		removed := 0
+		removed, read := 0, int64(0)
 		var readErr error
 		records := func(yield func(arrow.RecordBatch, error) bool) {
 			for b, err := range batches {
@@ -191,6 +192,7 @@ func (t *Table) rewriteWithout(ctx context.Context, tbl *table.Table, r Range, i
 					yield(nil, err)
 					return
 				}
+				read += b.NumRows()
 				out, n, err := withoutRows(ctx, b, r, drop, want)
 				b.Release()
 				if err != nil {
@@ -214,6 +216,11 @@ func (t *Table) rewriteWithout(ctx context.Context, tbl *table.Table, r Range, i
 			}
 			copies = append(copies, df)
 		}
+		if !hasDeletes(task) && read != task.File.Count() {
+			// The copy would not hold every other row of the file.
+			t.deleteFiles(tbl, copies)
+			return old, kept, fmt.Errorf("copying %s: read %d of its %d rows", task.File.FilePath(), read, task.File.Count())
+		}
 		if removed == 0 {
 			t.deleteFiles(tbl, copies)
 			continue
@@ -226,6 +233,25 @@ func (t *Table) rewriteWithout(ctx context.Context, tbl *table.Table, r Range, i
 		return old, kept, fmt.Errorf("found %d of the %d rows of %s to replace", found, len(ids), r)
 	}
 	return old, kept, nil
+}
+
+// wholeFiles turns planned scan tasks into one task per data file reading
+// all of it: a file larger than read.split.target-size is planned as
+// several splits, and a task of a partitioned table carries the filter's
+// residual, which ReadTasks applies, so either would read only part of a
+// file whose copy replaces all of it.
+func wholeFiles(tasks []table.FileScanTask) []table.FileScanTask {
+	var out []table.FileScanTask
+	seen := map[string]bool{}
+	for _, t := range tasks {
+		if seen[t.File.FilePath()] {
+			continue
+		}
+		seen[t.File.FilePath()] = true
+		t.Start, t.Length, t.Residual = 0, t.File.FileSizeBytes(), nil
+		out = append(out, t)
+	}
+	return out
 }
 
 // withoutRows returns b, relabelled to want, without its rows of r

@@ -8,6 +8,7 @@ import (
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/memory"
+	"github.com/apache/iceberg-go"
 	"github.com/apache/iceberg-go/table"
 
 	"github.com/floe-dev/floe/lakehouse"
@@ -133,5 +134,76 @@ func TestReenrichReplacesSkippedAndMissRows(t *testing.T) {
 		Resume: lakehouse.Replay, Rows: f.statusRows(t, 0, 0, 100, now)})
 	if err != nil || res.Replaced != 0 {
 		t.Fatalf("second pass replaced %d (err %v), want 0", res.Replaced, err)
+	}
+}
+
+// TestReenrichKeepsTheRestOfEveryFile: the copy of a file that held
+// replaced rows keeps all its other rows also when the table is partitioned
+// by a column the search filters on (iceberg-go attaches the filter's
+// residual to each planned file, and reading applied it: the copy held only
+// the replaced rows, then none) and when the file is planned in several
+// splits (each split was copied as if it were the file).
+func TestReenrichKeepsTheRestOfEveryFile(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		partition string                  // a column the table is partitioned by (identity), or ""
+		props     map[string]string       // table properties set before writing
+		skipped   func(offset int64) bool // rows stored as skipped, re-enriched as ok
+	}{
+		{"partitioned by _kafka_partition", lakehouse.PartitionColumn, nil, func(o int64) bool { return o < 10 }},
+		{"partitioned by _kafka_topic", lakehouse.TopicColumn, nil, func(o int64) bool { return o < 10 }},
+		{"split file, one split's rows", "", map[string]string{table.ParquetRowGroupLimitKey: "20", table.ReadSplitTargetSizeKey: "64"},
+			func(o int64) bool { return o == 0 }},
+		{"split file, two splits' rows", "", map[string]string{table.ParquetRowGroupLimitKey: "20", table.ReadSplitTargetSizeKey: "64"},
+			func(o int64) bool { return o == 0 || o == 50 }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t)
+			if tc.partition != "" {
+				id := 1000
+				spec, err := iceberg.NewPartitionSpecOpts(iceberg.AddPartitionFieldByName(tc.partition, tc.partition+"_p",
+					iceberg.IdentityTransform{}, f.schema.Iceberg, &id))
+				if err != nil {
+					t.Fatal(err)
+				}
+				f.schema.Spec = spec
+			}
+			tbl := f.open(t, "g")
+			if tc.props != nil {
+				it, err := tbl.Load(t.Context())
+				if err != nil {
+					t.Fatal(err)
+				}
+				tx := it.NewTransaction()
+				if err := tx.SetProperties(tc.props); err != nil {
+					t.Fatal(err)
+				}
+				if _, err := tx.Commit(t.Context()); err != nil {
+					t.Fatal(err)
+				}
+			}
+			stored := func(o int64) string {
+				if tc.skipped(o) {
+					return "skipped"
+				}
+				return "ok"
+			}
+			whole := lakehouse.Range{Topic: topic, Partition: 0, From: 0, To: 100}
+			if _, err := tbl.Commit(t.Context(), []lakehouse.Part{{Range: whole, Resume: lakehouse.NoWatermark, Rows: f.statusRows(t, 0, 0, 100, stored)}}); err != nil {
+				t.Fatal(err)
+			}
+			res, err := tbl.Reenrich(t.Context(), lakehouse.Part{Range: whole, Resume: lakehouse.Replay,
+				Rows: f.statusRows(t, 0, 0, 100, func(int64) string { return "ok" })})
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := statuses(t, tbl, 0)
+			assertHolds(t, tbl, 100)
+			for o, st := range got {
+				if st != "ok" {
+					t.Fatalf("offset %d is %q after re-enrichment (%+v)", o, st, res)
+				}
+			}
+		})
 	}
 }
