@@ -48,7 +48,15 @@ func (d *avroDecoder) decode(value []byte, cols []array.Builder) error {
 type avroReader struct {
 	buf []byte
 	pos int
+	// items counts the array and map items of the message so far (see
+	// blockCount).
+	items int64
 }
+
+// maxZeroSizeItems bounds the items of a message that take no bytes (of
+// type null, an empty record, a fixed of size 0): with them, a message of a
+// few hundred bytes could otherwise hold billions of items.
+const maxZeroSizeItems = 1 << 16
 
 // incompatible reports a writer schema whose field cannot be stored in the
 // table's column (ReasonIncompatibleSchema).
@@ -104,7 +112,9 @@ func (r *avroReader) bytes() ([]byte, *DecodeError) {
 
 // blockCount reads an array or map block header: the item count, 0 at the
 // end. A count can never exceed the bytes left, except for items of type
-// null, which take none.
+// null, which take none; and all the blocks of a message together hold at
+// most one item a byte, plus maxZeroSizeItems (items of an empty record or
+// a fixed of size 0 take no bytes either, block after block).
 func (r *avroReader) blockCount(zeroSize bool) (int, *DecodeError) {
 	n, err := r.long()
 	if err != nil {
@@ -121,10 +131,13 @@ func (r *avroReader) blockCount(zeroSize bool) (int, *DecodeError) {
 	}
 	limit := int64(len(r.buf) - r.pos)
 	if zeroSize {
-		limit = 1 << 16
+		limit = maxZeroSizeItems
 	}
 	if n > limit {
 		return 0, malformed("an Avro block count exceeds the bytes left")
+	}
+	if r.items += n; r.items > int64(len(r.buf))+maxZeroSizeItems {
+		return 0, malformed("an Avro message holds more array or map items than its size allows")
 	}
 	return int(n), nil
 }

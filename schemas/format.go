@@ -174,7 +174,16 @@ type writerSchema struct {
 	avro  avro.Schema
 	proto protoreflect.FileDescriptor
 	err   *DecodeError
+	// retryAt, for an id the registry did not have, is when to ask again:
+	// a producer may register a schema after the registry first answered,
+	// or a replica lag behind.
+	retryAt time.Time
 }
+
+// unknownRetry is how long a registry's "no such schema id" answer is
+// trusted (its messages meanwhile are dead-lettered as unknown_schema). A
+// variable for tests.
+var unknownRetry = 10 * time.Second
 
 func newRegistry(c RegistryConfig) (*registry, error) {
 	if c.URL == "" {
@@ -238,12 +247,12 @@ func newRegistry(c RegistryConfig) (*registry, error) {
 
 // get returns schema id's writer schema. An error that is not a
 // *DecodeError (the registry unreachable, a 5xx) is not cached and is not
-// the message's fault.
+// the message's fault; an unknown id is asked again after unknownRetry.
 func (r *registry) get(id int, kind string) (*writerSchema, error) {
 	r.mu.Lock()
 	ws, ok := r.byID[id]
 	r.mu.Unlock()
-	if ok {
+	if ok && (ws.retryAt.IsZero() || time.Now().Before(ws.retryAt)) {
 		return ws, nil
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), r.timeout)
@@ -254,7 +263,8 @@ func (r *registry) get(id int, kind string) (*writerSchema, error) {
 		if !errors.As(err, &re) || re.StatusCode != http.StatusNotFound {
 			return nil, fmt.Errorf("fetching schema id %d from the registry: %w", id, err)
 		}
-		ws = &writerSchema{err: &DecodeError{Reason: ReasonUnknownSchema, Detail: "the registry has no schema id " + strconv.Itoa(id)}}
+		ws = &writerSchema{err: &DecodeError{Reason: ReasonUnknownSchema, Detail: "the registry has no schema id " + strconv.Itoa(id)},
+			retryAt: time.Now().Add(unknownRetry)}
 	} else {
 		ws = parseWriterSchema(id, s, kind)
 	}
