@@ -122,6 +122,14 @@ func Replay(ctx context.Context, cfg Config, tbl *lakehouse.Table, sc *schemas.S
 		// rows, and a saved miss would answer for the service.
 		ecfg := *cfg.Enrich
 		ecfg.CacheFile = ""
+		// A failed lookup is not the record's fault: under policy dlq a
+		// replay would dead-letter records whose rows may be stored
+		// already (a record both a row and a dead letter, which verify
+		// flags). It stores them as passthrough does, for --reenrich to
+		// repair once the service answers.
+		if ecfg.Breaker.Policy == enrich.PolicyDLQ {
+			ecfg.Breaker.Policy = enrich.PolicyPassthrough
+		}
 		st, err := enrich.NewStage(ecfg, nil, log)
 		if err != nil {
 			return res, err

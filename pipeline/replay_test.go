@@ -170,6 +170,31 @@ func TestReplayTimeRange(t *testing.T) {
 // during an outage under policy passthrough are repaired by a replay with
 // Reenrich once the service answers: no skipped row, no duplicate, the
 // watermarks untouched.
+// TestReplayNeverDeadLettersLookups: under policy dlq, a replay during an
+// outage stores rows without enrichment (as passthrough) rather than
+// dead-lettering records whose rows may be in the table already.
+func TestReplayNeverDeadLettersLookups(t *testing.T) {
+	srv, url := startServer(t, enrich.ServerConfig{P50: enrich.NoLatency})
+	srv.SetOutage(true)
+	j := newJob(t, 400, fastCommit, enrichConfig(url, enrich.PolicyDLQ))
+	var ranges []pipeline.ReplayRange
+	for p, e := range j.end {
+		ranges = append(ranges, pipeline.ReplayRange{Partition: p, From: 0, To: e})
+	}
+	res, err := pipeline.Replay(t.Context(), j.cfg, j.tbl, j.sc, ranges, pipeline.ReplayOptions{}, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Read != 400 || res.Inserted != 400 || res.DeadLettered != 0 {
+		t.Fatalf("replay during an outage under dlq: %+v; want 400 inserted, none dead-lettered", res)
+	}
+	for _, r := range readEnriched(t, j.tbl) {
+		if r.status != "skipped" && r.status != "error" {
+			t.Fatalf("a row stored with status %q during the outage", r.status)
+		}
+	}
+}
+
 func TestReplayReenrichAfterPassthrough(t *testing.T) {
 	srv, url := startServer(t, enrich.ServerConfig{P50: enrich.NoLatency})
 	srv.SetOutage(true)
