@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"math/big"
 	"strings"
 	"testing"
@@ -324,6 +325,24 @@ func TestRegistryFormats(t *testing.T) {
 	}
 	if want, got := build(t, sc, js), build(t, psc, pb); !array.RecordEqual(want, got) {
 		t.Fatalf("Protobuf rows differ from JSON rows:\n%v\n%v", got, want)
+	}
+	// A Timestamp's nanos must be below a second: 2147483647 used to be
+	// stored as 2.1 s more.
+	bad := dynamicpb.NewMessage(md)
+	if err := proto.Unmarshal(protoPayment(t, md, testPayments()[0]), bad); err != nil {
+		t.Fatal(err)
+	}
+	created := bad.Get(md.Fields().ByName("created_at")).Message()
+	created.Set(created.Descriptor().Fields().ByName("nanos"), protoreflect.ValueOfInt32(math.MaxInt32))
+	badBody, err := proto.Marshal(bad)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pbb := psc.NewRecordBuilder(nil, 0)
+	defer pbb.Release()
+	var nanosErr *DecodeError
+	if err := pbb.Append(wire(protoSS.ID, []int{1}, badBody), Meta{Topic: "t"}, time.Time{}, ""); !errors.As(err, &nanosErr) || nanosErr.Reason != ReasonInvalidField || nanosErr.Field != "created_at" {
+		t.Fatalf("a Timestamp with nanos %d: %v, want invalid_field created_at", math.MaxInt32, err)
 	}
 
 	// An incompatible writer schema: amount became a double. By default the

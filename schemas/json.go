@@ -4,6 +4,7 @@ import (
 	"encoding/base64"
 	"math"
 	"math/big"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -211,11 +212,14 @@ func (d *jsonDecoder) value(n *node, v *fastjson.Value, b array.Builder) *Decode
 			return jsonWant("a number", v)
 		}
 		f, err := v.Float64()
-		if err != nil {
+		if err != nil || math.IsNaN(f) {
 			return invalid("is not a number")
 		}
-		if n.kind == kFloat && !math.IsInf(f, 0) && math.Abs(f) > math.MaxFloat32 {
+		switch {
+		case n.kind == kFloat && (math.IsInf(f, 0) || math.Abs(f) > math.MaxFloat32):
 			return invalid("is out of range for a float")
+		case math.IsInf(f, 0):
+			return invalid("is out of range for a double")
 		}
 		s.f = f
 	case kBool:
@@ -273,11 +277,15 @@ func (d *jsonDecoder) value(n *node, v *fastjson.Value, b array.Builder) *Decode
 			if err != nil {
 				return invalid("a numeric time must be an integer")
 			}
+			day := int64(microsPerDay)
+			if n.millis {
+				day /= 1000 // checked before scaling, which could wrap
+			}
+			if x < 0 || x >= day {
+				return invalid("a time must be within one day")
+			}
 			if n.millis {
 				x *= 1000
-			}
-			if x < 0 || x >= microsPerDay {
-				return invalid("a time must be within one day")
 			}
 			s.i = x
 		default:
@@ -329,6 +337,10 @@ func isSymbol(symbols []string, s []byte) bool {
 	return false
 }
 
+// plainDecimal is the text of a decimal number: digits, an optional point
+// and exponent.
+var plainDecimal = regexp.MustCompile(`^[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]+)?$`)
+
 // parseDecimal parses a plain decimal number ("-12.30", "7", "1.5e2") into
 // the unscaled value at scale. A value that needs more fractional digits
 // than scale, or more digits than precision, is rejected: rounding would
@@ -343,6 +355,10 @@ func parseDecimal(text string, prec, scale int) (decimal128.Num, *DecodeError) {
 		if e, err := strconv.Atoi(text[i+1:]); err != nil || e > 2*maxDecimalDigits || e < -2*maxDecimalDigits {
 			return decimal128.Num{}, invalid("is not a decimal number of at most 38 digits")
 		}
+	}
+	// big.Rat also reads "0x10", "10/4", "1p4" and "0b101".
+	if !plainDecimal.MatchString(text) {
+		return decimal128.Num{}, invalid("is not a decimal number")
 	}
 	r, ok := new(big.Rat).SetString(text)
 	if !ok {

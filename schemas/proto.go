@@ -177,7 +177,7 @@ func protoScalar(fd protoreflect.FieldDescriptor, v protoreflect.Value, t *node,
 		if fd.Message().FullName() == "google.protobuf.Timestamp" && t.kind == kTimestampTz {
 			f := m.Descriptor().Fields()
 			secs, nanos := m.Get(f.ByName("seconds")).Int(), m.Get(f.ByName("nanos")).Int()
-			if secs > math.MaxInt64/1_000_000-1 || secs < math.MinInt64/1_000_000+1 {
+			if secs > math.MaxInt64/1_000_000-1 || secs < math.MinInt64/1_000_000+1 || nanos < 0 || nanos >= 1_000_000_000 {
 				return invalid("a timestamp is out of range")
 			}
 			s.i = secs*1_000_000 + nanos/1000
