@@ -406,8 +406,11 @@ func (r *avroReader) value(w avro.Schema, t *node, b array.Builder, depth int) *
 			}
 			s.b = v
 		case kFixed:
-			if len(v) != t.size || isText {
+			if isText || (w.Type() == avro.Fixed && len(v) != t.size) {
 				return cannot()
+			}
+			if len(v) != t.size {
+				return wrongLength(len(v), t.size) // one bytes value: the record's fault
 			}
 			s.b = v
 		case kUUID:
@@ -419,8 +422,10 @@ func (r *avroReader) value(w avro.Schema, t *node, b array.Builder, depth int) *
 				s.b = u[:]
 			} else if len(v) == 16 {
 				s.b = v
-			} else {
+			} else if w.Type() == avro.Fixed {
 				return cannot()
+			} else {
+				return wrongLength(len(v), 16)
 			}
 		default:
 			return cannot()

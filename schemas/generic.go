@@ -290,6 +290,11 @@ func invalid(detail string) *DecodeError {
 	return &DecodeError{Reason: ReasonInvalidField, Detail: truncate(detail, maxDetailBytes)}
 }
 
+// wrongLength is a bytes value of n bytes for a column of fixed size.
+func wrongLength(n, size int) *DecodeError {
+	return invalid("is " + strconv.Itoa(n) + " bytes; the column holds " + strconv.Itoa(size))
+}
+
 func missingValue() *DecodeError {
 	return &DecodeError{Reason: ReasonMissingField, Detail: "is required"}
 }

@@ -103,3 +103,59 @@ func TestUnknownSchemaIDAskedAgain(t *testing.T) {
 		t.Fatalf("%d rows, want 1", b.Len())
 	}
 }
+
+// TestWrongLengthBytesIsTheRecords: a bytes value of the wrong length for a
+// uuid or fixed column is one record's fault (invalid_field, dead-lettered),
+// not the writer schema's (incompatible_schema stopped the partition by
+// default, at one bad value); a writer fixed of another size still is.
+func TestWrongLengthBytesIsTheRecords(t *testing.T) {
+	reg := srfake.New()
+	t.Cleanup(reg.Close)
+	cl, err := sr.NewClient(sr.URLs(reg.URL()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tbl, err := ParseAvsc("t", []byte(`{"type":"record","name":"R","fields":[`+
+		`{"name":"id","type":{"type":"fixed","name":"U","size":16,"logicalType":"uuid"}},`+
+		`{"name":"fx","type":{"type":"fixed","name":"F","size":4}}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc, err := tbl.WithFormat(Format{Kind: FormatAvro, Registry: &RegistryConfig{URL: reg.URL()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := sc.NewRecordBuilder(nil, 0)
+	defer b.Release()
+	bytesID := register(t, cl, "bytes", `{"type":"record","name":"R","fields":[{"name":"id","type":"bytes"},{"name":"fx","type":"bytes"}]}`, sr.TypeAvro)
+	fixedID := register(t, cl, "fixed", `{"type":"record","name":"R","fields":[{"name":"id","type":"bytes"},{"name":"fx","type":{"type":"fixed","name":"F","size":3}}]}`, sr.TypeAvro)
+	value := func(idLen int, fx []byte) []byte { // Avro: a zigzag length, then the bytes
+		v := binary.AppendVarint(nil, int64(idLen))
+		v = append(v, make([]byte, idLen)...)
+		return append(v, fx...)
+	}
+	for _, tc := range []struct {
+		name   string
+		msg    []byte
+		reason string
+		field  string
+	}{
+		{"uuid of 15 bytes", wire(bytesID, nil, value(15, append(binary.AppendVarint(nil, 4), 1, 2, 3, 4))), ReasonInvalidField, "id"},
+		{"fixed(4) of 3 bytes", wire(bytesID, nil, value(16, append(binary.AppendVarint(nil, 3), 1, 2, 3))), ReasonInvalidField, "fx"},
+	} {
+		err := b.Append(tc.msg, Meta{Topic: "t"}, time.Time{}, "")
+		var de *DecodeError
+		if !errors.As(err, &de) || de.Reason != tc.reason || de.Field != tc.field {
+			t.Errorf("%s: %v, want %s %s", tc.name, err, tc.reason, tc.field)
+		}
+	}
+	// Every value of this writer's field has the wrong size: the schema's
+	// fault, which stops the partition by default.
+	var ie *IncompatibleSchemaError
+	if err := b.Append(wire(fixedID, nil, value(16, []byte{1, 2, 3})), Meta{Topic: "t"}, time.Time{}, ""); !errors.As(err, &ie) {
+		t.Errorf("a writer fixed(3) for fixed(4): %v, want an incompatible writer schema", err)
+	}
+	if err := b.Append(wire(bytesID, nil, value(16, append(binary.AppendVarint(nil, 4), 1, 2, 3, 4))), Meta{Topic: "t"}, time.Time{}, ""); err != nil {
+		t.Fatalf("the right lengths: %v", err)
+	}
+}

@@ -284,6 +284,10 @@ func protoScalar(fd protoreflect.FieldDescriptor, v protoreflect.Value, t *node,
 		switch {
 		case t.kind == kBinary, t.kind == kFixed && len(raw) == t.size, t.kind == kUUID && len(raw) == 16:
 			s.b = raw
+		case t.kind == kFixed:
+			return wrongLength(len(raw), t.size) // one value: the record's fault
+		case t.kind == kUUID:
+			return wrongLength(len(raw), 16)
 		default:
 			return cannot()
 		}
