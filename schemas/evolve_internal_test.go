@@ -13,7 +13,6 @@ import (
 	"github.com/bufbuild/protocompile"
 	"github.com/hamba/avro/v2"
 	"github.com/twmb/franz-go/pkg/sr"
-	"github.com/twmb/franz-go/pkg/sr/srfake"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/types/dynamicpb"
@@ -31,12 +30,7 @@ const ordersFile = `{"type": "record", "name": "Order", "fields": [
 // schema of the evolved table. A builder that is not Evolving behaves as
 // before: new fields skipped, a wider type incompatible.
 func TestEvolvingWriterSchemas(t *testing.T) {
-	reg := srfake.New()
-	t.Cleanup(reg.Close)
-	cl, err := sr.NewClient(sr.URLs(reg.URL()))
-	if err != nil {
-		t.Fatal(err)
-	}
+	reg, cl := testRegistry(t)
 	file, err := ParseAvsc("orders", []byte(ordersFile))
 	if err != nil {
 		t.Fatal(err)

@@ -16,7 +16,6 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/memory"
 	"github.com/hamba/avro/v2"
 	"github.com/twmb/franz-go/pkg/sr"
-	"github.com/twmb/franz-go/pkg/sr/srfake"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/types/dynamicpb"
@@ -268,12 +267,7 @@ func protoPayment(t testing.TB, md protoreflect.MessageDescriptor, p testPayment
 // as JSON, and malformed messages, unknown ids and schemas of the wrong
 // format are dead letters with their reason.
 func TestRegistryFormats(t *testing.T) {
-	reg := srfake.New()
-	t.Cleanup(reg.Close)
-	cl, err := sr.NewClient(sr.URLs(reg.URL()))
-	if err != nil {
-		t.Fatal(err)
-	}
+	reg, cl := testRegistry(t)
 	ctx := context.Background()
 	avroSS, err := cl.CreateSchema(ctx, "payments-avro-value", sr.Schema{Schema: paymentsWriterV1, Type: sr.TypeAvro})
 	if err != nil {

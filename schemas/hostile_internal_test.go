@@ -23,12 +23,7 @@ func TestAvroItemsBounded(t *testing.T) {
 		{`{"type":"fixed","name":"Z","size":0}`, `{"type":"array","items":{"type":"fixed","name":"Z","size":0}}`},
 	} {
 		t.Run(tc.items, func(t *testing.T) {
-			reg := srfake.New()
-			t.Cleanup(reg.Close)
-			cl, err := sr.NewClient(sr.URLs(reg.URL()))
-			if err != nil {
-				t.Fatal(err)
-			}
+			reg, cl := testRegistry(t)
 			id := register(t, cl, "w", `{"type":"record","name":"R","fields":[{"name":"xs","type":{"type":"array","items":`+tc.items+`}}]}`, sr.TypeAvro)
 			tbl, err := ParseAvsc("t", []byte(`{"type":"record","name":"R","fields":[{"name":"xs","type":`+tc.table+`}]}`))
 			if err != nil {
@@ -70,12 +65,7 @@ func TestAvroItemsBounded(t *testing.T) {
 // again once unknownRetry has passed, instead of dead-lettering its
 // messages until a restart.
 func TestUnknownSchemaIDAskedAgain(t *testing.T) {
-	reg := srfake.New()
-	t.Cleanup(reg.Close)
-	cl, err := sr.NewClient(sr.URLs(reg.URL()))
-	if err != nil {
-		t.Fatal(err)
-	}
+	reg, cl := testRegistry(t)
 	tbl, err := ParseAvsc("t", []byte(`{"type":"record","name":"R","fields":[{"name":"s","type":"string"}]}`))
 	if err != nil {
 		t.Fatal(err)
@@ -109,12 +99,7 @@ func TestUnknownSchemaIDAskedAgain(t *testing.T) {
 // not the writer schema's (incompatible_schema stopped the partition by
 // default, at one bad value); a writer fixed of another size still is.
 func TestWrongLengthBytesIsTheRecords(t *testing.T) {
-	reg := srfake.New()
-	t.Cleanup(reg.Close)
-	cl, err := sr.NewClient(sr.URLs(reg.URL()))
-	if err != nil {
-		t.Fatal(err)
-	}
+	reg, cl := testRegistry(t)
 	tbl, err := ParseAvsc("t", []byte(`{"type":"record","name":"R","fields":[`+
 		`{"name":"id","type":{"type":"fixed","name":"U","size":16,"logicalType":"uuid"}},`+
 		`{"name":"fx","type":{"type":"fixed","name":"F","size":4}}]}`))
@@ -158,4 +143,16 @@ func TestWrongLengthBytesIsTheRecords(t *testing.T) {
 	if err := b.Append(wire(bytesID, nil, value(16, append(binary.AppendVarint(nil, 4), 1, 2, 3, 4))), Meta{Topic: "t"}, time.Time{}, ""); err != nil {
 		t.Fatalf("the right lengths: %v", err)
 	}
+}
+
+// testRegistry starts a fake schema registry until t ends, and a client of it.
+func testRegistry(t *testing.T) (*srfake.Registry, *sr.Client) {
+	t.Helper()
+	reg := srfake.New()
+	t.Cleanup(reg.Close)
+	cl, err := sr.NewClient(sr.URLs(reg.URL()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return reg, cl
 }
