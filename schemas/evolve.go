@@ -3,6 +3,7 @@ package schemas
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -135,8 +136,8 @@ func avroPlan(w avro.Schema, record *node) []Change {
 	for _, wf := range rec.Fields() {
 		i := record.fieldIndexName(wf.Name())
 		if i < 0 {
-			if isMetadataColumn(wf.Name()) {
-				continue
+			if isMetadataColumn(wf.Name()) || record.hasColumn(wf.Name()) {
+				continue // not addable: the name is a column's, of another field
 			}
 			p := &avscParser{name: "writer", nextID: 1}
 			n, err := p.typ(wf.Type(), wf.Name())
@@ -156,6 +157,12 @@ func avroPlan(w avro.Schema, record *node) []Change {
 		}
 	}
 	return out
+}
+
+// hasColumn reports whether one of n's fields is stored in a column named
+// name (a field renamed by floe.column has a source name of its own).
+func (n *node) hasColumn(name string) bool {
+	return slices.ContainsFunc(n.fields, func(f *node) bool { return f.name == name })
 }
 
 // avroNullable unwraps ["null", T] into T.
@@ -202,8 +209,8 @@ func protoPlan(md protoreflect.MessageDescriptor, record *node) []Change {
 		name := string(fd.Name())
 		j := record.fieldIndexName(name)
 		if j < 0 {
-			if isMetadataColumn(name) {
-				continue
+			if isMetadataColumn(name) || record.hasColumn(name) {
+				continue // not addable: the name is a column's, of another field
 			}
 			ids := 0 // nested field ids, unique within the type as Iceberg needs
 			if typ := protoType(fd, 0, &ids); typ != nil {

@@ -156,3 +156,33 @@ func testRegistry(t *testing.T) (*srfake.Registry, *sr.Client) {
 	}
 	return reg, cl
 }
+
+// TestWriterFieldNamedLikeARenamedColumn: a writer field named like a
+// column that stores another field (clickstream's event_ts, whose source
+// is ts) asks for no column (it used to ask to add event_ts at every
+// round, the table unchanged, until the partition stopped); the writer
+// schema is judged as any other: it lacks the required ts, an incompatible
+// schema (here dead-lettered, on_incompatible: dlq).
+func TestWriterFieldNamedLikeARenamedColumn(t *testing.T) {
+	reg, cl := testRegistry(t)
+	writer := `{"type":"record","name":"Click","fields":[{"name":"session_id","type":"string"},{"name":"event_type","type":"string"},
+	  {"name":"event_ts","type":{"type":"long","logicalType":"timestamp-millis"}}]}`
+	id := register(t, cl, "w", writer, sr.TypeAvro)
+	cs, err := Lookup(Clickstream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc, err := cs.WithFormat(Format{Kind: FormatAvro, Registry: &RegistryConfig{URL: reg.URL(), OnIncompatible: "dlq"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := sc.Evolving().NewRecordBuilder(nil, 0)
+	defer b.Release()
+	// session_id "s", event_type "e", event_ts 0
+	err = b.Append(wire(id, nil, []byte{2, 's', 2, 'e', 0}), Meta{Topic: "t"}, time.Time{}, "")
+	var req *EvolveRequest
+	var de *DecodeError
+	if errors.As(err, &req) || !errors.As(err, &de) || de.Reason != ReasonIncompatibleSchema || de.Field != "ts" {
+		t.Fatalf("append: %v (an evolve request: %v), want ts incompatible", err, req != nil)
+	}
+}
