@@ -159,16 +159,7 @@ func (k *keyExtractor) parse(value []byte) string {
 	if err != nil {
 		return ""
 	}
-	o, err := v.Object()
-	if err != nil {
-		return ""
-	}
-	var f *fastjson.Value
-	o.Visit(func(name []byte, v *fastjson.Value) {
-		if string(name) == k.field {
-			f = v
-		}
-	})
+	f := lastMember(v, []string{k.field})
 	if f == nil {
 		return ""
 	}

@@ -3,7 +3,6 @@ package pipeline
 import (
 	"context"
 	"fmt"
-	"time"
 
 	"github.com/segmentio/kafka-go"
 )
@@ -24,12 +23,11 @@ func FirstOffsets(ctx context.Context, k KafkaConfig) (map[int32]int64, error) {
 // names, read by pick from the answer; what ("end", "first") names it in
 // errors.
 func listOffsets(ctx context.Context, k KafkaConfig, what string, of func(partition int) kafka.OffsetRequest, pick func(kafka.PartitionOffsets) int64) (map[int32]int64, error) {
-	tr, err := k.transport()
+	c, done, err := k.Client()
 	if err != nil {
 		return nil, err
 	}
-	defer tr.CloseIdleConnections()
-	c := &kafka.Client{Addr: kafka.TCP(k.Brokers...), Timeout: 10 * time.Second, Transport: tr}
+	defer done()
 	md, err := c.Metadata(ctx, &kafka.MetadataRequest{Topics: []string{k.Topic}})
 	if err != nil {
 		return nil, fmt.Errorf("metadata of %s: %w", k.Topic, err)

@@ -405,28 +405,26 @@ func (r *avroReader) value(w avro.Schema, t *node, b array.Builder, depth int) *
 				return cannot()
 			}
 			s.b = v
-		case kFixed:
-			if isText || (w.Type() == avro.Fixed && len(v) != t.size) {
-				return cannot()
+		case kFixed, kUUID:
+			size := t.size
+			if t.kind == kUUID {
+				if isText {
+					u, err := uuid.ParseBytes(v)
+					if err != nil {
+						return invalid("is not a UUID")
+					}
+					s.b = u[:]
+					break
+				}
+				size = 16
 			}
-			if len(v) != t.size {
-				return wrongLength(len(v), t.size) // one bytes value: the record's fault
+			switch {
+			case isText || (w.Type() == avro.Fixed && len(v) != size):
+				return cannot() // every value of the writer's type
+			case len(v) != size:
+				return wrongLength(len(v), size) // one bytes value: the record's fault
 			}
 			s.b = v
-		case kUUID:
-			if isText {
-				u, err := uuid.ParseBytes(v)
-				if err != nil {
-					return invalid("is not a UUID")
-				}
-				s.b = u[:]
-			} else if len(v) == 16 {
-				s.b = v
-			} else if w.Type() == avro.Fixed {
-				return cannot()
-			} else {
-				return wrongLength(len(v), 16)
-			}
 		default:
 			return cannot()
 		}
