@@ -2,6 +2,7 @@ package enrich
 
 import (
 	"bufio"
+	"crypto/sha256"
 	"encoding/gob"
 	"errors"
 	"fmt"
@@ -25,12 +26,15 @@ import (
 
 // cacheFileVersion is the format of the cache file; a file of another
 // version is ignored.
-const cacheFileVersion = 1
+const cacheFileVersion = 2
 
 // cacheFileHeader opens a cache file. A file saved for other fields or
-// another key field holds values that do not fit, and is ignored.
+// another key field holds values that do not fit, and one saved against
+// another service (URL and mode) answers that may not be this one's: both
+// are ignored. The URL is kept as its SHA-256, since it may carry a token.
 type cacheFileHeader struct {
 	Version int
+	Service [sha256.Size]byte
 	Key     string
 	Fields  []Field
 }
@@ -48,7 +52,12 @@ type cacheFileEntry struct {
 }
 
 func (s *Stage) cacheFileHeader() cacheFileHeader {
-	return cacheFileHeader{Version: cacheFileVersion, Key: s.cfg.Key, Fields: s.cfg.Fields}
+	return cacheFileHeader{Version: cacheFileVersion, Service: serviceID(s.cfg), Key: s.cfg.Key, Fields: s.cfg.Fields}
+}
+
+// serviceID identifies the service a cache file's answers came from.
+func serviceID(cfg Config) [sha256.Size]byte {
+	return sha256.Sum256([]byte(cfg.Mode + " " + cfg.URL))
 }
 
 // loadCacheFile fills the cache from Config.CacheFile, if set. A missing
@@ -209,7 +218,12 @@ func (c *cache) load(r io.Reader, want cacheFileHeader, now time.Time, mono int6
 	if err := dec.Decode(&h); err != nil {
 		return 0, fmt.Errorf("reading its header: %w", err)
 	}
-	if h.Version != want.Version || h.Key != want.Key || !slices.Equal(h.Fields, want.Fields) {
+	switch {
+	case h.Version != want.Version:
+		return 0, fmt.Errorf("it is of format %d, this floe reads %d", h.Version, want.Version)
+	case h.Service != want.Service:
+		return 0, errors.New("it was saved against another url or mode")
+	case h.Key != want.Key || !slices.Equal(h.Fields, want.Fields):
 		return 0, errors.New("it was saved for another key or other fields")
 	}
 	monoOf := func(w int64) int64 { return mono + w - now.UnixNano() }

@@ -74,8 +74,9 @@ func TestCacheFileCarriesLookupsToTheNextRun(t *testing.T) {
 }
 
 // TestCacheFileIgnoredWhenItDoesNotFit: an expired entry is looked up
-// again; a file saved for other fields, or one that is not a cache file at
-// all, is ignored with a warning and the stage starts cold.
+// again; a file saved for other fields or against another url, or one that
+// is not a cache file at all, is ignored with a warning and the stage
+// starts cold.
 func TestCacheFileIgnoredWhenItDoesNotFit(t *testing.T) {
 	srv, url := startServer(t, enrich.ServerConfig{P50: time.Millisecond, P99: 5 * time.Millisecond, Seed: 2})
 	cfg := testConfig(url)
@@ -109,6 +110,21 @@ func TestCacheFileIgnoredWhenItDoesNotFit(t *testing.T) {
 	other.Fields = other.Fields[:2]
 	if n, logs := lookedUp(other); n == 0 || !strings.Contains(logs, "saved for another key or other fields") {
 		t.Fatalf("a file saved for other fields was used (%d requests), or not explained:\n%s", n, logs)
+	}
+	if n, _ := lookedUp(cfg); n == 0 {
+		t.Fatal("the run after one with other fields used their file")
+	}
+	moved := cfg
+	moved.CacheTTL = time.Minute
+	moved.URL = strings.Replace(cfg.URL, "127.0.0.1", "localhost", 1)
+	if moved.URL == cfg.URL {
+		t.Fatalf("the test server's url %s is not on 127.0.0.1", cfg.URL)
+	}
+	if n, logs := lookedUp(moved); n == 0 || !strings.Contains(logs, "saved against another url or mode") {
+		t.Fatalf("a file saved against another url was used (%d requests), or not explained:\n%s", n, logs)
+	}
+	if n, _ := lookedUp(moved); n != 0 {
+		t.Fatalf("the next run against the same url sent %d requests, want 0", n)
 	}
 	if err := os.WriteFile(cfg.CacheFile, []byte("not a cache file"), 0o600); err != nil {
 		t.Fatal(err)

@@ -71,7 +71,7 @@ type Queue struct {
 	// gone is aborted, for Stage.lookup to read without mu: a Submit
 	// registering its lookup after Abort forgot the lane's must not.
 	gone atomic.Bool
-	shut     bool // the lane is done: nothing more is taken
+	shut bool // the lane is done: nothing more is taken
 	// Entries are handed out from slabs of entrySlab, in order, and taken
 	// in the same order: a slab is free again once its last entry is
 	// taken. slab is the rest of the current one; slabs are those with

@@ -32,7 +32,21 @@ const (
 	// HeaderValueSize is the size of the record's value when the dead
 	// letter holds only its first maxLetterBytes (see message).
 	HeaderValueSize = "floe.value.size"
+	// HeaderHeadersDropped counts the record's own headers a dead letter
+	// left out beyond maxSourceHeaderBytes.
+	HeaderHeadersDropped = "floe.source.headers.dropped"
 )
+
+// floeHeaders are the headers a dead letter gets from floe. A record's own
+// header of one of these names (a dead letter fed back to floe) is left
+// out, so that each names one value.
+var floeHeaders = []string{HeaderReason, HeaderField, HeaderDetail, HeaderSourceTopic, HeaderSourcePartition,
+	HeaderSourceOffset, HeaderSourceTimestamp, HeaderTable, HeaderValueSize, HeaderHeadersDropped}
+
+// maxSourceHeaderBytes bounds the record's own headers (names and values)
+// that its dead letter keeps, after floe's: with maxLetterBytes of key and
+// value, a letter stays below a broker's default 1 MiB message.max.bytes.
+const maxSourceHeaderBytes = 64 << 10
 
 // maxLetterBytes bounds a dead letter's key and value together. A record
 // dead-lettered as too_large is larger than max_message_bytes (1 MiB by
@@ -75,6 +89,21 @@ func (d deadLetter) message(topic, table string) kafka.Message {
 		h = append(h, kafka.Header{Key: HeaderValueSize, Value: []byte(strconv.Itoa(len(value)))})
 		key = key[:min(len(key), maxLetterBytes/2)]
 		value = value[:min(len(value), maxLetterBytes-len(key))]
+	}
+	kept, dropped := 0, 0
+	for _, sh := range d.msg.Headers {
+		if slices.Contains(floeHeaders, sh.Key) {
+			continue
+		}
+		if kept+len(sh.Key)+len(sh.Value) > maxSourceHeaderBytes {
+			dropped++
+			continue
+		}
+		kept += len(sh.Key) + len(sh.Value)
+		h = append(h, sh)
+	}
+	if dropped > 0 {
+		h = append(h, kafka.Header{Key: HeaderHeadersDropped, Value: []byte(strconv.Itoa(dropped))})
 	}
 	return kafka.Message{Topic: topic, Key: key, Value: value, Headers: h}
 }

@@ -2,6 +2,7 @@ package pipeline
 
 import (
 	"bytes"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -61,5 +62,41 @@ func TestTooLargeDeadLetterIsWritten(t *testing.T) {
 		case i == 1 && (cut || !bytes.Equal(m.Value, small)):
 			t.Fatalf("small letter: value %q, %s %q: want it whole, without the header", m.Value, HeaderValueSize, size)
 		}
+	}
+}
+
+// TestDeadLetterKeepsSourceHeaders: a dead letter carries the record's own
+// headers after floe's, except those named like floe's (a dead letter fed
+// back to floe), and no more than maxSourceHeaderBytes of them, counting
+// those left out.
+func TestDeadLetterKeepsSourceHeaders(t *testing.T) {
+	big := bytes.Repeat([]byte("x"), maxSourceHeaderBytes-40) // with traceparent, 16 bytes short of the bound
+	msg := kafka.Message{Topic: "clicks", Partition: 2, Offset: 9, Value: []byte("{"), Time: time.Now(), Headers: []kafka.Header{
+		{Key: "traceparent", Value: []byte("00-abc-01")},
+		{Key: HeaderReason, Value: []byte("an earlier reason")},
+		{Key: "blob", Value: big},
+		{Key: "too-much", Value: []byte("0123456789")},
+		{Key: "tenant", Value: []byte("t1")},
+	}}
+	m := deadLetter{msg: msg, reason: "malformed_json"}.message("clicks.dlq", "t.clicks")
+	var names []string
+	values := map[string][]string{}
+	for _, h := range m.Headers {
+		names = append(names, h.Key)
+		values[h.Key] = append(values[h.Key], string(h.Value))
+	}
+	if got := values[HeaderReason]; len(got) != 1 || got[0] != "malformed_json" {
+		t.Fatalf("%s: %q, want only malformed_json", HeaderReason, got)
+	}
+	want := []string{HeaderReason, HeaderTable, HeaderSourceTopic, HeaderSourcePartition, HeaderSourceOffset,
+		HeaderSourceTimestamp, "traceparent", "blob", "tenant", HeaderHeadersDropped}
+	if !slices.Equal(names, want) {
+		t.Fatalf("headers %q, want %q", names, want)
+	}
+	if values["traceparent"][0] != "00-abc-01" || values["tenant"][0] != "t1" || len(values["blob"][0]) != len(big) {
+		t.Fatalf("source headers changed: %q", values)
+	}
+	if values[HeaderHeadersDropped][0] != "1" {
+		t.Fatalf("%s: %q, want 1", HeaderHeadersDropped, values[HeaderHeadersDropped])
 	}
 }

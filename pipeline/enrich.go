@@ -352,9 +352,9 @@ const laneSlab = 256
 // for reuse; see enrich's freeSlabs.
 const freeLaneSlabs = 40
 
-// laneOverhead is what a record costs in a lane beyond its key and value:
-// its laneRecord and the lane's entry, rounded up.
-const laneOverhead = 192
+// laneOverhead is what a record costs in a lane beyond its key, value and
+// headers: its laneRecord (128 bytes) and the lane's entry (96).
+const laneOverhead = 224
 
 // takeBatch is how many records the drainer takes from its lane at once.
 const takeBatch = 256
@@ -365,6 +365,7 @@ const takeBatch = 256
 // garbage collector to trace.
 type laneRecord struct {
 	key, value []byte
+	headers    []kafka.Header // for the record's dead letter
 	time       time.Time
 	offset     int64
 	highWater  int64
@@ -377,14 +378,22 @@ type laneRecord struct {
 }
 
 func newLaneRecord(m *kafka.Message) laneRecord {
-	return laneRecord{key: m.Key, value: m.Value, time: m.Time, offset: m.Offset, highWater: m.HighWaterMark}
+	return laneRecord{key: m.Key, value: m.Value, headers: m.Headers, time: m.Time, offset: m.Offset, highWater: m.HighWaterMark}
 }
 
-// message is the record as buffering takes it: the fetched message without
-// its headers, which floe does not read.
+// headerBytes is the size of a record's headers, names and values.
+func headerBytes(hs []kafka.Header) int {
+	n := 0
+	for _, h := range hs {
+		n += len(h.Key) + len(h.Value)
+	}
+	return n
+}
+
+// message is the record as buffering takes it.
 func (r *laneRecord) message(topic string, partition int32) kafka.Message {
 	return kafka.Message{Topic: topic, Partition: int(partition), Offset: r.offset, HighWaterMark: r.highWater,
-		Key: r.key, Value: r.value, Time: r.time}
+		Key: r.key, Value: r.value, Headers: r.headers, Time: r.time}
 }
 
 // fetchEnriched is fetch with the enrichment stage between fetching and
@@ -487,11 +496,11 @@ func (m *Member) fetchEnriched(ctx context.Context, b *partitionBuffer, seek int
 			rec.slab = slab
 		}
 		if takes {
-			err = lane.SubmitSized(ctx, key, rec, len(msg.Key)+len(msg.Value)+laneOverhead)
+			err = lane.SubmitSized(ctx, key, rec, len(msg.Key)+len(msg.Value)+headerBytes(msg.Headers)+laneOverhead)
 		} else {
 			// Another route's record is not looked up; it keeps its
 			// place in the lane, which covers its offset in order.
-			rec.key, rec.value, rec.other = nil, nil, true
+			rec.key, rec.value, rec.headers, rec.other = nil, nil, nil, true
 			err = lane.Pass(ctx, rec, laneOverhead)
 		}
 		if err != nil {

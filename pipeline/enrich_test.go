@@ -1,7 +1,9 @@
 package pipeline_test
 
 import (
+	"context"
 	"fmt"
+	"maps"
 	"path/filepath"
 	"testing"
 	"time"
@@ -11,6 +13,7 @@ import (
 	"github.com/apache/iceberg-go/table"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/floe-dev/floe/enrich"
 	"github.com/floe-dev/floe/lakehouse"
@@ -455,5 +458,68 @@ func TestEnrichmentCacheFileWarmsTheNextRun(t *testing.T) {
 	}
 	if n := run(); n != 0 {
 		t.Fatalf("the second run sent %d lookup requests for the users the first looked up", n)
+	}
+}
+
+// TestDeadLettersKeepSourceHeaders: a record that does not decode, and with
+// enrichment one the dlq policy sends away during an outage, reach the
+// dead-letter topic of a real broker with their own headers beside floe's.
+func TestDeadLettersKeepSourceHeaders(t *testing.T) {
+	for _, enriched := range []bool{false, true} {
+		t.Run(fmt.Sprint("enriched=", enriched), func(t *testing.T) {
+			var cfg *enrich.Config
+			if enriched {
+				srv, url := startServer(t, enrich.ServerConfig{P50: enrich.NoLatency})
+				srv.SetOutage(true)
+				cfg = enrichConfig(url, enrich.PolicyDLQ)
+			}
+			j := newJob(t, 0, fastCommit, cfg)
+			cl, err := kgo.NewClient(kgo.SeedBrokers(j.cl.Addrs()...), kgo.ConsumeTopics(j.cfg.Kafka.DLQTopic),
+				kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer cl.Close()
+			valid := clickgen.New(clickgen.Config{Sessions: 1, Seed: 4}).Next()
+			produced := cl.ProduceSync(t.Context(),
+				&kgo.Record{Topic: "clicks", Key: valid.Key, Value: valid.Value, Headers: []kgo.RecordHeader{{Key: "traceparent", Value: []byte("t-valid")}}},
+				&kgo.Record{Topic: "clicks", Key: []byte("s-bad"), Value: []byte("{"), Headers: []kgo.RecordHeader{
+					{Key: "traceparent", Value: []byte("t-bad")}, {Key: pipeline.HeaderReason, Value: []byte("stale")}}})
+			if err := produced.FirstErr(); err != nil {
+				t.Fatal(err)
+			}
+			if j.end, err = j.cl.EndOffsets(t.Context(), "clicks"); err != nil {
+				t.Fatal(err)
+			}
+			runUntilCaughtUp(t, j)
+
+			want := map[string]string{"t-bad": "malformed_json"} // traceparent → floe.reason
+			if enriched {
+				want["t-valid"] = pipeline.ReasonEnrichFailed
+			}
+			got := map[string]string{}
+			ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+			defer cancel()
+			for len(got) < len(want) && ctx.Err() == nil {
+				cl.PollFetches(ctx).EachRecord(func(r *kgo.Record) {
+					var trace, reasons []string
+					for _, h := range r.Headers {
+						switch h.Key {
+						case "traceparent":
+							trace = append(trace, string(h.Value))
+						case pipeline.HeaderReason:
+							reasons = append(reasons, string(h.Value))
+						}
+					}
+					if len(trace) != 1 || len(reasons) != 1 {
+						t.Fatalf("dead letter at %d: traceparent %q, %s %q; want one of each", r.Offset, trace, pipeline.HeaderReason, reasons)
+					}
+					got[trace[0]] = reasons[0]
+				})
+			}
+			if !maps.Equal(got, want) {
+				t.Fatalf("dead letters by traceparent: %v, want %v", got, want)
+			}
+		})
 	}
 }
