@@ -30,7 +30,18 @@ type ReenrichResult struct {
 	Replaced  int64 // stored rows replaced by their re-enriched version
 	Unchanged int64 // rows of the part left alone (enriched already, absent, or no better now)
 	Attempts  int   // catalog commit attempts
+	// Rebased counts the attempts that followed a conflict with appends
+	// alone (the live job's commits): the files written stayed right, and
+	// were committed again on the new snapshot without being rewritten.
+	Rebased int
 }
+
+// maxRebases bounds the commits of one set of written files on snapshots
+// the live job appended to meanwhile. A rebase costs a commit, not a
+// rewrite, so it is allowed far more often than a whole attempt: beside a
+// job committing every few seconds, a rewrite that takes longer would
+// otherwise never commit.
+const maxRebases = 100
 
 // Reenrich is the MERGE of a re-enrichment: WHEN MATCHED AND the stored
 // _enrich_status is skipped, error or miss AND the new row's status is
@@ -75,7 +86,7 @@ func (t *Table) Reenrich(ctx context.Context, p Part) (res ReenrichResult, err e
 			return res, nil
 		}
 		res.Attempts++
-		done, err := t.replaceRows(ctx, tbl, p, ids, mask, res.Replaced)
+		done, err := t.replaceRows(ctx, tbl, p, ids, mask, &res)
 		if err != nil || done {
 			return res, err
 		}
@@ -103,15 +114,18 @@ func better(old, now string) bool {
 }
 
 // replaceRows commits, in one snapshot of tbl's successor, the deletion of
-// rows ids of p.Range and the insertion of p.Rows' rows selected by mask. It
-// returns false on a clean conflict (nothing applied).
+// rows ids of p.Range and the insertion of p.Rows' rows selected by mask
+// (res.Replaced of them). It returns false on a clean conflict (nothing
+// applied) with anything but appends: the rows must be chosen again. After
+// appends alone it commits the same files on the new snapshot, carrying its
+// offset maps, up to maxRebases times (counted in res).
 //
 // The deletion is a copy-on-write done here (rewriteWithout) rather than by
 // iceberg-go's Transaction.Delete, which v0.7.0 cannot do on a table with a
 // map column (see compactGroup): the files holding ids are replaced by
 // copies without those rows, and the snapshot (an overwrite) swaps them and
 // adds the re-enriched rows.
-func (t *Table) replaceRows(ctx context.Context, tbl *table.Table, p Part, ids []int64, mask []bool, n int64) (bool, error) {
+func (t *Table) replaceRows(ctx context.Context, tbl *table.Table, p Part, ids []int64, mask []bool, res *ReenrichResult) (bool, error) {
 	sel, err := filterRows(ctx, p.Rows, mask)
 	if err != nil {
 		return false, err
@@ -128,29 +142,47 @@ func (t *Table) replaceRows(ctx context.Context, tbl *table.Table, p Part, ids [
 		t.deleteFiles(tbl, files)
 		return false, fmt.Errorf("rewriting the files holding the rows of %s to replace: %w", p.Range, err)
 	}
-	props := iceberg.Properties{CommitIDKey: uuid.NewString(), ReplacedKey: strconv.FormatInt(n, 10)}
-	for k, v := range offsetMaps(tbl) {
-		props[k] = v
-	}
-	tx := tbl.NewTransaction()
-	staged := tx.AssertRefSnapshotID(table.MainBranch)
-	if staged == nil {
-		staged = tx.ReplaceDataFilesWithDataFiles(ctx, old, files, props)
-	}
-	if staged != nil {
-		t.deleteFiles(tbl, files)
-		return false, fmt.Errorf("staging the re-enrichment of %s: %w", p.Range, staged)
-	}
-	if _, err := tx.Commit(ctx); err != nil {
-		if isConflict(err) {
+	for {
+		// The snapshot carries its base's offset maps: the watermarks stay
+		// the live job's.
+		props := iceberg.Properties{CommitIDKey: uuid.NewString(), ReplacedKey: strconv.FormatInt(res.Replaced, 10)}
+		for k, v := range offsetMaps(tbl) {
+			props[k] = v
+		}
+		tx := tbl.NewTransaction()
+		staged := tx.AssertRefSnapshotID(table.MainBranch)
+		if staged == nil {
+			staged = tx.ReplaceDataFilesWithDataFiles(ctx, old, files, props)
+		}
+		if staged != nil {
+			t.deleteFiles(tbl, files)
+			return false, fmt.Errorf("staging the re-enrichment of %s: %w", p.Range, staged)
+		}
+		_, err := tx.Commit(ctx)
+		if err == nil {
+			return true, nil
+		}
+		if !isConflict(err) {
+			// The outcome may be unknown: keep the files (a retry of the
+			// whole re-enrichment is idempotent, the rows being ok by then).
+			return false, fmt.Errorf("committing the re-enrichment of %s: %w", p.Range, err)
+		}
+		next, err := t.Load(ctx)
+		if err != nil {
+			t.deleteFiles(tbl, files)
+			return false, err
+		}
+		// Appends remove no file and, their offsets being new to the table,
+		// add none of the rows replaced: old still holds exactly them.
+		if res.Rebased == maxRebases || !onlyAppendsSince(next, snapshotID(tbl)) {
 			t.deleteFiles(tbl, files)
 			return false, nil
 		}
-		// The outcome may be unknown: keep the files (a retry of the whole
-		// re-enrichment is idempotent, the rows being ok by then).
-		return false, fmt.Errorf("committing the re-enrichment of %s: %w", p.Range, err)
+		res.Rebased++
+		res.Attempts++
+		t.log.Info("re-enrichment conflict with appends, committing again on the new snapshot", "range", p.Range.String(), "attempt", res.Attempts)
+		tbl = next
 	}
-	return true, nil
 }
 
 // rewriteWithout finds the data files of tbl holding rows ids of r and

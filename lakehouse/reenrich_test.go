@@ -207,3 +207,60 @@ func TestReenrichKeepsTheRestOfEveryFile(t *testing.T) {
 		})
 	}
 }
+
+// TestReenrichRebasesOnLiveAppends: the live job appending between the
+// re-enrichment's read of the table and its commit, three times running,
+// costs a commit each, not a rewrite: the files written are committed again
+// on the new snapshot with its offset maps, so the live job's watermarks
+// and rows stay, and every replaced row is there once.
+func TestReenrichRebasesOnLiveAppends(t *testing.T) {
+	f := newFixture(t)
+	tbl, fc := f.openFaulty(t, "g")
+	live := f.open(t, "g")
+	ctx := t.Context()
+	if _, err := tbl.Commit(ctx, []lakehouse.Part{{Range: lakehouse.Range{Topic: topic, Partition: 0, From: 0, To: 100},
+		Resume: lakehouse.NoWatermark, Rows: f.statusRows(t, 0, 0, 100, func(int64) string { return "skipped" })}}); err != nil {
+		t.Fatal(err)
+	}
+	next := int64(0) // the live job's next offset of partition 1
+	var appendLive func()
+	appendLive = func() {
+		resume := next
+		if next == 0 {
+			resume = lakehouse.NoWatermark
+		}
+		if _, err := live.Commit(ctx, []lakehouse.Part{f.part(t, 1, next, next+50, resume)}); err != nil {
+			t.Errorf("live commit at %d: %v", next, err)
+			return
+		}
+		if next += 50; next < 150 {
+			fc.Before(appendLive)
+		}
+	}
+	fc.Before(appendLive)
+	res, err := tbl.Reenrich(ctx, lakehouse.Part{Range: lakehouse.Range{Topic: topic, Partition: 0, From: 0, To: 100},
+		Resume: lakehouse.Replay, Rows: f.statusRows(t, 0, 0, 100, func(int64) string { return "ok" })})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Replaced != 100 || res.Attempts != 4 || res.Rebased != 3 {
+		t.Fatalf("replaced %d in %d attempts, %d rebased; want 100 in 4, 3 rebased", res.Replaced, res.Attempts, res.Rebased)
+	}
+	got := ids(t, tbl)
+	assertExactlyOnce(t, got, 0, 0, 100)
+	assertExactlyOnce(t, got, 1, 0, 150)
+	for o, s := range statuses(t, tbl, 0) {
+		if s != "ok" {
+			t.Fatalf("offset %d: status %q, want ok", o, s)
+		}
+	}
+	wm, err := tbl.Watermarks(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w0, _ := wm.Get(topic, 0)
+	w1, _ := wm.Get(topic, 1)
+	if w0 != 100 || w1 != 150 {
+		t.Fatalf("watermarks %d and %d, want 100 and 150 (the live job's)", w0, w1)
+	}
+}
