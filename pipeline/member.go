@@ -132,6 +132,12 @@ func (m *Member) Run(ctx context.Context) error {
 		}
 		return fmt.Errorf("kafka %v: %w", k.Brokers, err)
 	}
+	if err := m.skipEmptied(ctx); err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return err
+	}
 	start := kafka.FirstOffset
 	if k.StartOffset == "latest" {
 		start = kafka.LastOffset
@@ -235,7 +241,8 @@ func (m *Member) generation(ctx, genCtx context.Context, gen *kafka.Generation, 
 	defer m.stats.Assigned.Store(0)
 	if len(assigned) == 0 {
 		// Idle member (more members than partitions): wait for the next
-		// rebalance.
+		// rebalance, reporting no partition's lag (their owners do).
+		m.stats.assign(nil)
 		select {
 		case <-ctx.Done():
 		case <-genCtx.Done():
@@ -433,6 +440,30 @@ func (m *Member) watermarks(ctx context.Context) (lakehouse.Offsets, error) {
 		}
 		backoff = min(2*backoff, 10*time.Second)
 	}
+}
+
+// skipEmptied marks idle, in scheduled mode, the partitions whose log
+// starts at or after their end offset: retention deleted every record
+// before the end, so nothing can be fetched to reach it, and the run would
+// wait for one forever.
+func (m *Member) skipEmptied(ctx context.Context) error {
+	if m.until == nil {
+		return nil
+	}
+	firstCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	first, err := FirstOffsets(firstCtx, m.cfg.Kafka)
+	if err != nil {
+		return fmt.Errorf("kafka %v: %w", m.cfg.Kafka.Brokers, err)
+	}
+	for p, end := range m.until {
+		if f, ok := first[p]; ok && end > 0 && f >= end {
+			m.idle.Store(p, true)
+			m.log.Info("scheduled run: nothing left to read before the end offset (retention deleted it)",
+				"topic", m.cfg.Kafka.Topic, "partition", p, "log_start", f, "end_offset", end)
+		}
+	}
+	return nil
 }
 
 func (m *Member) caughtUp(wm lakehouse.Offsets) bool {
@@ -707,14 +738,18 @@ func (m *Member) retry(ctx context.Context, what string, op func() error) error 
 			m.stats.Stalled.Store(false)
 			return err
 		}
-		m.stats.Stalled.Store(true)
 		if ctx.Err() != nil {
+			// Given up (revoked, or commit.grace over): nothing is held
+			// back by it any more, and the next flush will tell.
+			m.stats.Stalled.Store(false)
 			return fmt.Errorf("%s: %w", what, err)
 		}
+		m.stats.Stalled.Store(true)
 		m.stats.FlushRetries.Add(1)
 		m.log.Warn("flush failed, retrying", "op", what, "in", backoff, "err", err)
 		select {
 		case <-ctx.Done():
+			m.stats.Stalled.Store(false)
 			return fmt.Errorf("%s: %w", what, err)
 		case <-time.After(backoff):
 		}

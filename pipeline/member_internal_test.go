@@ -1,0 +1,58 @@
+package pipeline
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"testing"
+
+	"github.com/segmentio/kafka-go"
+)
+
+// TestStalledClearedWhenRetryGivesUp: a flush whose commit fails until its
+// context ends (revocation, commit.grace) no longer holds the member
+// unready: it kept answering /readyz 503 "commits are failing" with nothing
+// to commit, the catalog healthy again.
+func TestStalledClearedWhenRetryGivesUp(t *testing.T) {
+	m := &Member{stats: newStats("clicks"), log: slog.New(slog.DiscardHandler)}
+	m.stats.Assigned.Store(1)
+	ctx, cancel := context.WithCancel(context.Background())
+	failures := 0
+	err := m.retry(ctx, "committing", func() error {
+		if failures++; failures == 2 {
+			if why := notReady(m.stats); why == "" {
+				t.Error("ready while its commits were failing")
+			}
+			cancel() // the grace period is over
+		}
+		return errors.New("catalog down")
+	})
+	if err == nil {
+		t.Fatal("retry succeeded")
+	}
+	if why := notReady(m.stats); why != "" {
+		t.Fatalf("not ready after the failing flush was given up: %q", why)
+	}
+}
+
+// TestIdleGenerationForgetsRevokedLag: a generation that leaves the member
+// without partitions (more members than partitions) stops reporting the
+// lag of those it had, which their new owners report.
+func TestIdleGenerationForgetsRevokedLag(t *testing.T) {
+	m := &Member{cfg: Config{Kafka: KafkaConfig{Topic: "clicks"}}, stats: newStats("clicks"), log: slog.New(slog.DiscardHandler)}
+	lag := m.stats.assign(map[int32]int64{0: 10, 1: 20})
+	lag[0].highWater.Store(110)
+	lag[1].highWater.Store(120)
+	if l := m.stats.Lag(); len(l) != 2 {
+		t.Fatalf("lag %v, want partitions 0 and 1", l)
+	}
+	gen := &kafka.Generation{ID: 2, Assignments: map[string][]kafka.PartitionAssignment{}}
+	genCtx, cancel := context.WithCancel(context.Background())
+	cancel() // the generation is over at once
+	if err := m.generation(context.Background(), genCtx, gen, nil); err != nil {
+		t.Fatal(err)
+	}
+	if l := m.stats.Lag(); len(l) != 0 {
+		t.Fatalf("an idle member still reports the lag of partitions it no longer owns: %v", l)
+	}
+}
