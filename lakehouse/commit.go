@@ -44,6 +44,23 @@ const (
 // offsets re-read, which is always safe).
 const maxAttempts = 12
 
+// uncommittedMaxAge is the age of written data files a commit no longer
+// commits. A maintenance run removes unreferenced files older than its
+// orphan age, at least MinOrphanOlderThan: the files of a commit stalled
+// that long (a frozen process, a catalog call that hung) may be gone, and
+// a snapshot naming them would lose their rows behind advanced watermarks.
+// A variable for tests.
+var uncommittedMaxAge = MinOrphanOlderThan / 2
+
+// tooOld refuses to commit what (data files) written at written once they
+// are uncommittedMaxAge old.
+func tooOld(what string, written time.Time) error {
+	if age := time.Since(written); age >= uncommittedMaxAge {
+		return fmt.Errorf("%s written %s ago, not committed: an orphan clean-up (files older than %s) may have taken them", what, age.Round(time.Second), MinOrphanOlderThan)
+	}
+	return nil
+}
+
 // Part is one partition's share of a flush.
 type Part struct {
 	// Range is the block of offsets the flush covers. Offsets in it with no
@@ -132,6 +149,7 @@ func (t *Table) Commit(ctx context.Context, parts []Part) (res Result, err error
 	// merged is the snapshot the MERGE read (nil: none): a conflict
 	// re-checks offsets and business keys against what landed after it.
 	merged := snapshotID(tbl)
+	written := time.Now() // no file of the flush is older
 	partFiles, err = t.prepare(ctx, tbl, parts, spec, &res)
 	if err != nil {
 		return res, err
@@ -158,6 +176,9 @@ func (t *Table) Commit(ctx context.Context, parts []Part) (res Result, err error
 		}
 		res.Attempts++
 		if err = t.fence(tbl, parts); err != nil {
+			return res, err
+		}
+		if err = tooOld("commit "+res.CommitID+": its data files", written); err != nil {
 			return res, err
 		}
 		if !sameID(snapshotID(tbl), merged) {

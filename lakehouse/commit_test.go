@@ -474,3 +474,33 @@ func TestOpenCatalogErrorsAreClear(t *testing.T) {
 		t.Errorf("bad table name: %v", err)
 	}
 }
+
+// TestCommitRefusesFilesTooOldToCommit: a commit stalled until its data
+// files are as old as uncommittedMaxAge (here by a conflict after a pause)
+// commits nothing and deletes them: an orphan clean-up may have taken them,
+// and a snapshot naming deleted files would lose their rows behind advanced
+// watermarks. The flush done again commits.
+func TestCommitRefusesFilesTooOldToCommit(t *testing.T) {
+	f := newFixture(t)
+	tbl, fc := f.openFaulty(t, "g")
+	commitRounds(t, f, tbl, []int32{0}, 0, 1, 20)
+	before := dataFilesOnDisk(t, f)
+	lakehouse.SetCompactAges(t, time.Hour, time.Second)
+	fc.Inject(faultcat.Conflict)
+	fc.Before(func() { time.Sleep(1200 * time.Millisecond) }) // the stall
+	_, err := tbl.Commit(t.Context(), []lakehouse.Part{f.part(t, 0, 20, 40, 20)})
+	if err == nil || !strings.Contains(err.Error(), "not committed") {
+		t.Fatalf("commit after the stall: %v, want its files refused", err)
+	}
+	if after := dataFilesOnDisk(t, f); !slices.Equal(after, before) {
+		t.Fatalf("data files on disk %v, want those before the commit %v", after, before)
+	}
+	wm, _ := tbl.Watermarks(t.Context())
+	if w, _ := wm.Get(topic, 0); w != 20 {
+		t.Fatalf("W(0) = %d after the refused commit, want 20", w)
+	}
+	if _, err := tbl.Commit(t.Context(), []lakehouse.Part{f.part(t, 0, 20, 40, 20)}); err != nil {
+		t.Fatal(err)
+	}
+	assertExactlyOnce(t, ids(t, tbl), 0, 0, 40)
+}

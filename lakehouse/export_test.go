@@ -6,9 +6,9 @@ import (
 )
 
 // SetCompactAges sets, until tb ends, how long compaction writes groups
-// before it commits them and the age of outputs it refuses to commit.
+// before it commits them and the age of written files no commit commits.
 func SetCompactAges(tb testing.TB, commit, refuse time.Duration) {
-	c, r := compactCommitAge, compactMaxAge
-	compactCommitAge, compactMaxAge = commit, refuse
-	tb.Cleanup(func() { compactCommitAge, compactMaxAge = c, r })
+	c, r := compactCommitAge, uncommittedMaxAge
+	compactCommitAge, uncommittedMaxAge = commit, refuse
+	tb.Cleanup(func() { compactCommitAge, uncommittedMaxAge = c, r })
 }

@@ -83,21 +83,17 @@ func (m *maintenance) compact(ctx context.Context) (err error) {
 }
 
 // compactCommitAge is how long compact writes groups before it commits
-// them, and compactMaxAge the age of outputs it no longer commits: both
-// well under MinOrphanOlderThan. Variables for tests.
-var (
-	compactCommitAge = MinOrphanOlderThan / 6
-	compactMaxAge    = MinOrphanOlderThan / 2
-)
+// them, well under MinOrphanOlderThan (and uncommittedMaxAge). A variable
+// for tests.
+var compactCommitAge = MinOrphanOlderThan / 6
 
 // commitCompaction commits, on tbl, the rewrite of compacted groups whose
 // input files were live in snapshot base and whose outputs started to be
 // written at written, dropping the groups a concurrent run rewrote
 // meanwhile, and reloading and redoing it after conflicts. Unless its
 // outcome is unknown, the outputs of groups not committed are deleted. It
-// refuses to commit outputs as old as compactMaxAge (a catalog that hung, a
-// group that took that long): a concurrent clean-up may have taken them for
-// orphans.
+// refuses to commit outputs as old as uncommittedMaxAge (a catalog that
+// hung, a group that took that long): see tooOld.
 func (m *maintenance) commitCompaction(ctx context.Context, tbl *table.Table, base int64, results []table.CompactionGroupResult, written time.Time) (err error) {
 	keep := false // the files written must not be deleted
 	defer func() {
@@ -116,8 +112,7 @@ func (m *maintenance) commitCompaction(ctx context.Context, tbl *table.Table, ba
 			}
 			tbl = fresh
 		}
-		if age := time.Since(written); age >= compactMaxAge {
-			err = fmt.Errorf("compaction outputs written %s ago, not committed: a concurrent run's orphan clean-up (files older than %s) may have taken them", age.Round(time.Second), MinOrphanOlderThan)
+		if err = tooOld("compaction outputs", written); err != nil {
 			return err
 		}
 		// A concurrent maintenance run may have rewritten some of the

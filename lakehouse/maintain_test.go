@@ -133,14 +133,14 @@ func TestMaintainCommitsCompactionInBatches(t *testing.T) {
 	}
 }
 
-// TestMaintainRefusesOldCompactionOutputs: outputs as old as compactMaxAge
+// TestMaintainRefusesOldCompactionOutputs: outputs as old as uncommittedMaxAge
 // (a catalog that hung, a group that took that long) are not committed but
 // deleted: a concurrent clean-up may have taken them for orphans.
 func TestMaintainRefusesOldCompactionOutputs(t *testing.T) {
-	lakehouse.SetCompactAges(t, time.Hour, 0)
 	f := newFixture(t)
 	tbl := f.open(t, "g")
 	commitRounds(t, f, tbl, []int32{0}, 0, 4, 20)
+	lakehouse.SetCompactAges(t, time.Hour, 0)
 	idsBefore := ids(t, tbl)
 	before := dataFilesOnDisk(t, f)
 	_, err := tbl.Maintain(t.Context(), lakehouse.MaintainOptions{MinInputFiles: 2})

@@ -118,7 +118,8 @@ func better(old, now string) bool {
 // (res.Replaced of them). It returns false on a clean conflict (nothing
 // applied) with anything but appends: the rows must be chosen again. After
 // appends alone it commits the same files on the new snapshot, carrying its
-// offset maps, up to maxRebases times (counted in res).
+// offset maps, up to maxRebases times (counted in res), and while they are
+// younger than uncommittedMaxAge.
 //
 // The deletion is a copy-on-write done here (rewriteWithout) rather than by
 // iceberg-go's Transaction.Delete, which v0.7.0 cannot do on a table with a
@@ -131,6 +132,7 @@ func (t *Table) replaceRows(ctx context.Context, tbl *table.Table, p Part, ids [
 		return false, err
 	}
 	defer sel.Release()
+	written := time.Now() // no file written below is older
 	files, err := t.writeFiles(ctx, tbl, sel)
 	if err != nil {
 		t.deleteFiles(tbl, files)
@@ -143,6 +145,12 @@ func (t *Table) replaceRows(ctx context.Context, tbl *table.Table, p Part, ids [
 		return false, fmt.Errorf("rewriting the files holding the rows of %s to replace: %w", p.Range, err)
 	}
 	for {
+		if err := tooOld("re-enriched rows of "+p.Range.String(), written); err != nil {
+			// Written again from the start, by the next attempt.
+			t.log.Warn("re-enrichment not committed", "err", err)
+			t.deleteFiles(tbl, files)
+			return false, nil
+		}
 		// The snapshot carries its base's offset maps: the watermarks stay
 		// the live job's.
 		props := iceberg.Properties{CommitIDKey: uuid.NewString(), ReplacedKey: strconv.FormatInt(res.Replaced, 10)}
