@@ -49,6 +49,12 @@ type Config struct {
 	TargetFileBytes int64
 	// Logger receives commit-protocol events (fences, conflicts, retries).
 	Logger *slog.Logger
+	// Existing refuses to create the table: Open fails, wrapping
+	// catalog.ErrNoSuchTable, when the catalog lacks it. For commands that
+	// read or maintain a table, where a misspelt name or a wrong catalog
+	// would otherwise get a new empty table (and a reconciliation that
+	// passes).
+	Existing bool
 }
 
 func (c *Config) validate() error {
@@ -88,6 +94,8 @@ type Table struct {
 	group  string
 	target int64
 	log    *slog.Logger
+	// existing: see Config.Existing.
+	existing bool
 	// partitionCounts holds topic → partition count, recorded in the
 	// summary of every commit (SetPartitionCount).
 	partitionCounts sync.Map
@@ -173,7 +181,7 @@ func OpenIn(ctx context.Context, cat catalog.Catalog, cfg Config, sc *schemas.Sc
 		return nil, err
 	}
 	ident, _ := parseIdent(cfg.Table)
-	t := &Table{cat: cat, ident: ident, schema: sc, group: cfg.Group, target: cfg.TargetFileBytes, log: cfg.Logger}
+	t := &Table{cat: cat, ident: ident, schema: sc, group: cfg.Group, target: cfg.TargetFileBytes, log: cfg.Logger, existing: cfg.Existing}
 	if t.target == 0 {
 		t.target = 256 << 20
 	}
@@ -237,6 +245,9 @@ func (t *Table) ensure(ctx context.Context) (*table.Table, error) {
 	}
 	if !errors.Is(err, catalog.ErrNoSuchTable) {
 		return nil, fmt.Errorf("loading table %s: %w", strings.Join(t.ident, "."), err)
+	}
+	if t.existing {
+		return nil, fmt.Errorf("table %s: %w (floe run creates it; check the name and the catalog's uri and warehouse)", strings.Join(t.ident, "."), err)
 	}
 	// Members starting together race to create the namespace and the table,
 	// and a catalog may make the loser's create fail in odd ways: Iceberg's

@@ -122,7 +122,7 @@ func runDemo(ctx context.Context, d *demoFlags, log *slog.Logger) error {
 	if err := cfg.Finish(); err != nil {
 		return err
 	}
-	tbl, sc, err := openTable(ctx, cfg, log)
+	tbl, sc, err := openTable(ctx, cfg, log, true)
 	if err != nil {
 		return err
 	}

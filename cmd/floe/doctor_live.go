@@ -21,7 +21,7 @@ import (
 // offsets, the table's watermarks and commit history, metrics — and hands
 // it to doctor.DiagnoseLive.
 func diagnoseLive(ctx context.Context, g *globalFlags, every time.Duration, metricsURL string) (*doctor.LiveReport, error) {
-	j, err := g.open(ctx)
+	j, err := g.open(ctx, false)
 	if err != nil {
 		return nil, err
 	}

@@ -35,7 +35,7 @@ With routes, --table picks the route's table.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
-			j, err := g.open(ctx)
+			j, err := g.open(ctx, false)
 			if err != nil {
 				return err
 			}

@@ -9,6 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/apache/iceberg-go"
+	"github.com/apache/iceberg-go/catalog"
+
 	"github.com/floe-dev/floe/lakehouse"
 	"github.com/floe-dev/floe/schemas/clickgen"
 )
@@ -82,6 +85,34 @@ func TestMaintainCommand(t *testing.T) {
 		var exit *exec.ExitError
 		if !errors.As(err, &exit) || exit.ExitCode() != 2 || !strings.Contains(p.output(), tc.want) {
 			t.Errorf("floe maintain %v: %v, want status 2 naming %q\n%s", tc.args, err, tc.want, p.output())
+		}
+	}
+}
+
+// TestReadingCommandsDoNotCreateTables: `floe verify`, `floe maintain` and
+// `floe doctor` on a table the catalog lacks (a misspelt --table, a wrong
+// catalog uri or warehouse) fail naming it, and create nothing: verify
+// used to create an empty table and report OK with status 0.
+func TestReadingCommandsDoNotCreateTables(t *testing.T) {
+	dir := t.TempDir()
+	cfg := writeConfig(t, dir, "127.0.0.1:1", "floe-test", "analytics.clicks", "", "")
+	cat, err := catalog.Load(t.Context(), "floe", iceberg.Properties(sqliteCatalog(dir)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, sub := range [][]string{
+		{"verify", "--no-dlq"},
+		{"maintain"},
+		{"doctor"},
+	} {
+		root := rootCmd()
+		root.SetArgs(append(sub, "--config", cfg, "--table", "analytics.clikcs", "--log-level", "error"))
+		err := root.ExecuteContext(t.Context())
+		if err == nil || exitCode(err) == 0 || !strings.Contains(err.Error(), "table analytics.clikcs") || !strings.Contains(err.Error(), "floe run creates it") {
+			t.Errorf("floe %v on a table that does not exist: %v (status %d), want it named as missing", sub, err, exitCode(err))
+		}
+		if _, lerr := cat.LoadTable(t.Context(), []string{"analytics", "clikcs"}); !errors.Is(lerr, catalog.ErrNoSuchTable) {
+			t.Fatalf("after floe %v: the table exists (%v)", sub, lerr)
 		}
 	}
 }

@@ -48,7 +48,7 @@ With routes, --table picks the route; a route with where replays only the record
 				return errors.New("give a range: --partition P --from A --to B, or --from-time T1 --to-time T2")
 			}
 			ctx := cmd.Context()
-			j, err := g.open(ctx)
+			j, err := g.open(ctx, true) // a backfill may come first
 			if err != nil {
 				return err
 			}

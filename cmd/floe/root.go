@@ -119,9 +119,10 @@ type job struct {
 
 // open loads the configuration, applies its memory limit and opens the
 // schema and table: the configuration's, or with routes the one --table
-// picks. The caller closes j.tbl.
-func (g *globalFlags) open(ctx context.Context) (*job, error) {
-	jobs, err := g.openJobs(ctx, false)
+// picks; with create, a table the catalog lacks is created, else it is an
+// error. The caller closes j.tbl.
+func (g *globalFlags) open(ctx context.Context, create bool) (*job, error) {
+	jobs, err := g.openJobs(ctx, false, create)
 	if err != nil {
 		return nil, err
 	}
@@ -140,7 +141,7 @@ func (g *globalFlags) open(ctx context.Context) (*job, error) {
 // --table picks, when given; with siblings, a field route comes with the
 // other routes of its topic, which together take each record once). The
 // caller closes each j.tbl.
-func (g *globalFlags) openJobs(ctx context.Context, siblings bool) ([]*job, error) {
+func (g *globalFlags) openJobs(ctx context.Context, siblings, create bool) ([]*job, error) {
 	log, err := g.logger()
 	if err != nil {
 		return nil, err
@@ -164,7 +165,7 @@ func (g *globalFlags) openJobs(ctx context.Context, siblings bool) ([]*job, erro
 		if cfg.Routed() {
 			jlog = log.With("route", c.Table.Name)
 		}
-		tbl, sc, err := openTable(ctx, c, jlog)
+		tbl, sc, err := openTable(ctx, c, jlog, create)
 		if err != nil {
 			for _, j := range jobs {
 				j.tbl.Close()
@@ -232,8 +233,9 @@ func (g *globalFlags) loadConfig() (pipeline.Config, error) {
 	return cfg, nil
 }
 
-// openTable opens the configured schema and table.
-func openTable(ctx context.Context, cfg pipeline.Config, log *slog.Logger) (*lakehouse.Table, *schemas.Schema, error) {
+// openTable opens the configured schema and table, creating the table
+// when the catalog lacks it only with create.
+func openTable(ctx context.Context, cfg pipeline.Config, log *slog.Logger, create bool) (*lakehouse.Table, *schemas.Schema, error) {
 	sc, err := schemas.Lookup(cfg.Schema)
 	if err != nil {
 		return nil, nil, err
@@ -247,6 +249,7 @@ func openTable(ctx context.Context, cfg pipeline.Config, log *slog.Logger) (*lak
 		Group:           cfg.Kafka.Group,
 		TargetFileBytes: int64(cfg.Table.TargetFileBytes),
 		Logger:          log,
+		Existing:        !create,
 	}, sc)
 	if err != nil {
 		return nil, nil, err

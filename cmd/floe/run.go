@@ -32,7 +32,7 @@ topic changed while its routes are not at a common offset (see README, Routing).
 			ctx := cmd.Context()
 			// The field routes --table picks come with their siblings for
 			// the start-up checks; only the picked one runs.
-			all, err := g.openJobs(ctx, true)
+			all, err := g.openJobs(ctx, true, true)
 			if err != nil {
 				return err
 			}

@@ -29,7 +29,7 @@ of them or a dead letter.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
-			jobs, err := g.openJobs(ctx, true)
+			jobs, err := g.openJobs(ctx, true, false)
 			if err != nil {
 				return err
 			}
