@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -28,8 +29,16 @@ It refuses to start when a table holds another group's offsets of its topic and 
 (a renamed group, or a job moved into routes: set the group it names), or when the routing of a
 topic changed while its routes are not at a common offset (see README, Routing).`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
+		RunE: func(cmd *cobra.Command, _ []string) (err error) {
 			ctx := cmd.Context()
+			// A SIGTERM during start-up, which fails whatever it
+			// interrupts, is a stop like one after it.
+			starting := true
+			defer func() {
+				if err != nil && starting && ctx.Err() != nil {
+					err = interrupted(untilCaughtUp)
+				}
+			}()
 			// The field routes --table picks come with their siblings for
 			// the start-up checks; only the picked one runs.
 			all, err := g.openJobs(ctx, true, true)
@@ -99,6 +108,7 @@ topic changed while its routes are not at a common offset (see README, Routing).
 					}
 				}()
 			}
+			starting = false
 			started := time.Now()
 			for _, j := range jobs {
 				stopMaintenance := scheduleMaintenance(ctx, j.log, j.tbl, j.cfg.Maintain)
@@ -127,8 +137,8 @@ topic changed while its routes are not at a common offset (see README, Routing).
 			if err := eg.Wait(); err != nil {
 				return err
 			}
-			if untilCaughtUp && ctx.Err() != nil {
-				return &exitError{code: 3, err: fmt.Errorf("interrupted before catching up")}
+			if ctx.Err() != nil {
+				return interrupted(untilCaughtUp)
 			}
 			return nil
 		},
@@ -206,4 +216,13 @@ func committedSince(topic string, start lakehouse.Offsets, end map[int32]int64, 
 		n += max(0, min(to, e)-from)
 	}
 	return n
+}
+
+// interrupted is the outcome of a run stopped by a signal: nil, or for a
+// scheduled run that had not caught up, status 3.
+func interrupted(untilCaughtUp bool) error {
+	if untilCaughtUp {
+		return &exitError{code: 3, err: errors.New("interrupted before catching up")}
+	}
+	return nil
 }
