@@ -114,7 +114,17 @@ type Result struct {
 // and looks for the flush's commit id before retrying. Files of a flush that
 // does not commit are deleted. It returns ErrFenced (wrapped) when a fence
 // fails.
-func (t *Table) Commit(ctx context.Context, parts []Part) (res Result, err error) {
+func (t *Table) Commit(ctx context.Context, parts []Part) (Result, error) {
+	return t.CommitAs(ctx, uuid.NewString(), parts)
+}
+
+// CommitAs is Commit under commit id commitID. A caller that retries a
+// flush whose Commit failed with an unknown outcome (the commit may have
+// applied, and the reload looking for it failed) retries with the same id:
+// the fence then finds that commit among the snapshots that moved the
+// watermark, and the flush succeeds with it instead of being fenced by its
+// own first attempt.
+func (t *Table) CommitAs(ctx context.Context, commitID string, parts []Part) (res Result, err error) {
 	// The MERGE swaps rows for their deduplicated copies: in a copy of the
 	// slice, so the caller's parts are untouched.
 	parts = slices.Clone(parts)
@@ -125,13 +135,16 @@ func (t *Table) Commit(ctx context.Context, parts []Part) (res Result, err error
 			}
 		}
 	}()
-	res.CommitID = uuid.NewString()
+	res.CommitID = commitID
 
 	tbl, err := t.Load(ctx)
 	if err != nil {
 		return res, err
 	}
 	if err := t.fence(tbl, parts); err != nil {
+		if applied, ok := t.appliedBefore(tbl, commitID, err); ok {
+			return applied, nil
+		}
 		return res, err
 	}
 
@@ -176,6 +189,15 @@ func (t *Table) Commit(ctx context.Context, parts []Part) (res Result, err error
 		}
 		res.Attempts++
 		if err = t.fence(tbl, parts); err != nil {
+			if applied, ok := t.appliedBefore(tbl, commitID, err); ok {
+				// This call's files are the applied commit's when one of
+				// its attempts was ambiguous, else unused.
+				if !ambiguous {
+					t.deleteFiles(tbl, slices.Concat(partFiles...))
+				}
+				applied.Attempts = res.Attempts
+				return applied, nil
+			}
 			return res, err
 		}
 		if err = tooOld("commit "+res.CommitID+": its data files", written); err != nil {
@@ -503,6 +525,45 @@ func (t *Table) fence(tbl *table.Table, parts []Part) error {
 	return nil
 }
 
+// appliedBefore reports, for a fence failure fenced, whether tbl's ancestry
+// holds commit commitID (an earlier attempt of the flush whose outcome was
+// not known), and its Result: the snapshot, its counts and offset map.
+func (t *Table) appliedBefore(tbl *table.Table, commitID string, fenced error) (Result, bool) {
+	if !errors.Is(fenced, ErrFenced) {
+		return Result{}, false
+	}
+	snap := commitIn(tbl.Metadata(), commitID)
+	if snap == nil {
+		return Result{}, false
+	}
+	offsets, err := WatermarksOf(tbl, t.group)
+	if err != nil {
+		return Result{}, false
+	}
+	count := func(key string) int64 {
+		n, _ := strconv.ParseInt(snap.Summary.Properties[key], 10, 64)
+		return n
+	}
+	t.log.Warn("the flush's earlier commit, whose outcome was unknown, had applied", "commit_id", commitID, "snapshot", snap.SnapshotID)
+	return Result{SnapshotID: snap.SnapshotID, CommitID: commitID, Rows: count(RowsKey), Skipped: count(DuplicatesKey),
+		BusinessDuplicates: count(BusinessDuplicatesKey), Offsets: offsets}, true
+}
+
+// commitIn returns the snapshot carrying commitID in the current branch's
+// ancestry of meta, or nil.
+func commitIn(meta table.Metadata, commitID string) *table.Snapshot {
+	for snap := meta.CurrentSnapshot(); snap != nil; {
+		if snap.Summary != nil && snap.Summary.Properties[CommitIDKey] == commitID {
+			return snap
+		}
+		if snap.ParentSnapshotID == nil {
+			break
+		}
+		snap = meta.SnapshotByID(*snap.ParentSnapshotID)
+	}
+	return nil
+}
+
 // findCommitAfter reloads the table and returns the snapshot carrying
 // commitID in the current branch's ancestry, or nil. When ctx is already done
 // (a commit interrupted by shutdown) it looks with a short fresh deadline, so
@@ -517,17 +578,7 @@ func (t *Table) findCommitAfter(ctx context.Context, commitID string) (*table.Sn
 	if err != nil {
 		return nil, err
 	}
-	meta := tbl.Metadata()
-	for snap := meta.CurrentSnapshot(); snap != nil; {
-		if snap.Summary != nil && snap.Summary.Properties[CommitIDKey] == commitID {
-			return snap, nil
-		}
-		if snap.ParentSnapshotID == nil {
-			break
-		}
-		snap = meta.SnapshotByID(*snap.ParentSnapshotID)
-	}
-	return nil, nil
+	return commitIn(tbl.Metadata(), commitID), nil
 }
 
 // writeFiles sorts rows by the schema's key (stable, so a session's rows stay

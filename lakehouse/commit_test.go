@@ -504,3 +504,43 @@ func TestCommitRefusesFilesTooOldToCommit(t *testing.T) {
 	}
 	assertExactlyOnce(t, ids(t, tbl), 0, 0, 40)
 }
+
+// TestCommitAsFindsItsAppliedAttempt: a commit that applied while its
+// caller saw an error, and whose check then failed (the outcome unknown),
+// is found by the flush retried under the same commit id, which succeeds
+// with it; under another id the same flush is fenced, as a zombie's is.
+func TestCommitAsFindsItsAppliedAttempt(t *testing.T) {
+	f := newFixture(t)
+	tbl, fc := f.openFaulty(t, "g")
+	ctx := t.Context()
+	commitRounds(t, f, tbl, []int32{0}, 0, 1, 20)
+	before := dataFilesOnDisk(t, f)
+	fc.Inject(faultcat.Ambiguous)
+	fc.Before(func() { fc.InjectLoads(faultcat.Unavailable) }) // the check's reload fails
+	first, err := tbl.Commit(ctx, []lakehouse.Part{f.part(t, 0, 20, 40, 20)})
+	if err == nil || !strings.Contains(err.Error(), "state unknown") {
+		t.Fatalf("commit: %v, want its outcome unknown", err)
+	}
+	files := dataFilesOnDisk(t, f)
+	if _, err := tbl.CommitAs(ctx, "another-flush", []lakehouse.Part{f.part(t, 0, 20, 40, 20)}); !errors.Is(err, lakehouse.ErrFenced) {
+		t.Fatalf("the flush under another id: %v, want it fenced", err)
+	}
+	res, err := tbl.CommitAs(ctx, first.CommitID, []lakehouse.Part{f.part(t, 0, 20, 40, 20)})
+	if err != nil {
+		t.Fatalf("the flush retried under its id: %v", err)
+	}
+	it, err := tbl.Load(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.SnapshotID != it.CurrentSnapshot().SnapshotID || res.Rows != 20 {
+		t.Fatalf("retried flush: snapshot %d, %d rows; want the applied attempt's %d and its 20 rows", res.SnapshotID, res.Rows, it.CurrentSnapshot().SnapshotID)
+	}
+	if w, _ := res.Offsets.Get(topic, 0); w != 40 {
+		t.Fatalf("offsets %v, want W(0) = 40", res.Offsets)
+	}
+	assertExactlyOnce(t, ids(t, tbl), 0, 0, 40)
+	if after := dataFilesOnDisk(t, f); !slices.Equal(after, files) || len(files) != len(before)+1 {
+		t.Fatalf("data files %d before, %d after the applied attempt, %d after the retries; want one more, then no change", len(before), len(files), len(after))
+	}
+}

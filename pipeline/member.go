@@ -25,6 +25,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/segmentio/kafka-go"
 	"golang.org/x/sync/errgroup"
@@ -698,10 +699,13 @@ func (f *flusher) flush(ctx context.Context) error {
 	}
 	dlqTook := time.Since(started)
 	var res lakehouse.Result
+	// One commit id for every attempt: an attempt that applied without
+	// knowing it is found by the next instead of fencing it.
+	commitID := uuid.NewString()
 	err := m.retry(ctx, "committing to "+m.table.Name(), func() error {
 		retainParts(parts) // Commit releases what it is given
 		var err error
-		res, err = m.table.Commit(ctx, parts)
+		res, err = m.table.CommitAs(ctx, commitID, parts)
 		return err
 	})
 	if err != nil {

@@ -421,3 +421,46 @@ func rowIDs(t *testing.T, tbl *lakehouse.Table) [][2]int64 {
 	}
 	return slices.Collect(maps.Keys(seen))
 }
+
+// TestAmbiguousCommitNotTakenForAFence: a commit that applied while the
+// member saw an error, and whose check then failed, is retried in place
+// under the same commit id and found: the member is not fenced by its own
+// first attempt (it dropped its buffers and rejoined, a group-wide
+// rebalance), and every record is in the table once.
+func TestAmbiguousCommitNotTakenForAFence(t *testing.T) {
+	j := newJob(t, 2000, fastCommit, nil)
+	ctx := t.Context()
+	cat, err := lakehouse.OpenCatalog(ctx, j.cfg.Table.Catalog)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fc := faultcat.Wrap(cat)
+	fc.Inject(faultcat.Ambiguous)
+	fc.Before(func() { fc.InjectLoads(faultcat.Unavailable) }) // the check's reload fails
+	mt, err := lakehouse.OpenIn(ctx, fc, lakehouse.Config{Table: j.cfg.Table.Name, Group: "g"}, j.sc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { mt.Close() })
+	m := runMember(t, j.cfg, mt, j.sc)
+	waitCaughtUp(t, j.tbl, j.end, 60*time.Second)
+	// The applied attempt caught the table up: wait for the retry to
+	// succeed or be fenced.
+	s := m.Stats()
+	for deadline := time.Now().Add(30 * time.Second); s.Commits.Load() == 0 && s.Fenced.Load() == 0 && s.Generations.Load() < 2; {
+		if time.Now().After(deadline) {
+			t.Fatal("the failed commit was not retried")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	time.Sleep(500 * time.Millisecond) // a fence ends the generation just after
+	if got := fc.Injected(faultcat.Ambiguous); got != 1 {
+		t.Fatalf("ambiguous commits injected: %d, want 1", got)
+	}
+	if n := distinctIDs(t, j.tbl); n != 2000 {
+		t.Fatalf("%d distinct ids, want 2000", n)
+	}
+	if f, g := m.Stats().Fenced.Load(), m.Stats().Generations.Load(); f != 0 || g != 1 {
+		t.Fatalf("fenced %d times, %d generations; want 0 and 1", f, g)
+	}
+}
