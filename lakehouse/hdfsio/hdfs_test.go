@@ -15,6 +15,7 @@ import (
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/memory"
+	"github.com/apache/iceberg-go/catalog"
 	iceio "github.com/apache/iceberg-go/io"
 	"github.com/apache/iceberg-go/table"
 	"github.com/colinmarc/hdfs/v2"
@@ -145,6 +146,7 @@ func TestHDFS(t *testing.T) {
 		}
 	})
 	t.Run("IcebergTableOnHDFS", func(t *testing.T) { icebergTable(t, h, props) })
+	t.Run("UncleanLocationHasNoOrphans", func(t *testing.T) { uncleanLocation(t, h, props) })
 }
 
 // icebergTable commits floe flushes to a SQLite-catalog table whose warehouse
@@ -255,5 +257,65 @@ func icebergTable(t *testing.T, h *infra.HDFS, props map[string]string) {
 	}
 	if parquet < 3 || metadata < 2 {
 		t.Fatalf("on HDFS under %s: %d Parquet and %d metadata files; want at least 3 and 2", it.Location(), parquet, metadata)
+	}
+}
+
+// uncleanLocation: a table created at a location spelled with "//" has
+// its files named in its metadata in clean form (iceberg-go joins paths
+// cleanly), and orphan clean-up compares them as spelled with what WalkDir
+// lists below that location: every file committed there is referenced,
+// none an orphan. (WalkDir listing them as the location spells them would
+// have every one taken for an orphan.)
+func uncleanLocation(t *testing.T, h *infra.HDFS, props map[string]string) {
+	sc, err := schemas.Lookup(schemas.Clickstream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	props = maps.Clone(props)
+	maps.Copy(props, map[string]string{
+		"type": "sql", "uri": "file:" + filepath.Join(t.TempDir(), "catalog.db"),
+		"sql.dialect": "sqlite", "sql.driver": "sqlite", "warehouse": h.URL("/warehouse"),
+	})
+	cat, err := lakehouse.OpenCatalog(t.Context(), props)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cat.CreateNamespace(t.Context(), table.Identifier{"odd"}, nil); err != nil {
+		t.Fatal(err)
+	}
+	loc := h.URL("/odd//clicks")
+	if _, err := cat.CreateTable(t.Context(), table.Identifier{"odd", "clicks"}, sc.Iceberg, catalog.WithLocation(loc)); err != nil {
+		t.Fatal(err)
+	}
+	tbl, err := lakehouse.OpenIn(t.Context(), cat, lakehouse.Config{Table: "odd.clicks", Group: "g"}, sc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := sc.NewBuilder(memory.DefaultAllocator, 0)
+	for o := range int64(100) {
+		v := fmt.Sprintf(`{"session_id":"s-%d","event_type":"click","ts":%d,"seq":%d}`, o%7, 1732860000000+o, o)
+		if err := b.Append([]byte(v), schemas.Meta{Topic: "clicks", Offset: o, Timestamp: time.UnixMilli(1732860000000)}, time.Now(), "off"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rows := b.NewRecord()
+	b.Release()
+	if _, err := tbl.Commit(t.Context(), []lakehouse.Part{{Range: lakehouse.Range{Topic: "clicks", From: 0, To: 100},
+		Resume: lakehouse.NoWatermark, Rows: rows}}); err != nil {
+		t.Fatal(err)
+	}
+	it, err := tbl.Load(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if it.Location() != loc {
+		t.Fatalf("table location %q, want %q", it.Location(), loc)
+	}
+	plan, err := it.PlanOrphanFiles(t.Context(), table.WithFilesOlderThan(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if files := plan.Files(); len(files) != 0 {
+		t.Fatalf("%d of the table's files taken for orphans, e.g. %v", len(files), files[0])
 	}
 }
