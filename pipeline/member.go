@@ -673,10 +673,13 @@ func (f *flusher) flush(ctx context.Context) error {
 	m := f.m
 	if len(segs) == 0 {
 		if m.until != nil {
-			// Other members may have committed the last offsets.
+			// Other members may have committed the last offsets. A failed
+			// read is asked again at the next tick: ending the generation
+			// for it would rebalance the group.
 			wm, err := m.table.Watermarks(ctx)
 			if err != nil {
-				return err
+				m.log.Warn("reading the table's watermarks failed; asking again at the next flush", "err", err)
+				return nil
 			}
 			f.caughtUp = m.caughtUp(wm)
 		}

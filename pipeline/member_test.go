@@ -464,3 +464,50 @@ func TestAmbiguousCommitNotTakenForAFence(t *testing.T) {
 		t.Fatalf("fenced %d times, %d generations; want 0 and 1", f, g)
 	}
 }
+
+// TestScheduledIdleTickSurvivesAFailedLoad: a scheduled member with
+// nothing to read asks the table for its watermarks at each flush tick; a
+// tick whose read fails is asked again at the next, where it ended the
+// generation (a rebalance of the whole group) before ending the run.
+func TestScheduledIdleTickSurvivesAFailedLoad(t *testing.T) {
+	j := newJob(t, 200, fastCommit, nil)
+	ctx := t.Context()
+	cat, err := lakehouse.OpenCatalog(ctx, j.cfg.Table.Catalog)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fc := faultcat.Wrap(cat)
+	mt, err := lakehouse.OpenIn(ctx, fc, lakehouse.Config{Table: j.cfg.Table.Name, Group: "g"}, j.sc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { mt.Close() })
+	cfg := j.cfg
+	cfg.Kafka.StartOffset = "latest" // no partition has anything to read
+	cfg.Commit.Interval = pipeline.Duration(2 * time.Second)
+	m, err := pipeline.NewMember(cfg, mt, j.sc, pipeline.UntilOffsets(j.end))
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- m.Run(ctx) }()
+	// Once the generation has started, the next load (the first tick's) fails.
+	for deadline := time.Now().Add(30 * time.Second); m.Stats().Assigned.Load() == 0; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("no partitions assigned")
+		}
+	}
+	time.Sleep(500 * time.Millisecond)
+	fc.InjectLoads(faultcat.Unavailable)
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the scheduled run did not end")
+	}
+	if fc.FailedLoads() != 1 || m.Stats().Generations.Load() != 1 {
+		t.Fatalf("%d failed loads, %d generations; want 1 and 1", fc.FailedLoads(), m.Stats().Generations.Load())
+	}
+}
