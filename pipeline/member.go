@@ -376,7 +376,19 @@ func (m *Member) generation(ctx, genCtx context.Context, gen *kafka.Generation, 
 	})
 	defer stopGrace()
 
-	f := &flusher{m: m, gen: gen, dlq: dlq, bufs: bufs, win: win}
+	// The Kafka offsets of the flushes go out in the background, the last
+	// ones after the final flush, until commit.grace.
+	kafkaOffsets := newOffsetCommitter(gen, k.Topic, func(err error) {
+		m.stats.KafkaCommitErrors.Add(1)
+		m.log.Info("kafka offset commit failed (advisory; the table holds the offsets)", "err", err)
+	})
+	flushed, flushesDone := context.WithCancel(context.WithoutCancel(ctx))
+	go kafkaOffsets.run(flushed)
+	defer func() {
+		flushesDone()
+		kafkaOffsets.close(flushCtx)
+	}()
+	f := &flusher{m: m, offsets: kafkaOffsets, dlq: dlq, bufs: bufs, win: win}
 	ferr := f.loop(stopCtx, flushCtx)
 	stop(ferr)
 	werr := workers.Wait()
@@ -630,7 +642,7 @@ func partitionIDs(as []kafka.PartitionAssignment) []int {
 // time, on the interval, the record count or the byte size.
 type flusher struct {
 	m        *Member
-	gen      *kafka.Generation
+	offsets  *offsetCommitter
 	dlq      *deadLetterWriter
 	bufs     []*partitionBuffer
 	win      *window
@@ -659,7 +671,7 @@ func (f *flusher) loop(stop, flushCtx context.Context) error {
 }
 
 // flush commits everything buffered. Dead letters first (acknowledged), then
-// the table, then the advisory Kafka offsets.
+// the table, then the advisory Kafka offsets (queued: see offsetCommitter).
 func (f *flusher) flush(ctx context.Context) error {
 	var segs []segment
 	var from []*partitionBuffer // the buffer of each segment
@@ -722,10 +734,7 @@ func (f *flusher) flush(ctx context.Context) error {
 	for _, p := range parts {
 		offsets[int(p.Range.Partition)] = p.Range.To
 	}
-	if err := f.gen.CommitOffsets(map[string]map[int]int64{m.cfg.Kafka.Topic: offsets}); err != nil {
-		m.stats.KafkaCommitErrors.Add(1)
-		m.log.Info("kafka offset commit failed (advisory; the table holds the offsets)", "err", err)
-	}
+	f.offsets.add(offsets)
 	m.log.Debug("committed", "snapshot", res.SnapshotID, "rows", res.Rows, "skipped", res.Skipped, "business_duplicates", res.BusinessDuplicates,
 		"files", res.Files, "attempts", res.Attempts, "dead_letters", len(letters),
 		"dlq_write", dlqTook.Round(time.Millisecond), "took", time.Since(started).Round(time.Millisecond))

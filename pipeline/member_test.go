@@ -3,10 +3,6 @@ package pipeline_test
 import (
 	"context"
 	"fmt"
-
-	"github.com/apache/arrow-go/v18/arrow/array"
-	"github.com/apache/iceberg-go/table"
-	"github.com/prometheus/client_golang/prometheus"
 	"io"
 	"maps"
 	"net"
@@ -15,8 +11,14 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/apache/arrow-go/v18/arrow/array"
+	"github.com/apache/iceberg-go/table"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/floe-dev/floe/enrich"
 	"github.com/floe-dev/floe/lakehouse"
@@ -509,5 +511,56 @@ func TestScheduledIdleTickSurvivesAFailedLoad(t *testing.T) {
 	}
 	if fc.FailedLoads() != 1 || m.Stats().Generations.Load() != 1 {
 		t.Fatalf("%d failed loads, %d generations; want 1 and 1", fc.FailedLoads(), m.Stats().Generations.Load())
+	}
+}
+
+// TestUnansweredOffsetCommitHoldsNothing: a group coordinator that never
+// answers an offset commit (the advisory Kafka offsets) holds neither the
+// flushes, which commit every record to the table, nor the final flush past
+// commit.grace: kafka-go's call takes no context and waited up to the
+// rebalance timeout + 5 s at every flush.
+func TestUnansweredOffsetCommitHoldsNothing(t *testing.T) {
+	j := newJob(t, 0, fastCommit, nil)
+	j.cfg.Commit.Grace = pipeline.Duration(time.Second)
+	var commits atomic.Int32
+	j.cl.Kfake().ControlKey(kmsg.OffsetCommit.Int16(), func(kmsg.Request) (kmsg.Response, error, bool) {
+		j.cl.Kfake().KeepControl()
+		commits.Add(1)
+		return nil, nil, true // no answer
+	})
+	m, err := pipeline.NewMember(j.cfg, j.tbl, j.sc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- m.Run(ctx) }()
+	gen := clickgen.New(clickgen.Config{Sessions: 100, Seed: 5})
+	for round := range 3 {
+		if _, err := j.cl.ProduceRate(t.Context(), "clicks", gen, 300, 0); err != nil {
+			t.Fatal(err)
+		}
+		end, err := j.cl.EndOffsets(t.Context(), "clicks")
+		if err != nil {
+			t.Fatal(err)
+		}
+		waitCaughtUp(t, j.tbl, end, 5*time.Second) // flushes every 300 ms
+		if round == 0 && commits.Load() == 0 {
+			t.Fatal("no offset commit reached the broker")
+		}
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(16 * time.Second):
+		t.Fatal("the member did not stop within commit.grace (1 s), leaving the group (10 s at most: kafka-go waits for " +
+			"its heartbeat, queued behind the commit) and 5 s")
+	}
+	if n := distinctIDs(t, j.tbl); n != 900 {
+		t.Fatalf("%d distinct ids, want 900", n)
 	}
 }

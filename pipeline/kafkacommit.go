@@ -1,0 +1,80 @@
+package pipeline
+
+import (
+	"context"
+	"maps"
+	"sync"
+
+	"github.com/segmentio/kafka-go"
+)
+
+// offsetCommitter commits a generation's Kafka offsets in the background,
+// one request at a time, each with the newest offset of every partition
+// flushed since the last. They are advisory (the table holds the
+// watermarks: they serve lag monitoring and other tools), and kafka-go's
+// call takes no context: a coordinator that does not answer held the flush
+// for up to its timeout (rebalance timeout + 5 s), and the final flush
+// past commit.grace.
+type offsetCommitter struct {
+	commit  func(map[string]map[int]int64) error // Generation.CommitOffsets
+	topic   string
+	failed  func(error) // counts and logs a failed commit
+	mu      sync.Mutex
+	pending map[int]int64 // partition → offset not yet sent
+	wake    chan struct{} // a send is pending
+	stopped chan struct{} // closed when run returns
+}
+
+func newOffsetCommitter(gen *kafka.Generation, topic string, failed func(error)) *offsetCommitter {
+	return &offsetCommitter{commit: gen.CommitOffsets, topic: topic, failed: failed,
+		pending: map[int]int64{}, wake: make(chan struct{}, 1), stopped: make(chan struct{})}
+}
+
+// add queues offsets (partition → next offset to read) after a flush.
+func (c *offsetCommitter) add(offsets map[int]int64) {
+	c.mu.Lock()
+	maps.Copy(c.pending, offsets)
+	c.mu.Unlock()
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
+}
+
+// run sends what add queued until stop ends, then what is left, and
+// returns. The caller waits for it no longer than it may (close).
+func (c *offsetCommitter) run(stop context.Context) {
+	defer close(c.stopped)
+	for {
+		select {
+		case <-c.wake:
+			c.send()
+		case <-stop.Done():
+			c.send()
+			return
+		}
+	}
+}
+
+func (c *offsetCommitter) send() {
+	c.mu.Lock()
+	offsets := c.pending
+	c.pending = map[int]int64{}
+	c.mu.Unlock()
+	if len(offsets) == 0 {
+		return
+	}
+	if err := c.commit(map[string]map[int]int64{c.topic: offsets}); err != nil {
+		c.failed(err)
+	}
+}
+
+// close waits for run to send the last offsets, until ctx ends (commit.grace
+// at shutdown): a commit still waiting then is left to fail with the
+// generation's connection.
+func (c *offsetCommitter) close(ctx context.Context) {
+	select {
+	case <-c.stopped:
+	case <-ctx.Done():
+	}
+}
