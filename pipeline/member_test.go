@@ -47,22 +47,39 @@ func startEnrichedMember(t *testing.T, n int, commit pipeline.CommitConfig, enri
 func startMemberWith(t *testing.T, n int, commit pipeline.CommitConfig, enrichCfg *enrich.Config, faults []faultcat.Fault, opts ...pipeline.Option) (*lakehouse.Table, map[int32]int64, *pipeline.Member) {
 	t.Helper()
 	j := newJob(t, n, commit, enrichCfg)
-	ctx := t.Context()
-	cfg, tbl, sc := j.cfg, j.tbl, j.sc
-	memberTable := tbl
+	memberTable := j.tbl
 	if faults != nil {
-		cat, err := lakehouse.OpenCatalog(ctx, cfg.Table.Catalog)
-		if err != nil {
-			t.Fatal(err)
-		}
-		fc := faultcat.Wrap(cat)
+		var fc *faultcat.Catalog
+		memberTable, fc = faultyTable(t, j)
 		fc.Inject(faults...)
-		if memberTable, err = lakehouse.OpenIn(ctx, fc, lakehouse.Config{Table: cfg.Table.Name, Group: "g"}, sc); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { memberTable.Close() })
 	}
-	return tbl, j.end, runMember(t, cfg, memberTable, sc, opts...)
+	return j.tbl, j.end, runMember(t, j.cfg, memberTable, j.sc, opts...)
+}
+
+// faultyTable opens j's table again through a fault-injecting wrapper of
+// the real catalog.
+func faultyTable(t *testing.T, j *job) (*lakehouse.Table, *faultcat.Catalog) {
+	t.Helper()
+	cat, err := lakehouse.OpenCatalog(t.Context(), j.cfg.Table.Catalog)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fc := faultcat.Wrap(cat)
+	tbl, err := lakehouse.OpenIn(t.Context(), fc, lakehouse.Config{Table: j.cfg.Table.Name, Group: "g"}, j.sc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { tbl.Close() })
+	return tbl, fc
+}
+
+// startRun starts m.Run in the background; done receives its result, and
+// stop cancels it.
+func startRun(m *pipeline.Member) (done <-chan error, stop context.CancelFunc) {
+	ctx, cancel := context.WithCancel(context.Background())
+	ch := make(chan error, 1)
+	go func() { ch <- m.Run(ctx) }()
+	return ch, cancel
 }
 
 // runMember starts a member of cfg on tbl; the test's cleanup stops it and
@@ -431,19 +448,9 @@ func rowIDs(t *testing.T, tbl *lakehouse.Table) [][2]int64 {
 // rebalance), and every record is in the table once.
 func TestAmbiguousCommitNotTakenForAFence(t *testing.T) {
 	j := newJob(t, 2000, fastCommit, nil)
-	ctx := t.Context()
-	cat, err := lakehouse.OpenCatalog(ctx, j.cfg.Table.Catalog)
-	if err != nil {
-		t.Fatal(err)
-	}
-	fc := faultcat.Wrap(cat)
+	mt, fc := faultyTable(t, j)
 	fc.Inject(faultcat.Ambiguous)
 	fc.Before(func() { fc.InjectLoads(faultcat.Unavailable) }) // the check's reload fails
-	mt, err := lakehouse.OpenIn(ctx, fc, lakehouse.Config{Table: j.cfg.Table.Name, Group: "g"}, j.sc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { mt.Close() })
 	m := runMember(t, j.cfg, mt, j.sc)
 	waitCaughtUp(t, j.tbl, j.end, 60*time.Second)
 	// The applied attempt caught the table up: wait for the retry to
@@ -473,17 +480,7 @@ func TestAmbiguousCommitNotTakenForAFence(t *testing.T) {
 // generation (a rebalance of the whole group) before ending the run.
 func TestScheduledIdleTickSurvivesAFailedLoad(t *testing.T) {
 	j := newJob(t, 200, fastCommit, nil)
-	ctx := t.Context()
-	cat, err := lakehouse.OpenCatalog(ctx, j.cfg.Table.Catalog)
-	if err != nil {
-		t.Fatal(err)
-	}
-	fc := faultcat.Wrap(cat)
-	mt, err := lakehouse.OpenIn(ctx, fc, lakehouse.Config{Table: j.cfg.Table.Name, Group: "g"}, j.sc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { mt.Close() })
+	mt, fc := faultyTable(t, j)
 	cfg := j.cfg
 	cfg.Kafka.StartOffset = "latest" // no partition has anything to read
 	cfg.Commit.Interval = pipeline.Duration(2 * time.Second)
@@ -491,8 +488,8 @@ func TestScheduledIdleTickSurvivesAFailedLoad(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	done := make(chan error, 1)
-	go func() { done <- m.Run(ctx) }()
+	done, stop := startRun(m)
+	defer stop()
 	// Once the generation has started, the next load (the first tick's) fails.
 	for deadline := time.Now().Add(30 * time.Second); m.Stats().Assigned.Load() == 0; time.Sleep(20 * time.Millisecond) {
 		if time.Now().After(deadline) {
@@ -532,10 +529,8 @@ func TestUnansweredOffsetCommitHoldsNothing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(t.Context())
-	defer cancel()
-	done := make(chan error, 1)
-	go func() { done <- m.Run(ctx) }()
+	done, stop := startRun(m)
+	defer stop()
 	gen := clickgen.New(clickgen.Config{Sessions: 100, Seed: 5})
 	for round := range 3 {
 		if _, err := j.cl.ProduceRate(t.Context(), "clicks", gen, 300, 0); err != nil {
@@ -550,7 +545,7 @@ func TestUnansweredOffsetCommitHoldsNothing(t *testing.T) {
 			t.Fatal("no offset commit reached the broker")
 		}
 	}
-	cancel()
+	stop()
 	select {
 	case err := <-done:
 		if err != nil {

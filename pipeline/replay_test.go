@@ -271,10 +271,8 @@ func TestScheduledRunEndsWhenRetentionEmptiedAPartition(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	done := make(chan error, 1)
-	go func() { done <- m.Run(ctx) }()
+	done, stop := startRun(m)
+	defer stop()
 	// Every other partition gets committed quickly.
 	others := map[int32]int64{}
 	for p, e := range j.end {
@@ -289,7 +287,7 @@ func TestScheduledRunEndsWhenRetentionEmptiedAPartition(t *testing.T) {
 			t.Fatal(err)
 		}
 	case <-time.After(20 * time.Second):
-		cancel()
+		stop()
 		<-done
 		wm, _ := j.tbl.Watermarks(context.Background())
 		w, ok := wm.Get("clicks", 0)
