@@ -99,7 +99,8 @@ type Result struct {
 	FilesScanned int
 	// Attempts is how many catalog commits were tried.
 	Attempts int
-	// Offsets is the group's offset map as committed.
+	// Offsets is the group's offset map as committed (for an earlier
+	// attempt CommitAs found, as the table holds it now).
 	Offsets Offsets
 
 	// businessAt holds the coordinates of the business-key duplicates.

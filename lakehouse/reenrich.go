@@ -62,7 +62,9 @@ func (t *Table) Reenrich(ctx context.Context, p Part) (res ReenrichResult, err e
 		return res, err
 	}
 	backoff := 20 * time.Millisecond
-	for res.Attempts < maxAttempts {
+	// rounds counts the rows chosen and written afresh: rebases on the
+	// live job's appends (res.Rebased) are not among them.
+	for rounds := 0; rounds < maxAttempts; rounds++ {
 		tbl, err := t.Load(ctx)
 		if err != nil {
 			return res, err
@@ -98,7 +100,7 @@ func (t *Table) Reenrich(ctx context.Context, p Part) (res ReenrichResult, err e
 		}
 		backoff = min(2*backoff, time.Second)
 	}
-	return res, fmt.Errorf("re-enriching %s: %d commit attempts conflicted", p.Range, res.Attempts)
+	return res, fmt.Errorf("re-enriching %s: %d commit attempts conflicted (%d of them after the live job's appends)", p.Range, res.Attempts, res.Rebased)
 }
 
 // better reports whether a row stored with status old should be replaced by

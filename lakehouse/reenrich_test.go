@@ -264,3 +264,62 @@ func TestReenrichRebasesOnLiveAppends(t *testing.T) {
 		t.Fatalf("watermarks %d and %d, want 100 and 150 (the live job's)", w0, w1)
 	}
 }
+
+// TestReenrichRewritesAfterManyRebases: rebases on the live job's appends
+// do not use up the budget of whole attempts: after 12 of them, a conflict
+// with another re-enrichment (an overwrite) is read and written again and
+// commits, where the re-enrichment failed with "13 commit attempts
+// conflicted".
+func TestReenrichRewritesAfterManyRebases(t *testing.T) {
+	f := newFixture(t)
+	tbl, fc := f.openFaulty(t, "g")
+	live := f.open(t, "g")
+	ctx := t.Context()
+	skipped := func(int64) string { return "skipped" }
+	ok := func(int64) string { return "ok" }
+	if _, err := tbl.Commit(ctx, []lakehouse.Part{{Range: lakehouse.Range{Topic: topic, Partition: 0, From: 0, To: 100},
+		Resume: lakehouse.NoWatermark, Rows: f.statusRows(t, 0, 0, 100, skipped)}}); err != nil {
+		t.Fatal(err)
+	}
+	const liveAppends = 12
+	next := int64(0) // the live job's next offset of partition 1
+	var hook func()
+	hook = func() {
+		if next == liveAppends*10 {
+			// Not an append: another re-enrichment, of partition 1.
+			if _, err := live.Reenrich(ctx, lakehouse.Part{Range: lakehouse.Range{Topic: topic, Partition: 1, From: 0, To: 10},
+				Resume: lakehouse.Replay, Rows: f.statusRows(t, 1, 0, 10, ok)}); err != nil {
+				t.Errorf("the other re-enrichment: %v", err)
+			}
+			return
+		}
+		resume := next
+		if next == 0 {
+			resume = lakehouse.NoWatermark
+		}
+		if _, err := live.Commit(ctx, []lakehouse.Part{{Range: lakehouse.Range{Topic: topic, Partition: 1, From: next, To: next + 10},
+			Resume: resume, Rows: f.statusRows(t, 1, next, next+10, skipped)}}); err != nil {
+			t.Errorf("live commit at %d: %v", next, err)
+			return
+		}
+		next += 10
+		fc.Before(hook)
+	}
+	fc.Before(hook)
+	res, err := tbl.Reenrich(ctx, lakehouse.Part{Range: lakehouse.Range{Topic: topic, Partition: 0, From: 0, To: 100},
+		Resume: lakehouse.Replay, Rows: f.statusRows(t, 0, 0, 100, ok)})
+	if err != nil {
+		t.Fatalf("re-enrichment after %d rebases and a conflict with an overwrite: %v", res.Rebased, err)
+	}
+	if res.Replaced != 100 || res.Rebased != liveAppends || res.Attempts != liveAppends+2 {
+		t.Fatalf("%+v: want 100 replaced in %d attempts, %d of them rebased", res, liveAppends+2, liveAppends)
+	}
+	for o, s := range statuses(t, tbl, 0) {
+		if s != "ok" {
+			t.Fatalf("offset %d: status %q, want ok", o, s)
+		}
+	}
+	got := ids(t, tbl)
+	assertExactlyOnce(t, got, 0, 0, 100)
+	assertExactlyOnce(t, got, 1, 0, liveAppends*10)
+}

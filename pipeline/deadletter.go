@@ -43,10 +43,14 @@ const (
 var floeHeaders = []string{HeaderReason, HeaderField, HeaderDetail, HeaderSourceTopic, HeaderSourcePartition,
 	HeaderSourceOffset, HeaderSourceTimestamp, HeaderTable, HeaderValueSize, HeaderHeadersDropped}
 
-// maxSourceHeaderBytes bounds the record's own headers (names and values)
-// that its dead letter keeps, after floe's: with maxLetterBytes of key and
-// value, a letter stays below a broker's default 1 MiB message.max.bytes.
-const maxSourceHeaderBytes = 64 << 10
+// maxSourceHeaderBytes bounds the record's own headers that its dead
+// letter keeps, after floe's, each counted as its name, its value and
+// headerOverhead: with maxLetterBytes of key and value, a letter stays
+// below a broker's default 1 MiB message.max.bytes.
+const (
+	maxSourceHeaderBytes = 64 << 10
+	headerOverhead       = 10 // the two lengths' varints, at most
+)
 
 // maxLetterBytes bounds a dead letter's key and value together. A record
 // dead-lettered as too_large is larger than max_message_bytes (1 MiB by
@@ -95,11 +99,12 @@ func (d deadLetter) message(topic, table string) kafka.Message {
 		if slices.Contains(floeHeaders, sh.Key) {
 			continue
 		}
-		if kept+len(sh.Key)+len(sh.Value) > maxSourceHeaderBytes {
+		size := len(sh.Key) + len(sh.Value) + headerOverhead
+		if kept+size > maxSourceHeaderBytes {
 			dropped++
 			continue
 		}
-		kept += len(sh.Key) + len(sh.Value)
+		kept += size
 		h = append(h, sh)
 	}
 	if dropped > 0 {

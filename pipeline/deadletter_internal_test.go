@@ -70,7 +70,7 @@ func TestTooLargeDeadLetterIsWritten(t *testing.T) {
 // back to floe), and no more than maxSourceHeaderBytes of them, counting
 // those left out.
 func TestDeadLetterKeepsSourceHeaders(t *testing.T) {
-	big := bytes.Repeat([]byte("x"), maxSourceHeaderBytes-40) // with traceparent, 16 bytes short of the bound
+	big := bytes.Repeat([]byte("x"), maxSourceHeaderBytes-64) // with traceparent, 20 bytes short of the bound
 	msg := kafka.Message{Topic: "clicks", Partition: 2, Offset: 9, Value: []byte("{"), Time: time.Now(), Headers: []kafka.Header{
 		{Key: "traceparent", Value: []byte("00-abc-01")},
 		{Key: HeaderReason, Value: []byte("an earlier reason")},

@@ -567,7 +567,7 @@ func (m *Member) drain(ctx context.Context, b *partitionBuffer, lane *enrich.Que
 			msg, other := rec.message(topic, b.partition), rec.other
 			// The slab outlives this record: let go of its bytes, which
 			// the window counts from now on.
-			rec.key, rec.value = nil, nil
+			rec.key, rec.value, rec.headers = nil, nil, nil
 			if sl := rec.slab; sl != nil {
 				*sl = [laneSlab]laneRecord{} // every record of it is taken
 				select {

@@ -325,8 +325,9 @@ func (m *Member) generation(ctx, genCtx context.Context, gen *kafka.Generation, 
 			return m.evo.evolve(stopCtx, from, req)
 		}
 		end, scheduled := m.until[p]
+		_, emptied := m.idle.Load(p) // skipEmptied
 		switch {
-		case !scheduled:
+		case !scheduled || emptied:
 			end = -1
 		case seek == kafka.LastOffset || (seek >= 0 && seek >= end):
 			// Nothing to read before the end seen at start.
