@@ -159,11 +159,11 @@ func (d *decoder) convert(i int, v *fastjson.Value) (schemas.Attr, bool) {
 	case TypeLong:
 		switch kind {
 		case fastjson.TypeNumber:
-			if n, err := v.Int64(); err == nil {
+			var r schemas.NumberReader
+			if n, err := r.Int(v); err == nil {
 				return schemas.LongAttr(n), true
 			}
-			f, err := v.Float64()
-			return integral(f, err)
+			return integral(r.Float(v, 64))
 		case fastjson.TypeString:
 			if n, err := strconv.ParseInt(string(str), 10, 64); err == nil {
 				return schemas.LongAttr(n), true
@@ -173,7 +173,8 @@ func (d *decoder) convert(i int, v *fastjson.Value) (schemas.Attr, bool) {
 	case TypeDouble:
 		switch kind {
 		case fastjson.TypeNumber:
-			if f, err := v.Float64(); err == nil {
+			var r schemas.NumberReader
+			if f, err := r.Float(v, 64); err == nil {
 				return schemas.DoubleAttr(f), true
 			}
 		case fastjson.TypeString:
@@ -199,10 +200,11 @@ func (d *decoder) convert(i int, v *fastjson.Value) (schemas.Attr, bool) {
 				return schemas.TimeAttr(ts), true
 			}
 		case fastjson.TypeNumber: // epoch milliseconds
-			if ms, err := v.Int64(); err == nil {
+			var r schemas.NumberReader
+			if ms, err := r.Int(v); err == nil {
 				return schemas.TimeAttr(time.UnixMilli(ms)), true
 			}
-			if f, err := v.Float64(); err == nil && !math.IsNaN(f) && math.Abs(f) < 1e15 {
+			if f, err := r.Float(v, 64); err == nil && math.Abs(f) < 1e15 {
 				return schemas.TimeAttr(time.UnixMicro(int64(math.Round(f * 1000)))), true
 			}
 		}

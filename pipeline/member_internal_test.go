@@ -5,8 +5,12 @@ import (
 	"errors"
 	"log/slog"
 	"testing"
+	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/segmentio/kafka-go"
+
+	"github.com/floe-dev/floe/lakehouse"
 )
 
 // TestStalledClearedWhenRetryGivesUp: a flush whose commit fails until its
@@ -54,5 +58,48 @@ func TestIdleGenerationForgetsRevokedLag(t *testing.T) {
 	}
 	if l := m.stats.Lag(); len(l) != 0 {
 		t.Fatalf("an idle member still reports the lag of partitions it no longer owns: %v", l)
+	}
+}
+
+// TestCommitConflictsNeverDecrease: floe_commit_conflicts_total is a
+// counter; read while commits are recorded it never goes down (it was
+// attempts minus commits, two counters updated one after the other, and
+// dipped to -1: a counter reset to Prometheus).
+func TestCommitConflictsNeverDecrease(t *testing.T) {
+	s := newStats("t")
+	reg := prometheus.NewRegistry()
+	if err := s.Register(reg); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := range 200_000 {
+			s.recordCommit(lakehouse.Result{Attempts: 1 + i%2}, time.Millisecond, 1, 1, time.Time{})
+		}
+	}()
+	last := 0.0
+	for running := true; running; {
+		select {
+		case <-done:
+			running = false
+		default:
+		}
+		mfs, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, mf := range mfs {
+			if mf.GetName() == "floe_commit_conflicts_total" {
+				v := mf.GetMetric()[0].GetCounter().GetValue()
+				if v < last {
+					t.Fatalf("floe_commit_conflicts_total went from %v to %v", last, v)
+				}
+				last = v
+			}
+		}
+	}
+	if last != 100_000 {
+		t.Fatalf("floe_commit_conflicts_total is %v after 100,000 retried commits", last)
 	}
 }

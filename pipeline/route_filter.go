@@ -3,9 +3,12 @@ package pipeline
 import (
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/segmentio/kafka-go"
 	"github.com/valyala/fastjson"
+
+	"github.com/floe-dev/floe/schemas"
 )
 
 // routeFilter decides which records of its topic a field route takes. It is
@@ -17,7 +20,13 @@ type routeFilter struct {
 	// isDefault inverts the match: strs and nums then hold the values the
 	// topic's field routes take, and the default route takes the rest.
 	isDefault bool
-	parsers   fastjson.ParserPool
+	parsers   sync.Pool // of *filterParser
+}
+
+// filterParser parses one record at a time for a routeFilter.
+type filterParser struct {
+	fastjson.Parser
+	nums schemas.NumberReader
 }
 
 // newRouteFilter builds the filter of a route's where. A default route
@@ -46,7 +55,10 @@ func newRouteFilter(w WhereConfig, siblingField string, siblings []string) *rout
 // the default route, whether it is not (a missing field, another type, or a
 // value that is not JSON included).
 func (f *routeFilter) takes(value []byte) bool {
-	p := f.parsers.Get()
+	p, _ := f.parsers.Get().(*filterParser)
+	if p == nil {
+		p = new(filterParser)
+	}
 	defer f.parsers.Put(p)
 	matched := false
 	if v, err := p.ParseBytes(value); err == nil && len(f.path) > 0 {
@@ -55,7 +67,8 @@ func (f *routeFilter) takes(value []byte) bool {
 			case fastjson.TypeString:
 				_, matched = f.strs[string(fv.GetStringBytes())]
 			case fastjson.TypeNumber:
-				if n, err := fv.Float64(); err == nil {
+				// Parsed as strconv parses the route's values.
+				if n, err := p.nums.Float(fv, 64); err == nil {
 					_, matched = f.nums[n]
 				}
 			}

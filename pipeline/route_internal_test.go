@@ -66,3 +66,18 @@ func TestRouteValuesNormalized(t *testing.T) {
 		t.Error("a route taking -0 does not take 0")
 	}
 }
+
+// TestRouteFilterTakesItsOwnNumber: a route in [3e-05] takes a record whose
+// field is 3e-05: the record's number is read as strconv reads the route's
+// (fastjson's Float64 was one unit in the last place off, and the default
+// route took it).
+func TestRouteFilterTakesItsOwnNumber(t *testing.T) {
+	for _, lit := range []string{"3e-05", "5e-06", "1.1e-05", "8.41e21"} {
+		f := newRouteFilter(WhereConfig{Field: "k", In: []string{lit}}, "", nil)
+		def := newRouteFilter(WhereConfig{Default: true}, "k", []string{lit})
+		v := []byte(`{"k":` + lit + `}`)
+		if !f.takes(v) || def.takes(v) {
+			t.Errorf("%s: the route in [%s] takes it: %v, the default route: %v", v, lit, f.takes(v), def.takes(v))
+		}
+	}
+}

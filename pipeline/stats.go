@@ -20,6 +20,7 @@ type Stats struct {
 	Skipped           atomic.Int64 // rows the dedupe MERGE found already present
 	Commits           atomic.Int64 // table commits
 	CommitAttempts    atomic.Int64 // catalog commit attempts (conflicts retry)
+	CommitConflicts   atomic.Int64 // attempts after the first of each commit
 	Fenced            atomic.Int64 // flushes refused because another member moved on
 	Generations       atomic.Int64 // consumer-group generations joined (rebalances)
 	KafkaCommitErrors atomic.Int64 // advisory Kafka offset commits that failed
@@ -119,6 +120,7 @@ func (s *Stats) recordCommit(res lakehouse.Result, took time.Duration, rows, byt
 	s.BusinessDuplicates.Add(res.BusinessDuplicates)
 	s.Commits.Add(1)
 	s.CommitAttempts.Add(int64(res.Attempts))
+	s.CommitConflicts.Add(int64(max(res.Attempts-1, 0)))
 	s.LastCommitNanos.Store(int64(took))
 	if !oldest.IsZero() {
 		s.FreshnessNanos.Store(int64(time.Since(oldest)))

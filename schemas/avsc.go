@@ -68,6 +68,9 @@ type node struct {
 	source   string // the field name in messages
 	kind     kind
 	required bool
+	// element is set for a list's elements and a map's values: they are
+	// not fields, and a required string among them may be "".
+	element  bool
 	millis   bool // integer times and timestamps are milliseconds (else micros)
 	size     int  // kFixed: bytes
 	prec     int  // kDecimal
@@ -371,7 +374,7 @@ func (p *avscParser) typ(s avro.Schema, fp string) (*node, error) {
 		if err != nil {
 			return nil, err
 		}
-		e.name, e.source = "element", "element"
+		e.name, e.source, e.element = "element", "element", true
 		n.kind, n.elem = kList, e
 		n.typ = &iceberg.ListType{ElementID: p.id(), Element: e.typ, ElementRequired: e.required}
 	case avro.Map:
@@ -379,7 +382,7 @@ func (p *avscParser) typ(s avro.Schema, fp string) (*node, error) {
 		if err != nil {
 			return nil, err
 		}
-		v.name, v.source = "value", "value"
+		v.name, v.source, v.element = "value", "value", true
 		k := &node{name: "key", source: "key", kind: kString, required: true, typ: iceberg.PrimitiveTypes.String}
 		n.kind, n.key, n.val = kMap, k, v
 		n.typ = &iceberg.MapType{KeyID: p.id(), KeyType: k.typ, ValueID: p.id(), ValueType: v.typ, ValueRequired: v.required}

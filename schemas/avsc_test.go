@@ -165,7 +165,8 @@ func TestGenericDecodeErrors(t *testing.T) {
 		{with("f", `1e400`), "invalid_field", "f"},
 		{with("d", `1e400`), "invalid_field", "d"},
 		{with("d", `-1e400`), "invalid_field", "d"},
-		{with("d", `NaN`), "invalid_field", "d"},
+		{with("d", `NaN`), "malformed_json", ""},          // not JSON
+		{with("f", `3.4028236e38`), "invalid_field", "f"}, // rounds beyond the largest float
 		{with("day", `"29.11.2024"`), "invalid_field", "day"},
 		{with("tm", `86400000`), "invalid_field", "tm"},
 		{with("tm", `2305843009213694952`), "invalid_field", "tm"}, // wrapped to 00:00:01 when scaled first

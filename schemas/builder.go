@@ -1,6 +1,7 @@
 package schemas
 
 import (
+	"bytes"
 	"encoding/binary"
 	"fmt"
 	"math"
@@ -94,6 +95,7 @@ type Builder struct {
 	mem      memory.Allocator
 	maxBytes int
 	parser   fastjson.Parser
+	nums     NumberReader
 
 	strs      [numStringEventCols]stringColumn
 	eventTS   fixedColumn
@@ -356,28 +358,31 @@ func (b *Builder) decode(value []byte, r *row) *DecodeError {
 	if len(value) == 0 {
 		return &DecodeError{Reason: ReasonMalformedJSON, Detail: "empty message"}
 	}
-	v, err := b.parser.ParseBytes(value)
-	if err != nil {
-		// fastjson's messages can quote the whole rest of the input.
-		return &DecodeError{Reason: ReasonMalformedJSON, Detail: truncate(err.Error(), maxDetailBytes)}
-	}
-	if t := v.Type(); t != fastjson.TypeObject {
-		return &DecodeError{Reason: ReasonMalformedJSON, Detail: "the message is a JSON " + t.String() + ", want an object"}
+	v, ascii, derr := parseObject(&b.parser, value)
+	if derr != nil {
+		return derr
 	}
 	obj, _ := v.Object() // cannot fail: v is an object
 
 	var vals [numJSONFields]*fastjson.Value // on the stack, like r
+	var badNumber string
+	bad := false
 	obj.Visit(func(key []byte, v *fastjson.Value) {
 		// A repeated key overwrites: the last value wins, as in encoding/json.
 		if i := jsonSlot(key); i >= 0 {
 			vals[i] = v
+		} else if !bad {
+			badNumber, bad = b.nums.badNumber(v) // the ones read are checked as read
 		}
 	})
+	if bad {
+		return notNumber(badNumber)
+	}
 
 	// JSON escapes always decode to valid UTF-8, so only a message with
 	// non-ASCII bytes can hold an invalid string; most hold none, and one
 	// pass over the message is cheaper than checking each string.
-	checkUTF8 := !isASCII(value)
+	checkUTF8 := !ascii
 
 	for i := range r.strs {
 		v := vals[i]
@@ -402,7 +407,7 @@ func (b *Builder) decode(value []byte, r *row) *DecodeError {
 		r.strBytes += len(s)
 	}
 
-	ts, derr := decodeTS(vals[colEventTS])
+	ts, derr := decodeTS(vals[colEventTS], &b.nums)
 	if derr != nil {
 		return derr
 	}
@@ -412,7 +417,10 @@ func (b *Builder) decode(value []byte, r *row) *DecodeError {
 		if v.Type() != fastjson.TypeNumber {
 			return wrongType(colSeq, "an integer", v)
 		}
-		n, err := v.Int64()
+		n, err := b.nums.Int(v)
+		if err == errNotNumber {
+			return b.nums.malformed()
+		}
 		if err != nil {
 			return &DecodeError{Reason: ReasonInvalidField, Field: jsonNames[colSeq], Detail: "must be an integer that fits in 64 bits"}
 		}
@@ -427,13 +435,16 @@ const maxEpochMillis = math.MaxInt64 / 1000
 
 // decodeTS converts the message's ts, epoch milliseconds or an RFC 3339
 // string, into microseconds since the epoch.
-func decodeTS(v *fastjson.Value) (int64, *DecodeError) {
+func decodeTS(v *fastjson.Value, nums *NumberReader) (int64, *DecodeError) {
 	if isNull(v) {
 		return 0, missing(colEventTS)
 	}
 	switch v.Type() {
 	case fastjson.TypeNumber:
-		ms, err := v.Int64()
+		ms, err := nums.Int(v)
+		if err == errNotNumber {
+			return 0, nums.malformed()
+		}
 		if err != nil || ms > maxEpochMillis || ms < -maxEpochMillis {
 			return 0, &DecodeError{Reason: ReasonInvalidField, Field: jsonNames[colEventTS],
 				Detail: "a numeric ts must be integer epoch milliseconds within ±292,000 years"}
@@ -446,7 +457,7 @@ func decodeTS(v *fastjson.Value) (int64, *DecodeError) {
 		}
 		// The string is only read during the call, and the error (which
 		// would quote all of it) is dropped, so nothing keeps it.
-		t, err := time.Parse(time.RFC3339, unsafe.String(unsafe.SliceData(s), len(s)))
+		t, err := parseDateTime(time.RFC3339, unsafe.String(unsafe.SliceData(s), len(s)))
 		if err != nil {
 			return 0, &DecodeError{Reason: ReasonInvalidField, Field: jsonNames[colEventTS],
 				Detail: "a string ts must be an RFC 3339 date-time with a zone, like 2024-11-29T06:00:00Z"}
@@ -474,17 +485,66 @@ func truncate(s string, n int) string {
 	return strings.ToValidUTF8(s[:cut], "") + more
 }
 
-// isASCII reports whether p has no byte >= 0x80, eight bytes at a time.
-func isASCII(p []byte) bool {
-	var acc uint64
+// parseDateTime is time.Parse of an RFC 3339 layout, which also takes
+// the "t" and "z" RFC 3339 allows in lower case (section 5.6).
+func parseDateTime(layout, s string) (time.Time, error) {
+	t, err := time.Parse(layout, s)
+	if err != nil && strings.ContainsAny(s, "tz") {
+		if u, uerr := time.Parse(layout, strings.ToUpper(s)); uerr == nil {
+			return u, nil
+		}
+	}
+	return t, err
+}
+
+// parseObject parses value, a JSON object, with p. fastjson's parser lets
+// through invalid escapes ("\q", "\u00zz", kept as written) and raw
+// control characters in strings, which the JSON grammar refuses: a message
+// with a backslash or a control character (whitespace between tokens
+// included) is also validated, one more pass that most messages skip.
+// It takes number tokens loosely too (007, NaN, 1.2.3): a decoder checks
+// the numbers it reads with a NumberReader, and those of the members it
+// does not read with badNumber. ascii reports that value has no byte above
+// 0x7F.
+func parseObject(p *fastjson.Parser, value []byte) (v *fastjson.Value, ascii bool, derr *DecodeError) {
+	ascii, plain := scanText(value)
+	if !plain {
+		if err := fastjson.ValidateBytes(value); err != nil {
+			return nil, false, &DecodeError{Reason: ReasonMalformedJSON, Detail: truncate(err.Error(), maxDetailBytes)}
+		}
+	}
+	v, err := p.ParseBytes(value)
+	if err != nil {
+		// fastjson's messages can quote the whole rest of the input.
+		return nil, false, &DecodeError{Reason: ReasonMalformedJSON, Detail: truncate(err.Error(), maxDetailBytes)}
+	}
+	if t := v.Type(); t != fastjson.TypeObject {
+		return nil, false, &DecodeError{Reason: ReasonMalformedJSON, Detail: "the message is a JSON " + t.String() + ", want an object"}
+	}
+	return v, ascii, nil
+}
+
+// scanText reports whether p has no byte above 0x7F, and whether it has no
+// backslash and no byte below 0x20.
+func scanText(p []byte) (ascii, plain bool) {
+	const ones, highs = 0x0101010101010101, 0x8080808080808080
+	plain = bytes.IndexByte(p, '\\') < 0
+	var acc, ctl uint64
 	for len(p) >= 8 {
-		acc |= binary.LittleEndian.Uint64(p)
+		x := binary.LittleEndian.Uint64(p)
+		acc |= x
+		// A byte below 0x20 sets its high bit here (or a higher byte's,
+		// past a true one).
+		ctl |= (x - ones*0x20) &^ x
 		p = p[8:]
 	}
 	for _, c := range p {
 		acc |= uint64(c)
+		if c < 0x20 {
+			ctl |= highs
+		}
 	}
-	return acc&0x8080808080808080 == 0
+	return acc&highs == 0, plain && ctl&highs == 0
 }
 
 func isNull(v *fastjson.Value) bool { return v == nil || v.Type() == fastjson.TypeNull }

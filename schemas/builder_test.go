@@ -248,7 +248,15 @@ func TestAppendErrors(t *testing.T) {
 		{"seq fraction", with("seq", "1.5"), "invalid_field", "seq"},
 		{"seq exponent", with("seq", "1e3"), "invalid_field", "seq"},
 		{"seq overflow", with("seq", "9223372036854775808"), "invalid_field", "seq"},
-		{"seq NaN", with("seq", "NaN"), "invalid_field", "seq"},
+		// Not JSON, though fastjson's parser takes them.
+		{"seq NaN", with("seq", "NaN"), "malformed_json", ""},
+		{"seq leading zeros", with("seq", "007"), "malformed_json", ""},
+		{"ts leading zero", with("ts", "01732860000000"), "malformed_json", ""},
+		{"unread field's number", with("extra", "1.2.3e+-"), "malformed_json", ""},
+		{"unread nested Inf", with("extra", `{"a":[1,-Inf]}`), "malformed_json", ""},
+		{"bad escape", with("url", `"a\q"`), "malformed_json", ""},
+		{"bad unicode escape", with("url", `"\u00zz"`), "malformed_json", ""},
+		{"raw tab in a string", with("url", "\"a\tb\""), "malformed_json", ""},
 		{"seq bool", with("seq", "false"), "invalid_field", "seq"},
 		{"ts fraction", with("ts", "1732860000000.5"), "invalid_field", "ts"},
 		{"ts bool", with("ts", "true"), "invalid_field", "ts"},
@@ -497,5 +505,21 @@ func TestNilAllocator(t *testing.T) {
 	defer rec.Release()
 	if rec.NumRows() != 1 {
 		t.Fatalf("record has %d rows", rec.NumRows())
+	}
+}
+
+// TestAppendLowercaseRFC3339: a ts spelled with the lower-case "t" and "z"
+// RFC 3339 allows (section 5.6) is stored as its upper-case spelling is.
+func TestAppendLowercaseRFC3339(t *testing.T) {
+	_, b, _ := newBuilder(t, 0)
+	for _, ts := range []string{"2024-11-29T06:00:00.25Z", "2024-11-29t06:00:00.25z"} {
+		if err := b.Append([]byte(`{"session_id":"s","event_type":"e","ts":"`+ts+`"}`), testMeta(1), testIngested, "ok"); err != nil {
+			t.Fatalf("ts %s: %v", ts, err)
+		}
+	}
+	rec := b.NewRecord()
+	defer rec.Release()
+	if upper, lower := rowValues(t, rec, 0), rowValues(t, rec, 1); !reflect.DeepEqual(upper, lower) {
+		t.Fatalf("rows %v and %v differ", upper, lower)
 	}
 }

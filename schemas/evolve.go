@@ -554,6 +554,7 @@ func nodeOf(name string, t iceberg.Type, required bool) (*node, error) {
 		if err != nil {
 			return nil, err
 		}
+		e.element = true
 		n.kind, n.elem = kList, e
 	case *iceberg.MapType:
 		if !x.KeyType.Equals(iceberg.PrimitiveTypes.String) {
@@ -563,6 +564,7 @@ func nodeOf(name string, t iceberg.Type, required bool) (*node, error) {
 		if err != nil {
 			return nil, err
 		}
+		v.element = true
 		k := &node{name: "key", source: "key", kind: kString, required: true, typ: x.KeyType}
 		n.kind, n.key, n.val = kMap, k, v
 	default:

@@ -2,9 +2,11 @@ package schemas
 
 import (
 	"encoding/base64"
+	"errors"
 	"math"
 	"math/big"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -26,11 +28,12 @@ import (
 // (milliseconds for timestamp-millis); uuids as strings; bytes and fixed as
 // base64; records as objects; arrays as arrays; maps as objects. Unknown
 // fields are ignored; a required field that is absent or null is
-// missing_field; a required string that is empty is invalid_field, as in the
-// built-in schema.
+// missing_field; a required string field that is empty is invalid_field, as
+// in the built-in schema (a list's element or a map's value may be "").
 type jsonDecoder struct {
 	record *node // the message record
 	parser fastjson.Parser
+	nums   NumberReader
 	// parsed is the message the parser holds: decode is called twice per
 	// message, and the second call reuses the first parse.
 	parsed []byte
@@ -51,18 +54,18 @@ func (d *jsonDecoder) decodeJSON(value []byte, cols []array.Builder) *DecodeErro
 			return &DecodeError{Reason: ReasonMalformedJSON, Detail: "empty message"}
 		}
 		d.root = nil
-		v, err := d.parser.ParseBytes(value)
-		if err != nil {
-			return &DecodeError{Reason: ReasonMalformedJSON, Detail: truncate(err.Error(), maxDetailBytes)}
+		v, ascii, derr := parseObject(&d.parser, value)
+		if derr != nil {
+			return derr
 		}
-		if t := v.Type(); t != fastjson.TypeObject {
-			return &DecodeError{Reason: ReasonMalformedJSON, Detail: "the message is a JSON " + t.String() + ", want an object"}
-		}
-		d.parsed, d.root, d.utf8 = value, v, !isASCII(value)
+		d.parsed, d.root, d.utf8 = value, v, !ascii
 	}
 	obj, _ := d.root.Object() // cannot fail: checked above
 	var stack [16]*fastjson.Value
-	vals := lookupFields(obj, d.record, stack[:0])
+	vals, derr := d.lookupFields(obj, d.record, stack[:0])
+	if derr != nil {
+		return derr
+	}
 	for i, n := range d.record.fields {
 		var b array.Builder
 		if cols != nil {
@@ -82,17 +85,51 @@ func (d *jsonDecoder) decodeJSON(value []byte, cols []array.Builder) *DecodeErro
 // field, nil where absent. A repeated key overwrites: the last value wins,
 // as in encoding/json and the built-in schema's decoder. vals is reused if
 // it has room.
-func lookupFields(obj *fastjson.Object, n *node, vals []*fastjson.Value) []*fastjson.Value {
+func (d *jsonDecoder) lookupFields(obj *fastjson.Object, n *node, vals []*fastjson.Value) ([]*fastjson.Value, *DecodeError) {
 	if cap(vals) < len(n.fields) {
 		vals = make([]*fastjson.Value, len(n.fields))
 	}
 	vals = vals[:len(n.fields)]
+	var badNumber string
+	bad := false
 	obj.Visit(func(key []byte, v *fastjson.Value) {
 		if i := n.fieldIndex(key); i >= 0 {
 			vals[i] = v
+		} else if !bad {
+			badNumber, bad = d.nums.badNumber(v) // the ones read are checked as read
 		}
 	})
-	return vals
+	if bad {
+		return nil, notNumber(badNumber)
+	}
+	return vals, nil
+}
+
+// member is one key and value of a JSON object.
+type member struct {
+	key   []byte
+	value *fastjson.Value
+}
+
+// lastOfEach returns obj's members in order, a repeated key only where it
+// last occurs: a map keeps it with the value it counts by, as a field does
+// (a map with a key twice is not a map to Iceberg).
+func lastOfEach(obj *fastjson.Object) []member {
+	var ms []member
+	obj.Visit(func(key []byte, v *fastjson.Value) { ms = append(ms, member{key, v}) })
+	if len(ms) < 2 {
+		return ms
+	}
+	seen := make(map[string]bool, len(ms))
+	keep := ms[:0:0]
+	for i := len(ms) - 1; i >= 0; i-- {
+		if !seen[string(ms[i].key)] {
+			seen[string(ms[i].key)] = true
+			keep = append(keep, ms[i])
+		}
+	}
+	slices.Reverse(keep)
+	return keep
 }
 
 // sameBytes reports whether a and b are the same slice (not just equal).
@@ -115,9 +152,12 @@ func (d *jsonDecoder) value(n *node, v *fastjson.Value, b array.Builder) *Decode
 		if err != nil {
 			return jsonWant("an object", v)
 		}
-		sb := openStruct(b)
 		var stack [16]*fastjson.Value
-		vals := lookupFields(obj, n, stack[:0])
+		vals, derr := d.lookupFields(obj, n, stack[:0])
+		if derr != nil {
+			return derr
+		}
+		sb := openStruct(b)
 		for i, c := range n.fields {
 			if err := d.value(c, vals[i], structField(sb, i)); err != nil {
 				return fieldErr(c.source, err)
@@ -142,27 +182,22 @@ func (d *jsonDecoder) value(n *node, v *fastjson.Value, b array.Builder) *Decode
 			return jsonWant("an object", v)
 		}
 		kb, vb := openMap(b)
-		var derr *DecodeError
-		obj.Visit(func(key []byte, e *fastjson.Value) {
-			if derr != nil {
-				return
+		for _, m := range lastOfEach(obj) {
+			if d.utf8 && !utf8.Valid(m.key) {
+				return invalid("a key is not valid UTF-8")
 			}
-			if d.utf8 && !utf8.Valid(key) {
-				derr = invalid("a key is not valid UTF-8")
-				return
+			put(n.key, kb, &scalar{b: m.key})
+			if err := d.value(n.val, m.value, vb); err != nil {
+				return fieldErr("["+strconv.Quote(truncate(string(m.key), 32))+"]", err)
 			}
-			put(n.key, kb, &scalar{b: key})
-			if err := d.value(n.val, e, vb); err != nil {
-				derr = fieldErr("["+strconv.Quote(truncate(string(key), 32))+"]", err)
-			}
-		})
-		return derr
+		}
+		return nil
 	case kString:
 		str, err := v.StringBytes()
 		if err != nil {
 			return jsonWant("a string", v)
 		}
-		if n.required && len(str) == 0 {
+		if n.required && !n.element && len(str) == 0 {
 			return invalid("must not be empty")
 		}
 		if d.utf8 && !utf8.Valid(str) {
@@ -199,7 +234,10 @@ func (d *jsonDecoder) value(n *node, v *fastjson.Value, b array.Builder) *Decode
 		if v.Type() != fastjson.TypeNumber {
 			return jsonWant("an integer", v)
 		}
-		x, err := v.Int64()
+		x, err := d.nums.Int(v)
+		if err == errNotNumber {
+			return d.nums.malformed()
+		}
 		if err != nil || (n.kind == kInt && (x > math.MaxInt32 || x < math.MinInt32)) {
 			if n.kind == kInt {
 				return invalid("must be an integer that fits in 32 bits")
@@ -211,15 +249,20 @@ func (d *jsonDecoder) value(n *node, v *fastjson.Value, b array.Builder) *Decode
 		if v.Type() != fastjson.TypeNumber {
 			return jsonWant("a number", v)
 		}
-		f, err := v.Float64()
-		if err != nil || math.IsNaN(f) {
-			return invalid("is not a number")
+		bits := 64
+		if n.kind == kFloat {
+			bits = 32
 		}
+		f, err := d.nums.Float(v, bits)
 		switch {
-		case n.kind == kFloat && (math.IsInf(f, 0) || math.Abs(f) > math.MaxFloat32):
+		case err == errNotNumber:
+			return d.nums.malformed()
+		case errors.Is(err, strconv.ErrRange) && bits == 32:
 			return invalid("is out of range for a float")
-		case math.IsInf(f, 0):
+		case errors.Is(err, strconv.ErrRange):
 			return invalid("is out of range for a double")
+		case err != nil:
+			return invalid("is not a number")
 		}
 		s.f = f
 	case kBool:
@@ -255,7 +298,10 @@ func (d *jsonDecoder) value(n *node, v *fastjson.Value, b array.Builder) *Decode
 			}
 			s.i = t.Unix() / 86400
 		case fastjson.TypeNumber:
-			x, err := v.Int64()
+			x, err := d.nums.Int(v)
+			if err == errNotNumber {
+				return d.nums.malformed()
+			}
 			if err != nil || x > math.MaxInt32 || x < math.MinInt32 {
 				return invalid("a numeric date must be integer days since 1970-01-01")
 			}
@@ -273,7 +319,10 @@ func (d *jsonDecoder) value(n *node, v *fastjson.Value, b array.Builder) *Decode
 			}
 			s.i = int64(t.Hour())*3_600_000_000 + int64(t.Minute())*60_000_000 + int64(t.Second())*1_000_000 + int64(t.Nanosecond()/1000)
 		case fastjson.TypeNumber:
-			x, err := v.Int64()
+			x, err := d.nums.Int(v)
+			if err == errNotNumber {
+				return d.nums.malformed()
+			}
 			if err != nil {
 				return invalid("a numeric time must be an integer")
 			}
@@ -299,13 +348,16 @@ func (d *jsonDecoder) value(n *node, v *fastjson.Value, b array.Builder) *Decode
 			if n.kind == kTimestamp {
 				layout, want = "2006-01-02T15:04:05.999999999", "a date-time without a zone, like 2024-11-29T06:00:00"
 			}
-			t, err := time.Parse(layout, string(str))
+			t, err := parseDateTime(layout, string(str))
 			if err != nil {
 				return invalid("a string timestamp must be " + want)
 			}
 			s.i = t.UnixMicro()
 		case fastjson.TypeNumber:
-			x, err := v.Int64()
+			x, err := d.nums.Int(v)
+			if err == errNotNumber {
+				return d.nums.malformed()
+			}
 			if err != nil {
 				return invalid("a numeric timestamp must be an integer")
 			}
