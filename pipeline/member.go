@@ -722,6 +722,11 @@ func (f *flusher) flush(ctx context.Context) error {
 		retainParts(parts) // Commit releases what it is given
 		var err error
 		res, err = m.table.CommitAs(ctx, commitID, parts)
+		if err != nil {
+			// Its attempts were made all the same (one may even have
+			// applied: the next call finds it).
+			m.stats.CommitAttempts.Add(int64(res.Attempts))
+		}
 		return err
 	})
 	if err != nil {

@@ -472,6 +472,10 @@ func TestAmbiguousCommitNotTakenForAFence(t *testing.T) {
 	if f, g := m.Stats().Fenced.Load(), m.Stats().Generations.Load(); f != 0 || g != 1 {
 		t.Fatalf("fenced %d times, %d generations; want 0 and 1", f, g)
 	}
+	// The failed call's attempt, the one that applied, is counted.
+	if a, c := s.CommitAttempts.Load(), s.Commits.Load(); a != c || s.CommitConflicts.Load() != 0 {
+		t.Fatalf("%d commit attempts, %d conflicts for %d commits; want %d and 0", a, s.CommitConflicts.Load(), c, c)
+	}
 }
 
 // TestScheduledIdleTickSurvivesAFailedLoad: a scheduled member with
