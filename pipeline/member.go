@@ -510,8 +510,26 @@ func (m *Member) caughtUp(wm lakehouse.Offsets) bool {
 // error, after committing what precedes the record.
 func (m *Member) work(ctx context.Context, b *partitionBuffer, seek int64, fetch func(seek int64) error) error {
 	backoff := time.Second
+	// stopped: counted in StoppedPartitions, from a failure until a retry
+	// has fetched for stoppedClearAfter without failing (one failing on
+	// the same record again fails at once: the partition stays counted,
+	// rather than looking healthy at every retry).
+	var stopped atomic.Bool
+	clear := func() {
+		if stopped.CompareAndSwap(true, false) {
+			m.stats.StoppedPartitions.Add(-1)
+		}
+	}
+	defer clear()
 	for {
+		var cleared *time.Timer
+		if stopped.Load() {
+			cleared = time.AfterFunc(stoppedClearAfter, clear)
+		}
 		err := fetch(seek)
+		if cleared != nil {
+			cleared.Stop()
+		}
 		if err == nil || ctx.Err() != nil {
 			return err
 		}
@@ -519,21 +537,24 @@ func (m *Member) work(ctx context.Context, b *partitionBuffer, seek int64, fetch
 			// A scheduled run would otherwise never catch up: it ends.
 			return fmt.Errorf("%w: %w", errPartitionStopped, err)
 		}
-		m.stats.StoppedPartitions.Add(1)
+		if stopped.CompareAndSwap(false, true) {
+			m.stats.StoppedPartitions.Add(1)
+		}
 		m.log.Error("partition stopped: staying in the group, retrying from its first uncommitted record",
 			"topic", b.topic, "partition", b.partition, "in", backoff, "err", err)
 		select {
 		case <-ctx.Done():
-		case <-time.After(backoff):
-		}
-		m.stats.StoppedPartitions.Add(-1)
-		if ctx.Err() != nil {
 			return nil
+		case <-time.After(backoff):
 		}
 		backoff = min(2*backoff, 5*time.Minute)
 		seek = b.resumeAt(seek)
 	}
 }
+
+// stoppedClearAfter is how long a retried partition must fetch without
+// failing to count as running again. A variable for tests.
+var stoppedClearAfter = 10 * time.Second
 
 // fetch reads one partition from seek onwards into b until ctx ends. When
 // end >= 0, reached is called once the record before end is buffered.

@@ -11,6 +11,7 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/floe-dev/floe/lakehouse"
+	"github.com/floe-dev/floe/schemas"
 )
 
 // TestStalledClearedWhenRetryGivesUp: a flush whose commit fails until its
@@ -101,5 +102,49 @@ func TestCommitConflictsNeverDecrease(t *testing.T) {
 	}
 	if last != 100_000 {
 		t.Fatalf("floe_commit_conflicts_total is %v after 100,000 retried commits", last)
+	}
+}
+
+// TestStoppedPartitionCountedUntilItsRetryHolds: a stopped partition stays
+// counted (floe_partitions_stopped, /readyz 503) while its retries fail,
+// and is no longer counted once a retry has fetched for stoppedClearAfter
+// without failing. It was uncounted at the start of every retry, so a
+// partition failing on the same record looked healthy again and again.
+func TestStoppedPartitionCountedUntilItsRetryHolds(t *testing.T) {
+	defer func(d time.Duration) { stoppedClearAfter = d }(stoppedClearAfter)
+	stoppedClearAfter = 300 * time.Millisecond
+	sc, err := schemas.Lookup(schemas.Clickstream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := &Member{stats: newStats("clicks"), log: slog.New(slog.DiscardHandler)}
+	b := newPartitionBuffer(sc, "clicks", 0, lakehouse.NoWatermark, 1<<20, func(int64, int64) {})
+	defer b.release()
+	ctx, cancel := context.WithCancel(t.Context())
+	calls := 0
+	err = m.work(ctx, b, 0, func(int64) error {
+		calls++
+		stopped := m.stats.StoppedPartitions.Load()
+		switch calls {
+		case 1:
+			return errors.New("an incompatible record")
+		case 2:
+			if stopped != 1 {
+				t.Errorf("retry 1 began with %d partitions stopped, want 1", stopped)
+			}
+			return errors.New("the same record again")
+		}
+		if stopped != 1 {
+			t.Errorf("retry 2 began with %d partitions stopped, want 1", stopped)
+		}
+		time.Sleep(2 * stoppedClearAfter) // fetching without failing
+		if n := m.stats.StoppedPartitions.Load(); n != 0 {
+			t.Errorf("%d partitions stopped after the retry held for %s, want 0", n, 2*stoppedClearAfter)
+		}
+		cancel()
+		return nil
+	})
+	if err != nil || calls != 3 {
+		t.Fatalf("work: %v after %d fetches, want nil after 3", err, calls)
 	}
 }
