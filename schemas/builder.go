@@ -3,6 +3,7 @@ package schemas
 import (
 	"bytes"
 	"encoding/binary"
+	"encoding/json"
 	"fmt"
 	"math"
 	"strconv"
@@ -369,11 +370,20 @@ func (b *Builder) decode(value []byte, r *row) *DecodeError {
 	bad := false
 	obj.Visit(func(key []byte, v *fastjson.Value) {
 		// A repeated key overwrites: the last value wins, as in encoding/json.
-		if i := jsonSlot(key); i >= 0 {
-			vals[i] = v
-		} else if !bad {
-			badNumber, bad = b.nums.badNumber(v) // the ones read are checked as read
+		// The numbers of values not read are checked here, those read as
+		// they are read.
+		i := jsonSlot(key)
+		if bad {
+			return
 		}
+		if i < 0 {
+			badNumber, bad = b.nums.badNumber(v)
+			return
+		}
+		if vals[i] != nil {
+			badNumber, bad = b.nums.badNumber(vals[i])
+		}
+		vals[i] = v
 	})
 	if bad {
 		return notNumber(badNumber)
@@ -500,15 +510,24 @@ func parseDateTime(layout, s string) (time.Time, error) {
 // parseObject parses value, a JSON object, with p. fastjson's parser lets
 // through invalid escapes ("\q", "\u00zz", kept as written) and raw
 // control characters in strings, which the JSON grammar refuses: a message
-// with a backslash or a control character (whitespace between tokens
-// included) is also validated, one more pass that most messages skip.
+// with a backslash is also validated, one more pass that most messages
+// skip, by fastjson's validator, or with a control character (whitespace
+// between tokens included) by encoding/json's (fastjson's misses one before
+// an escape in the same string).
 // It takes number tokens loosely too (007, NaN, 1.2.3): a decoder checks
 // the numbers it reads with a NumberReader, and those of the members it
 // does not read with badNumber. ascii reports that value has no byte above
 // 0x7F.
 func parseObject(p *fastjson.Parser, value []byte) (v *fastjson.Value, ascii bool, derr *DecodeError) {
-	ascii, plain := scanText(value)
-	if !plain {
+	ascii, escapes, controls := scanText(value)
+	switch {
+	case controls:
+		if !json.Valid(value) {
+			var x any
+			err := json.Unmarshal(value, &x) // for the reason, rarely
+			return nil, false, &DecodeError{Reason: ReasonMalformedJSON, Detail: truncate(err.Error(), maxDetailBytes)}
+		}
+	case escapes:
 		if err := fastjson.ValidateBytes(value); err != nil {
 			return nil, false, &DecodeError{Reason: ReasonMalformedJSON, Detail: truncate(err.Error(), maxDetailBytes)}
 		}
@@ -524,11 +543,11 @@ func parseObject(p *fastjson.Parser, value []byte) (v *fastjson.Value, ascii boo
 	return v, ascii, nil
 }
 
-// scanText reports whether p has no byte above 0x7F, and whether it has no
-// backslash and no byte below 0x20.
-func scanText(p []byte) (ascii, plain bool) {
+// scanText reports whether p has no byte above 0x7F, whether it has a
+// backslash, and whether it has a byte below 0x20.
+func scanText(p []byte) (ascii, escapes, controls bool) {
 	const ones, highs = 0x0101010101010101, 0x8080808080808080
-	plain = bytes.IndexByte(p, '\\') < 0
+	escapes = bytes.IndexByte(p, '\\') >= 0
 	var acc, ctl uint64
 	for len(p) >= 8 {
 		x := binary.LittleEndian.Uint64(p)
@@ -544,7 +563,7 @@ func scanText(p []byte) (ascii, plain bool) {
 			ctl |= highs
 		}
 	}
-	return acc&highs == 0, plain && ctl&highs == 0
+	return acc&highs == 0, escapes, ctl&highs != 0
 }
 
 func isNull(v *fastjson.Value) bool { return v == nil || v.Type() == fastjson.TypeNull }

@@ -93,11 +93,21 @@ func (d *jsonDecoder) lookupFields(obj *fastjson.Object, n *node, vals []*fastjs
 	var badNumber string
 	bad := false
 	obj.Visit(func(key []byte, v *fastjson.Value) {
-		if i := n.fieldIndex(key); i >= 0 {
-			vals[i] = v
-		} else if !bad {
-			badNumber, bad = d.nums.badNumber(v) // the ones read are checked as read
+		// The numbers of values not read (unknown members, and those of a
+		// repeated member but its last) are checked here, those read as
+		// they are read.
+		i := n.fieldIndex(key)
+		if bad {
+			return
 		}
+		if i < 0 {
+			badNumber, bad = d.nums.badNumber(v)
+			return
+		}
+		if vals[i] != nil {
+			badNumber, bad = d.nums.badNumber(vals[i])
+		}
+		vals[i] = v
 	})
 	if bad {
 		return nil, notNumber(badNumber)
@@ -113,23 +123,26 @@ type member struct {
 
 // lastOfEach returns obj's members in order, a repeated key only where it
 // last occurs: a map keeps it with the value it counts by, as a field does
-// (a map with a key twice is not a map to Iceberg).
-func lastOfEach(obj *fastjson.Object) []member {
+// (a map with a key twice is not a map to Iceberg). dropped are the
+// others.
+func lastOfEach(obj *fastjson.Object) (members, dropped []member) {
 	var ms []member
 	obj.Visit(func(key []byte, v *fastjson.Value) { ms = append(ms, member{key, v}) })
 	if len(ms) < 2 {
-		return ms
+		return ms, nil
 	}
 	seen := make(map[string]bool, len(ms))
 	keep := ms[:0:0]
 	for i := len(ms) - 1; i >= 0; i-- {
-		if !seen[string(ms[i].key)] {
-			seen[string(ms[i].key)] = true
-			keep = append(keep, ms[i])
+		if seen[string(ms[i].key)] {
+			dropped = append(dropped, ms[i])
+			continue
 		}
+		seen[string(ms[i].key)] = true
+		keep = append(keep, ms[i])
 	}
 	slices.Reverse(keep)
-	return keep
+	return keep, dropped
 }
 
 // sameBytes reports whether a and b are the same slice (not just equal).
@@ -181,8 +194,14 @@ func (d *jsonDecoder) value(n *node, v *fastjson.Value, b array.Builder) *Decode
 		if err != nil {
 			return jsonWant("an object", v)
 		}
+		members, dropped := lastOfEach(obj)
+		for _, m := range dropped {
+			if text, bad := d.nums.badNumber(m.value); bad {
+				return notNumber(text)
+			}
+		}
 		kb, vb := openMap(b)
-		for _, m := range lastOfEach(obj) {
+		for _, m := range members {
 			if d.utf8 && !utf8.Valid(m.key) {
 				return invalid("a key is not valid UTF-8")
 			}
@@ -277,7 +296,11 @@ func (d *jsonDecoder) value(n *node, v *fastjson.Value, b array.Builder) *Decode
 		var text []byte
 		switch v.Type() {
 		case fastjson.TypeNumber:
-			text = v.MarshalTo(nil)
+			s, ok := d.nums.text(v)
+			if !ok {
+				return d.nums.malformed()
+			}
+			text = []byte(s)
 		case fastjson.TypeString:
 			text, _ = v.StringBytes()
 		default:
