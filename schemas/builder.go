@@ -366,27 +366,8 @@ func (b *Builder) decode(value []byte, r *row) *DecodeError {
 	obj, _ := v.Object() // cannot fail: v is an object
 
 	var vals [numJSONFields]*fastjson.Value // on the stack, like r
-	var badNumber string
-	bad := false
-	obj.Visit(func(key []byte, v *fastjson.Value) {
-		// A repeated key overwrites: the last value wins, as in encoding/json.
-		// The numbers of values not read are checked here, those read as
-		// they are read.
-		i := jsonSlot(key)
-		if bad {
-			return
-		}
-		if i < 0 {
-			badNumber, bad = b.nums.badNumber(v)
-			return
-		}
-		if vals[i] != nil {
-			badNumber, bad = b.nums.badNumber(vals[i])
-		}
-		vals[i] = v
-	})
-	if bad {
-		return notNumber(badNumber)
+	if derr := b.nums.members(obj, jsonSlot, vals[:]); derr != nil {
+		return derr
 	}
 
 	// JSON escapes always decode to valid UTF-8, so only a message with

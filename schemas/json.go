@@ -90,27 +90,9 @@ func (d *jsonDecoder) lookupFields(obj *fastjson.Object, n *node, vals []*fastjs
 		vals = make([]*fastjson.Value, len(n.fields))
 	}
 	vals = vals[:len(n.fields)]
-	var badNumber string
-	bad := false
-	obj.Visit(func(key []byte, v *fastjson.Value) {
-		// The numbers of values not read (unknown members, and those of a
-		// repeated member but its last) are checked here, those read as
-		// they are read.
-		i := n.fieldIndex(key)
-		if bad {
-			return
-		}
-		if i < 0 {
-			badNumber, bad = d.nums.badNumber(v)
-			return
-		}
-		if vals[i] != nil {
-			badNumber, bad = d.nums.badNumber(vals[i])
-		}
-		vals[i] = v
-	})
-	if bad {
-		return nil, notNumber(badNumber)
+	clear(vals)
+	if derr := d.nums.members(obj, n.fieldIndex, vals); derr != nil {
+		return nil, derr
 	}
 	return vals, nil
 }

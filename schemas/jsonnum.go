@@ -117,6 +117,34 @@ func (r *NumberReader) Float(v *fastjson.Value, bitSize int) (float64, error) {
 // token the grammar refuses).
 func (r *NumberReader) malformed() *DecodeError { return notNumber(string(r.buf)) }
 
+// members sets vals[slot(key)] to the value of each member of obj whose
+// slot is not -1, the last one where a key repeats, as encoding/json does.
+// The values it does not keep have their numbers checked here (those kept
+// are checked as they are read): the first that the grammar refuses is
+// returned as malformed_json.
+func (r *NumberReader) members(obj *fastjson.Object, slot func(key []byte) int, vals []*fastjson.Value) *DecodeError {
+	var text string
+	bad := false
+	obj.Visit(func(key []byte, v *fastjson.Value) {
+		if bad {
+			return
+		}
+		i := slot(key)
+		if i < 0 {
+			text, bad = r.badNumber(v)
+			return
+		}
+		if vals[i] != nil {
+			text, bad = r.badNumber(vals[i])
+		}
+		vals[i] = v
+	})
+	if bad {
+		return notNumber(text)
+	}
+	return nil
+}
+
 // notNumber is the dead-letter reason of a number token the JSON grammar
 // refuses.
 func notNumber(text string) *DecodeError {
