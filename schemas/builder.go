@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf16"
 	"unicode/utf8"
 	"unsafe"
 
@@ -513,6 +514,12 @@ func parseObject(p *fastjson.Parser, value []byte) (v *fastjson.Value, ascii boo
 			return nil, false, &DecodeError{Reason: ReasonMalformedJSON, Detail: truncate(err.Error(), maxDetailBytes)}
 		}
 	}
+	if escapes {
+		if esc, lone := loneSurrogate(value); lone {
+			return nil, false, &DecodeError{Reason: ReasonMalformedJSON,
+				Detail: "a string holds a lone UTF-16 surrogate escape (" + esc + "): no character"}
+		}
+	}
 	v, err := p.ParseBytes(value)
 	if err != nil {
 		// fastjson's messages can quote the whole rest of the input.
@@ -522,6 +529,47 @@ func parseObject(p *fastjson.Parser, value []byte) (v *fastjson.Value, ascii boo
 		return nil, false, &DecodeError{Reason: ReasonMalformedJSON, Detail: "the message is a JSON " + t.String() + ", want an object"}
 	}
 	return v, ascii, nil
+}
+
+// loneSurrogate finds in p, valid JSON, a \u escape of a UTF-16 surrogate
+// that is not half of a pair: fastjson would store it as its six
+// characters (and encoding/json as U+FFFD), neither the text the producer
+// meant. A backslash in valid JSON is in a string and starts an escape.
+func loneSurrogate(p []byte) (string, bool) {
+	hex4 := func(i int) rune {
+		if i+4 > len(p) {
+			return -1
+		}
+		n, err := strconv.ParseUint(string(p[i:i+4]), 16, 16)
+		if err != nil {
+			return -1
+		}
+		return rune(n)
+	}
+	for i := 0; i < len(p)-1; i++ {
+		if p[i] != '\\' {
+			continue
+		}
+		i++ // the escaped character
+		if p[i] != 'u' {
+			continue
+		}
+		c := hex4(i + 1)
+		switch {
+		case utf16.IsSurrogate(c) && c < 0xDC00: // high: a low one must follow
+			if i+10 < len(p) && p[i+5] == '\\' && p[i+6] == 'u' {
+				if lo := hex4(i + 7); lo >= 0xDC00 && lo < 0xE000 {
+					i += 10
+					continue
+				}
+			}
+			return string(p[i-1 : i+5]), true
+		case utf16.IsSurrogate(c):
+			return string(p[i-1 : i+5]), true
+		}
+		i += 4
+	}
+	return "", false
 }
 
 // scanText reports whether p has no byte above 0x7F, whether it has a

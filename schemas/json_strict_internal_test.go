@@ -273,3 +273,35 @@ func TestDifferentialUnread(t *testing.T) {
 }
 
 func jsonValid(s string) bool { return stdjson.Valid([]byte(s)) }
+
+// TestLoneSurrogates: a \u escape of half a UTF-16 surrogate pair is no
+// character; fastjson stored its six characters (a following escaped
+// character was lost). Such a record is malformed_json; a whole pair and an
+// escaped backslash before "ud800" are stored.
+func TestLoneSurrogates(t *testing.T) {
+	base := `"event_id":"e","session_id":"s","event_type":"click","ts":1700000000000`
+	b := checkedBuilder(t, nil)
+	for _, tc := range []struct {
+		url  string
+		lone bool
+	}{
+		{`a\ud800b`, true},
+		{`x\ud83d\u0041`, true},
+		{`x\udc00`, true},
+		{`end\ud800`, true},
+		{`\ud83d\ude00 ok`, false},
+		{`\\ud800 is text`, false},
+		{`\u00e9\u0041`, false},
+	} {
+		msg := "{" + base + `,"url":"` + tc.url + `"}`
+		err := b.Append([]byte(msg), Meta{Topic: "t"}, time.Unix(0, 0), "")
+		var de *DecodeError
+		if refused := errors.As(err, &de) && de.Reason == ReasonMalformedJSON; refused != tc.lone {
+			t.Errorf("url %s: %v, want refused %v", tc.url, err, tc.lone)
+		}
+		_, gerr := valuesAppend(t, `{"id":"`+tc.url+`"}`)
+		if refused := errors.As(gerr, &de) && de.Reason == ReasonMalformedJSON; refused != tc.lone {
+			t.Errorf("generic id %s: %v, want refused %v", tc.url, gerr, tc.lone)
+		}
+	}
+}
