@@ -107,7 +107,7 @@ With routes, --table picks the route; a route with where replays only the record
 	f.Int64Var(&to, "to", -1, "end offset (exclusive)")
 	f.StringVar(&fromTime, "from-time", "", "first record timestamp, RFC 3339")
 	f.StringVar(&toTime, "to-time", "", "end record timestamp (exclusive), RFC 3339")
-	f.BoolVar(&opts.Reenrich, "reenrich", false, "replace rows stored skipped or miss by their re-enriched version")
+	f.BoolVar(&opts.Reenrich, "reenrich", false, "replace rows stored skipped, error or miss by their re-enriched version")
 	f.BoolVar(&asJSON, "json", false, "print the summary as JSON")
 	return cmd
 }

@@ -2,9 +2,11 @@ package hdfsio
 
 import (
 	"fmt"
+	"maps"
 	"net"
 	"os"
 	"os/user"
+	"slices"
 	"strings"
 	"time"
 
@@ -49,6 +51,12 @@ const (
 
 const defaultNamenodePort = "8020"
 
+// known are the keys ConfigFromProps reads; another key starting "hdfs."
+// is refused: a misspelt Kerberos key would otherwise fall back to simple
+// authentication.
+var known = []string{PropNamenode, PropNamenodes, PropUser, PropKeytab, PropPrincipal, PropKrb5Conf,
+	PropServicePrincipal, PropDataTransferProtection, PropDialTimeout}
+
 // Config says how to reach one HDFS: where its NameNodes are, and who the
 // client is.
 type Config struct {
@@ -79,6 +87,11 @@ type KerberosConfig struct {
 // offline.
 func ConfigFromProps(authority string, props map[string]string) (Config, error) {
 	var cfg Config
+	for _, k := range slices.Sorted(maps.Keys(props)) {
+		if strings.HasPrefix(k, "hdfs.") && !slices.Contains(known, k) {
+			return cfg, fmt.Errorf("%s: not a property of the hdfs:// IO (%s)", k, strings.Join(known, ", "))
+		}
+	}
 	nn := props[PropNamenode]
 	if nn == "" {
 		nn = props[PropNamenodes]

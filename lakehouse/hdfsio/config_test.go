@@ -71,6 +71,7 @@ func TestConfigErrorsNameTheKey(t *testing.T) {
 		{"principal without realm", "nn:1", krb(PropPrincipal, "floe"), PropPrincipal},
 		{"no service principal", "nn:1", krb(PropServicePrincipal, ""), PropServicePrincipal},
 		{"user with kerberos", "nn:1", krb(PropUser, "root"), PropUser},
+		{"misspelt key", "nn:1", map[string]string{"hdfs.kerberos.keytb": "/k.keytab"}, "hdfs.kerberos.keytb: not a property"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := ConfigFromProps(tc.authority, tc.props)
