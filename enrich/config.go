@@ -89,7 +89,11 @@ type BreakerConfig struct {
 	// probe request through (half-open). Default 5s.
 	OpenTimeout time.Duration `yaml:"open_timeout"`
 	// Interval is the rolling window over which failures are counted while
-	// the breaker is closed. Default 10s.
+	// the breaker is closed. A request's outcome counts in the window it
+	// began in (gobreaker), so Interval must exceed the longest a request
+	// may take, RequestSpan: one that outlasts it is never counted, and a
+	// service that hangs would never open the breaker. Default twice that,
+	// at least 10s (56s with the other defaults).
 	Interval time.Duration `yaml:"interval"`
 }
 
@@ -228,7 +232,13 @@ func (c *Config) defaults() {
 	setDefault(&b.FailureRatio, 0.5)
 	setDefault(&b.MinRequests, 10)
 	setDefault(&b.OpenTimeout, 5*time.Second)
-	setDefault(&b.Interval, 10*time.Second)
+	setDefault(&b.Interval, max(10*time.Second, 2*c.RequestSpan()))
+}
+
+// RequestSpan is the longest one lookup request may take: every attempt
+// timing out, with the longest backoff after each.
+func (c *Config) RequestSpan() time.Duration {
+	return time.Duration(max(c.Retries, 0)+1) * (c.Timeout + c.BackoffMax)
 }
 
 func setDefault[T comparable](v *T, def T) {
@@ -345,8 +355,10 @@ func (c *Config) validate() error {
 	if b.OpenTimeout < 0 {
 		bad("breaker.open_timeout", "must be positive")
 	}
-	if b.Interval < 0 {
-		bad("breaker.interval", "must be positive")
+	if b.Interval <= c.RequestSpan() {
+		bad("breaker.interval", "%s: must exceed the longest a request may take, (retries+1) × (timeout + backoff_max) = %s: "+
+			"a request's outcome counts in the window it began in, so a service that hangs would never open the breaker",
+			b.Interval, c.RequestSpan())
 	}
 	return errors.Join(errs...)
 }

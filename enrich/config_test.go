@@ -46,7 +46,7 @@ func TestConfigDefaults(t *testing.T) {
 		Timeout: 5 * time.Second, Retries: 3, BackoffMin: 100 * time.Millisecond, BackoffMax: 2 * time.Second,
 		CacheSize: 200_000, CacheTTL: 10 * time.Minute, NegativeCacheTTL: time.Minute,
 		Breaker: enrich.BreakerConfig{Policy: "pause", FailureRatio: 0.5, MinRequests: 10,
-			OpenTimeout: 5 * time.Second, Interval: 10 * time.Second},
+			OpenTimeout: 5 * time.Second, Interval: 56 * time.Second}, // 2 × 4 × (5s + 2s)
 	}
 	if cfg.String() != want.String() {
 		t.Fatalf("defaults:\n got %v\nwant %v", cfg, want)

@@ -113,8 +113,18 @@ func (s *Stage) hedged(ctx context.Context, keys []string) (map[string]Values, e
 	start := time.Now()
 	s.hedge.earn()
 	go send()
-	tick := time.NewTicker(hedgeRecheck)
-	defer tick.Stop()
+	// Checked when the delay is due, and every hedgeRecheck (the adaptive
+	// delay moves).
+	next := func() time.Duration {
+		if d, ok := s.hedgeDelay(); ok {
+			if due := d - time.Since(start); due > 0 && due < hedgeRecheck {
+				return due
+			}
+		}
+		return hedgeRecheck
+	}
+	check := time.NewTimer(next())
+	defer check.Stop()
 	for {
 		select {
 		case a := <-answers:
@@ -122,7 +132,7 @@ func (s *Stage) hedged(ctx context.Context, keys []string) (map[string]Values, e
 				s.hedge.observe(time.Since(start))
 			}
 			return a.vals, a.err
-		case <-tick.C:
+		case <-check.C:
 		}
 		// A failing service (breaker not closed) is not sent more, nor
 		// more than the budget allows.
@@ -130,6 +140,7 @@ func (s *Stage) hedged(ctx context.Context, keys []string) (map[string]Values, e
 			s.hedge.observe(d)
 			break
 		}
+		check.Reset(next())
 	}
 	s.m.hedges.Inc()
 	go send()

@@ -115,3 +115,19 @@ func TestHedgeBudget(t *testing.T) {
 		t.Fatalf("%v of %v requests hedged, more than the budget's %v", hedges, batches, limit)
 	}
 }
+
+// TestHedgeAfterIsHonoured: hedge_after 5ms against a service answering in
+// 40 ms hedges requests; the delay was only checked every 50 ms, so none
+// answered sooner was ever hedged.
+func TestHedgeAfterIsHonoured(t *testing.T) {
+	srv, url := startServer(t, enrich.ServerConfig{P50: 40 * time.Millisecond, P99: time.Millisecond, Seed: 1})
+	cfg := testConfig(url)
+	cfg.BatchSize, cfg.MaxInFlightRequests = 1, 1
+	cfg.HedgeAfter = 5 * time.Millisecond
+	h := startStage(t, cfg)
+	recs := [][]record{distinctRecords(0, 10)}
+	checkLanes(t, srv, recs, runLanes(t, h.st, recs))
+	if n := h.metric(t, "floe_enrich_hedged_requests_total"); n == 0 {
+		t.Fatalf("no request hedged: 10 requests of 40 ms with hedge_after 5ms (the server saw %d)", srv.Requests())
+	}
+}

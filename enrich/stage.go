@@ -180,9 +180,8 @@ func NewStage(cfg Config, reg prometheus.Registerer, log *slog.Logger) (*Stage, 
 	}
 	// A refresh is given as long as a request may take before another hit
 	// asks again.
-	perRequest := time.Duration(max(cfg.Retries, 0)+1) * (cfg.Timeout + cfg.BackoffMax)
 	if cfg.CacheSize > 0 {
-		s.cache = newCache(cfg.CacheSize, perRequest)
+		s.cache = newCache(cfg.CacheSize, cfg.RequestSpan())
 		s.loadCacheFile()
 	}
 	ratio, minReq := cfg.Breaker.FailureRatio, cfg.Breaker.MinRequests
@@ -449,7 +448,7 @@ func (s *Stage) resolve(ctx context.Context, keys []string, half bool) {
 			return
 		}
 		if !splits(err) || !(probe && keysAtFault(err) ||
-			s.cb.State() == gobreaker.StateClosed && (s.answered.Load() > since || failures >= splitRounds)) {
+			s.cb.State() == gobreaker.StateClosed && (s.answered.Load() > since || failures >= splitRounds && keysAtFault(err))) {
 			continue
 		}
 		switch {
@@ -463,9 +462,12 @@ func (s *Stage) resolve(ctx context.Context, keys []string, half bool) {
 	}
 }
 
-// splitRounds is how many of a batch's requests fail, the breaker staying
-// closed, before it is split even though no other request succeeded
-// meanwhile (when every request slot holds such a batch, none can).
+// splitRounds is how many of a batch's requests fail with a status its
+// keys may have caused (keysAtFault), the breaker staying closed, before it
+// is split even though no other request succeeded meanwhile (when every
+// request slot holds such a batch, none can). A service that cannot be
+// reached, or times out, with too few requests to open the breaker, splits
+// nothing this way.
 //
 // A batch whose request was the half-open breaker's probe is split after
 // one failure whose status its keys may have caused (keysAtFault): when

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"math/rand/v2"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -782,5 +783,110 @@ func TestEmptyKeyIsAnImmediateMiss(t *testing.T) {
 	collect(q)
 	if srv.Requests() != 0 {
 		t.Fatal("an empty key reached the server")
+	}
+}
+
+// TestHungServiceOpensTheBreaker: a service that accepts requests and never
+// answers fails every attempt by timeout, so a request (its attempts and
+// backoffs) lasts longer than the 10 s breaker.interval of the defaults.
+// gobreaker counts an outcome in the window the request began in, and
+// dropped every one: the breaker never opened. An interval that short is
+// now refused, and the default is twice a request's longest span; with it
+// the breaker opens and passthrough skips the records.
+func TestHungServiceOpensTheBreaker(t *testing.T) {
+	var reqs atomic.Int64
+	quit := make(chan struct{})
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		reqs.Add(1)
+		select { // hung
+		case <-r.Context().Done():
+		case <-quit:
+		}
+	}))
+	t.Cleanup(ts.Close)
+	t.Cleanup(func() { close(quit) })
+	cfg := testConfig(ts.URL)
+	// The defaults scaled down 25 times: a request may take 4 × (200 + 80) ms.
+	cfg.Timeout, cfg.Retries = 200*time.Millisecond, 3
+	cfg.BackoffMin, cfg.BackoffMax = 4*time.Millisecond, 80*time.Millisecond
+	cfg.Breaker.MinRequests, cfg.Breaker.Policy = 3, enrich.PolicyPassthrough
+	cfg.BatchSize, cfg.HedgeAfter = 2, -1
+
+	short := cfg
+	short.Breaker.Interval = 400 * time.Millisecond
+	if err := short.Finish(); err == nil || !strings.Contains(err.Error(), "breaker.interval: 400ms: must exceed the longest a request may take") {
+		t.Fatalf("Finish with breaker.interval 400ms: %v", err)
+	}
+
+	finished := cfg
+	if err := finished.Finish(); err != nil || finished.Breaker.Interval != 10*time.Second {
+		t.Fatalf("Finish: %v, breaker.interval %s; want 10s (at least 10s, twice 1.12s)", err, finished.Breaker.Interval)
+	}
+	h := startStage(t, cfg)
+	q := h.st.NewQueue()
+	t.Cleanup(q.Abort)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	// run submits keys [from, to) and returns their statuses.
+	run := func(from, to int) map[enrich.Status]int {
+		for i := from; i < to; i++ {
+			if err := q.Submit(ctx, key(i), i); err != nil {
+				t.Fatal(err)
+			}
+		}
+		statuses := map[enrich.Status]int{}
+		for n := from; n < to; {
+			got, err := q.Take(ctx, nil)
+			if err != nil {
+				t.Fatalf("after %d records: %v", n, err)
+			}
+			for _, c := range got {
+				statuses[c.Result.Status]++
+			}
+			n += len(got)
+		}
+		return statuses
+	}
+	// 20 requests in flight together, each failing after its 4 attempts.
+	if st := run(0, 40); st[enrich.StatusError] != 40 {
+		t.Fatalf("statuses %v, want 40 errors", st)
+	}
+	if opened := h.metric(t, "floe_enrich_breaker_transitions_total", "to", "open"); opened == 0 {
+		t.Fatalf("the breaker never opened after %d requests timed out", reqs.Load())
+	}
+	// Open (or half-open, its one probe hanging): the next records are skipped.
+	if st := run(40, 50); st[enrich.StatusSkipped] == 0 {
+		t.Fatalf("after the breaker opened: statuses %v, want records skipped", st)
+	}
+}
+
+// TestUnreachableServiceSplitsNothing: a service that refuses connections,
+// with too few requests in flight to open the breaker (min_requests 10),
+// fails a batch's requests round after round; under pause the batch was
+// split after three, though no key of it is at fault.
+func TestUnreachableServiceSplitsNothing(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close() // connections are refused from now on
+	cfg := testConfig("http://" + addr)
+	cfg.BatchSize, cfg.Linger = 8, 50*time.Millisecond
+	cfg.Breaker.MinRequests = 10
+	h := startStage(t, cfg)
+	q := h.st.NewQueue()
+	t.Cleanup(q.Abort)
+	for i := range 8 {
+		if err := q.Submit(context.Background(), key(i), i); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(3 * time.Second) // rounds at 5 ms to 50 ms of backoff
+	if n := h.metric(t, "floe_enrich_batch_splits_total"); n != 0 {
+		t.Fatalf("%v splits of a batch for a service that cannot be reached", n)
+	}
+	if n := h.metric(t, "floe_enrich_retries_total"); n < 3 {
+		t.Fatalf("%v retries in 3 s: the batch was not tried again", n)
 	}
 }
