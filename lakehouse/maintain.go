@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	stdfs "io/fs"
 	"maps"
 	"math/rand/v2"
 	"slices"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"github.com/apache/iceberg-go"
+	iceio "github.com/apache/iceberg-go/io"
 	"github.com/apache/iceberg-go/table"
 	"github.com/google/uuid"
 )
@@ -468,17 +470,53 @@ func (m *maintenance) removeOrphans(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if m.opts.DryRun {
-		m.rep.OrphansRemoved, m.rep.OrphanBytes = len(plan.Files()), plan.TotalSizeBytes()
+	if len(plan.Files()) == 0 {
 		return nil
 	}
-	res, err := tbl.ExecuteOrphanCleanup(ctx, plan)
+	nested, err := nestedTables(ctx, tbl)
+	if err != nil {
+		return err
+	}
+	// kept: candidates under another table's root, never deleted.
+	kept := map[string]bool{}
+	for _, f := range plan.Files() {
+		if underAny(f, nested) {
+			kept[f] = true
+		}
+	}
+	if len(kept) > 0 {
+		m.t.log.Warn("files of other tables lie under this table's location; they are not orphans and are left",
+			"table", m.t.Name(), "tables", nested, "files", len(kept))
+	}
+	if m.opts.DryRun {
+		for _, f := range plan.OrphanFiles() {
+			if !kept[f.Path] {
+				m.rep.OrphansRemoved++
+				m.rep.OrphanBytes += f.SizeBytes
+			}
+		}
+		return nil
+	}
+	var opts []table.OrphanCleanupOption
+	if len(kept) > 0 {
+		fs, err := tbl.FS(ctx)
+		if err != nil {
+			return err
+		}
+		opts = append(opts, table.WithDeleteFunc(func(path string) error {
+			if kept[path] {
+				return nil
+			}
+			return fs.Remove(path)
+		}))
+	}
+	res, err := tbl.ExecuteOrphanCleanup(ctx, plan, opts...)
 	if err != nil {
 		return err
 	}
 	deleted := make(map[string]bool, len(res.DeletedFiles))
 	for _, f := range res.DeletedFiles {
-		deleted[f] = true
+		deleted[f] = !kept[f]
 	}
 	for _, f := range res.OrphanFiles {
 		if deleted[f.Path] {
@@ -486,11 +524,59 @@ func (m *maintenance) removeOrphans(ctx context.Context) error {
 			m.rep.OrphanBytes += f.SizeBytes
 		}
 	}
-	if len(deleted) < len(res.OrphanFiles) {
+	if len(deleted) < len(res.OrphanFiles)-len(kept) {
 		m.t.log.Warn("some orphan files were not deleted", "table", m.t.Name(),
 			"orphans", len(res.OrphanFiles), "deleted", len(deleted))
 	}
 	return nil
+}
+
+// nestedTables returns the roots of other tables under tbl's location: a
+// directory below it whose metadata directory holds a *.metadata.json (a
+// REST catalog puts table a.b.c at <warehouse>/a/b/c, under table a.b).
+// Their files are unreferenced by tbl, and orphan clean-up would take them
+// (iceberg-go's and Java's both do).
+func nestedTables(ctx context.Context, tbl *table.Table) ([]string, error) {
+	fs, err := tbl.FS(ctx)
+	if err != nil {
+		return nil, err
+	}
+	walker, ok := fs.(iceio.ListableIO)
+	if !ok {
+		return nil, nil // PlanOrphanFiles needs one too
+	}
+	var root string // as the walk spells it (a local one drops file://)
+	var nested []string
+	err = walker.WalkDir(tbl.Location(), func(p string, d stdfs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if root == "" { // the walk's first path is its root
+			root = strings.TrimSuffix(p, "/")
+			return nil
+		}
+		if d.IsDir() || !strings.HasSuffix(p, ".metadata.json") {
+			return nil
+		}
+		// Cut as spelled: path.Dir would clean "file:///x" to "file:/x".
+		dir := p[:strings.LastIndexByte(p, '/')]
+		owner, ok := strings.CutSuffix(dir, "/metadata")
+		if ok && owner != root && !slices.Contains(nested, owner) {
+			nested = append(nested, owner)
+		}
+		return nil
+	})
+	return nested, err
+}
+
+// underAny reports whether p lies under one of roots.
+func underAny(p string, roots []string) bool {
+	for _, r := range roots {
+		if strings.HasPrefix(p, r+"/") {
+			return true
+		}
+	}
+	return false
 }
 
 // carriedPrefixes are the summary keys floe reads from the newest snapshot

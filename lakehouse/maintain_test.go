@@ -3,6 +3,7 @@ package lakehouse_test
 import (
 	"context"
 	"errors"
+	"io/fs"
 	"maps"
 	"net/url"
 	"os"
@@ -15,6 +16,7 @@ import (
 	"time"
 
 	"github.com/apache/iceberg-go"
+	"github.com/apache/iceberg-go/catalog"
 	"github.com/apache/iceberg-go/table"
 
 	"github.com/floe-dev/floe/lakehouse"
@@ -517,4 +519,70 @@ func TestMaintainOptionsErrors(t *testing.T) {
 			t.Errorf("options %+v: error %v, want one naming %q", tc.opts, err, tc.want)
 		}
 	}
+}
+
+// TestMaintainLeavesNestedTables: a table whose location lies under this
+// one's (a REST catalog puts a.b.c at <warehouse>/a/b/c, under a.b) has
+// files this table does not reference; orphan clean-up took them for
+// orphans once they were old enough, deleting a live table. They are left,
+// and this table's own old orphan still goes.
+func TestMaintainLeavesNestedTables(t *testing.T) {
+	f := newFixture(t)
+	ctx := t.Context()
+	tbl := f.open(t, "g")
+	commitRounds(t, f, tbl, []int32{0}, 0, 2, 20)
+	it, err := tbl.Load(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cat, err := lakehouse.OpenCatalog(ctx, f.props)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cat.CreateTable(ctx, table.Identifier{"analytics", "nested"}, f.schema.Iceberg,
+		catalog.WithLocation(strings.TrimSuffix(it.Location(), "/")+"/nested")); err != nil {
+		t.Fatal(err)
+	}
+	nested, err := lakehouse.OpenIn(ctx, cat, lakehouse.Config{Table: "analytics.nested", Group: "g"}, f.schema)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { nested.Close() })
+	commitRounds(t, f, nested, []int32{0}, 0, 2, 20)
+
+	dir := warehousePath(t, tbl)
+	orphan := filepath.Join(dir, "data", "orphan-old.parquet")
+	if err := os.WriteFile(orphan, []byte("left by a crashed writer"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	fourDays := time.Now().Add(-96 * time.Hour)
+	var nestedFiles []string
+	err = filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		if strings.HasPrefix(p, filepath.Join(dir, "nested")+"/") {
+			nestedFiles = append(nestedFiles, p)
+		}
+		return os.Chtimes(p, fourDays, fourDays)
+	})
+	if err != nil || len(nestedFiles) < 4 {
+		t.Fatalf("walk: %v, %d files of the nested table", err, len(nestedFiles))
+	}
+	rep, err := tbl.Maintain(ctx, lakehouse.MaintainOptions{MinInputFiles: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.OrphansRemoved != 1 {
+		t.Errorf("%d orphans removed, want 1 (this table's)", rep.OrphansRemoved)
+	}
+	if _, err := os.Stat(orphan); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("this table's old orphan is still there (stat: %v)", err)
+	}
+	for _, p := range nestedFiles {
+		if _, err := os.Stat(p); err != nil {
+			t.Fatalf("a file of the nested table was deleted: %v", err)
+		}
+	}
+	assertExactlyOnce(t, ids(t, nested), 0, 0, 40)
 }
