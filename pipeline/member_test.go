@@ -73,6 +73,20 @@ func faultyTable(t *testing.T, j *job) (*lakehouse.Table, *faultcat.Catalog) {
 	return tbl, fc
 }
 
+// waitRun waits up to within for a Run started by startRun to return, and
+// fails the test, saying what it waited for, if it does not, or fails.
+func waitRun(t *testing.T, done <-chan error, within time.Duration, what string) {
+	t.Helper()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(within):
+		t.Fatalf("%s within %s", what, within)
+	}
+}
+
 // startRun starts m.Run in the background; done receives its result, and
 // stop cancels it.
 func startRun(m *pipeline.Member) (done <-chan error, stop context.CancelFunc) {
@@ -502,14 +516,7 @@ func TestScheduledIdleTickSurvivesAFailedLoad(t *testing.T) {
 	}
 	time.Sleep(500 * time.Millisecond)
 	fc.InjectLoads(faultcat.Unavailable)
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatal(err)
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("the scheduled run did not end")
-	}
+	waitRun(t, done, 30*time.Second, "the scheduled run did not end")
 	if fc.FailedLoads() != 1 || m.Stats().Generations.Load() != 1 {
 		t.Fatalf("%d failed loads, %d generations; want 1 and 1", fc.FailedLoads(), m.Stats().Generations.Load())
 	}
@@ -550,15 +557,9 @@ func TestUnansweredOffsetCommitHoldsNothing(t *testing.T) {
 		}
 	}
 	stop()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatal(err)
-		}
-	case <-time.After(16 * time.Second):
-		t.Fatal("the member did not stop within commit.grace (1 s), leaving the group (10 s at most: kafka-go waits for " +
-			"its heartbeat, queued behind the commit) and 5 s")
-	}
+	// commit.grace (1 s), leaving the group (10 s at most: kafka-go waits
+	// for its heartbeat, queued behind the commit) and 5 s.
+	waitRun(t, done, 16*time.Second, "the member did not stop")
 	if n := distinctIDs(t, j.tbl); n != 900 {
 		t.Fatalf("%d distinct ids, want 900", n)
 	}

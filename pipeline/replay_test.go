@@ -272,14 +272,7 @@ func TestScheduledRunEndsWhenRetentionEmptiedAPartition(t *testing.T) {
 	}
 	done, stop := startRun(m)
 	defer stop()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatal(err)
-		}
-	case <-time.After(15 * time.Second):
-		t.Fatal("the scheduled run did not end within 15 s (commit.interval is 30 s)")
-	}
+	waitRun(t, done, 15*time.Second, "the scheduled run did not end (commit.interval is 30 s)")
 	wm, err := j.tbl.Watermarks(t.Context())
 	if err != nil {
 		t.Fatal(err)
