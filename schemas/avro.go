@@ -1,9 +1,11 @@
 package schemas
 
 import (
+	"bytes"
 	"encoding/binary"
 	"math"
 	"math/big"
+	"slices"
 	"strconv"
 	"unicode/utf8"
 
@@ -278,6 +280,10 @@ func (r *avroReader) value(w avro.Schema, t *node, b array.Builder, depth int) *
 			return cannot()
 		}
 		vals := w.(*avro.MapSchema).Values()
+		var later map[string]int
+		if b != nil {
+			later = r.repeatedKeys(vals, depth)
+		}
 		kb, vb := openMap(b)
 		for {
 			n, err := r.blockCount(false)
@@ -294,6 +300,14 @@ func (r *avroReader) value(w avro.Schema, t *node, b array.Builder, depth int) *
 				}
 				if !utf8.Valid(key) {
 					return malformed("a map key is not valid UTF-8")
+				}
+				// A repeated key is kept where it last occurs, as in JSON
+				// (and Java's Avro reader): a map with a key twice is not
+				// a map to Iceberg. The values it drops are still checked.
+				kb, vb := kb, vb
+				if later[string(key)] > 0 {
+					later[string(key)]--
+					kb, vb = nil, nil
 				}
 				put(t.key, kb, &scalar{b: key})
 				if err := r.value(vals, t.val, vb, depth+1); err != nil {
@@ -516,6 +530,53 @@ func decimalFromTwos(v []byte, prec int) (decimal128.Num, *DecodeError) {
 		return decimal128.Num{}, invalid("has more than " + strconv.Itoa(prec) + " digits")
 	}
 	return decimal128.FromBigInt(n), nil
+}
+
+// repeatedKeys reads ahead through the map whose values are written as
+// vals and returns, for each key it holds more than once, how many of its
+// occurrences come before the last; nil when its keys are distinct, or when
+// the map cannot be read (the decoding that follows reports why, with the
+// key's path). The reader is left where it was.
+func (r *avroReader) repeatedKeys(vals avro.Schema, depth int) map[string]int {
+	pos, items := r.pos, r.items
+	defer func() { r.pos, r.items = pos, items }()
+	var small [8][]byte
+	keys := small[:0]
+	for {
+		n, err := r.blockCount(false)
+		if err != nil || n == 0 {
+			break
+		}
+		for range n {
+			key, err := r.bytes()
+			if err != nil || r.skip(vals, depth+1) != nil {
+				return nil
+			}
+			keys = append(keys, key)
+		}
+	}
+	if len(keys) < 2 {
+		return nil
+	}
+	var seen map[string]bool // a few keys are compared pairwise
+	if len(keys) > 16 {
+		seen = make(map[string]bool, len(keys))
+	}
+	var later map[string]int
+	for i, k := range keys {
+		if seen != nil && !seen[string(k)] {
+			seen[string(k)] = true
+			continue
+		}
+		if seen == nil && !slices.ContainsFunc(keys[:i], func(e []byte) bool { return bytes.Equal(e, k) }) {
+			continue
+		}
+		if later == nil {
+			later = map[string]int{}
+		}
+		later[string(k)]++
+	}
+	return later
 }
 
 // skip reads past a value of writer type w that the table does not keep.

@@ -3,6 +3,7 @@ package schemas
 import (
 	"errors"
 	"math"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -160,5 +161,47 @@ func TestFloatMax(t *testing.T) {
 	defer rec.Release()
 	if got := rec.Column(0).(*array.Float32).Value(0); got != math.MaxFloat32 {
 		t.Fatalf("stored %v, want %v", got, float32(math.MaxFloat32))
+	}
+}
+
+// TestAvroMapDuplicateKeys: an Avro map that repeats a key keeps it once,
+// with its last value, as JSON does (TestMapDuplicateKeys) — both used to
+// be stored, a map with a key twice; the values it drops are still checked.
+func TestAvroMapDuplicateKeys(t *testing.T) {
+	sc := valuesTestSchema(t)
+	asc, err := sc.WithFormat(Format{Kind: FormatAvro})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// id "a", d null, tags null, m {k: first, j: x, k: second, k: last}
+	// (in two blocks), ts null, n null.
+	str := func(s string) []byte { return append([]byte{byte(2 * len(s))}, s...) }
+	record := func(first string) []byte {
+		b := append(str("a"), 0, 0, 2, 2*3)
+		b = append(append(append(append(b, str("k")...), str(first)...), str("j")...), str("x")...)
+		b = append(append(b, str("k")...), str("second")...)
+		b = append(b, 2*1)
+		b = append(append(b, str("k")...), str("last")...)
+		return append(b, 0, 0, 0)
+	}
+	ab := asc.NewRecordBuilder(nil, 0)
+	defer ab.Release()
+	if err := ab.Append(record("first"), Meta{Topic: "t"}, time.Time{}, ""); err != nil {
+		t.Fatal(err)
+	}
+	rec := ab.NewRecord()
+	defer rec.Release()
+	m := array.RecordToStructArray(rec).Field(3).(*array.Map)
+	keys, items := m.Keys().(*array.String), m.Items().(*array.String)
+	var got []string
+	for i := range keys.Len() {
+		got = append(got, keys.Value(i)+": "+items.Value(i))
+	}
+	if want := []string{"j: x", "k: last"}; !slices.Equal(got, want) {
+		t.Errorf("map stored %q, want %q", got, want)
+	}
+	var de *DecodeError
+	if err := ab.Append(record("\xff"), Meta{Topic: "t"}, time.Time{}, ""); !errors.As(err, &de) || de.Field != `m["k"]` {
+		t.Errorf("a dropped value that is not UTF-8: err = %v, want an error for m[\"k\"]", err)
 	}
 }
