@@ -517,7 +517,12 @@ func avroInteger(wt avro.Type, lt avro.LogicalType, v int64, t *node, s *scalar)
 }
 
 // decimalFromTwos converts a big-endian two's-complement unscaled value.
+// Bytes that only extend the sign (a fixed wider than its precision needs)
+// are dropped first.
 func decimalFromTwos(v []byte, prec int) (decimal128.Num, *DecodeError) {
+	for len(v) > 1 && (v[0] == 0 && v[1]&0x80 == 0 || v[0] == 0xff && v[1]&0x80 != 0) {
+		v = v[1:]
+	}
 	if len(v) == 0 || len(v) > 17 {
 		return decimal128.Num{}, invalid("a decimal of " + strconv.Itoa(len(v)) + " bytes does not fit 38 digits")
 	}

@@ -1,6 +1,7 @@
 package schemas
 
 import (
+	"bytes"
 	"errors"
 	"math"
 	"slices"
@@ -203,5 +204,41 @@ func TestAvroMapDuplicateKeys(t *testing.T) {
 	var de *DecodeError
 	if err := ab.Append(record("\xff"), Meta{Topic: "t"}, time.Time{}, ""); !errors.As(err, &de) || de.Field != `m["k"]` {
 		t.Errorf("a dropped value that is not UTF-8: err = %v, want an error for m[\"k\"]", err)
+	}
+}
+
+// TestAvroWideFixedDecimal: a decimal written as a fixed wider than its
+// precision needs (sign-extended to 20 bytes) is stored; every such value
+// was refused as not fitting 38 digits.
+func TestAvroWideFixedDecimal(t *testing.T) {
+	sc, err := ParseAvsc("w", []byte(`{"type":"record","name":"W","fields":[
+ {"name":"amount","type":{"type":"fixed","name":"d20","size":20,"logicalType":"decimal","precision":38,"scale":2}}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	asc, err := sc.WithFormat(Format{Kind: FormatAvro})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wide := func(fill byte, low ...byte) []byte {
+		b := bytes.Repeat([]byte{fill}, 20-len(low))
+		return append(b, low...)
+	}
+	b := asc.NewRecordBuilder(nil, 0)
+	defer b.Release()
+	for _, v := range [][]byte{wide(0, 0x30, 0x39), wide(0xff, 0xcf, 0xc7)} { // 123.45, -123.45
+		if err := b.Append(v, Meta{Topic: "t"}, time.Time{}, ""); err != nil {
+			t.Fatalf("% x: %v", v, err)
+		}
+	}
+	rec := b.NewRecord()
+	defer rec.Release()
+	col := rec.Column(0).(*array.Decimal128)
+	if got := []string{col.ValueStr(0), col.ValueStr(1)}; !slices.Equal(got, []string{"123.45", "-123.45"}) {
+		t.Errorf("stored %v, want [123.45 -123.45]", got)
+	}
+	// 10^38 does not fit 38 digits, however it is written.
+	if err := b.Append(wide(0, 0x4b, 0x3b, 0x4c, 0xa8, 0x5a, 0x86, 0xc4, 0x7a, 0x09, 0x8a, 0x22, 0x40, 0x00, 0x00, 0x00, 0x00), Meta{Topic: "t"}, time.Time{}, ""); err == nil {
+		t.Error("10^38 stored in a decimal(38, 2)")
 	}
 }
