@@ -41,14 +41,17 @@ type cacheFileHeader struct {
 
 // cacheFileEntry is one cached outcome; times are Unix nanoseconds. The
 // last entry of a file is End alone: a file cut between two entries still
-// decodes to its end, and would otherwise pass for a whole one.
+// decodes to its end, and would otherwise pass for a whole one. LookedUp is
+// when the outcome was looked up (at the latest: its expiry less the TTL
+// of the run that saved it); 0 in files saved before it was kept.
 type cacheFileEntry struct {
-	Key     string
-	Values  []schemas.Attr
-	Miss    bool
-	Expires int64
-	Refresh int64
-	End     bool
+	Key      string
+	Values   []schemas.Attr
+	Miss     bool
+	Expires  int64
+	Refresh  int64
+	LookedUp int64
+	End      bool
 }
 
 func (s *Stage) cacheFileHeader() cacheFileHeader {
@@ -158,7 +161,7 @@ func (s *Stage) writeCacheFile(path string) (int, error) {
 	}
 	defer os.Remove(tmp.Name()) // after the rename, there is nothing to remove
 	w := bufio.NewWriter(tmp)
-	n, err := s.cache.save(w, s.cacheFileHeader(), time.Now(), monoNow())
+	n, err := s.cache.save(w, s.cacheFileHeader(), time.Now(), monoNow(), s.cfg.CacheTTL, s.cfg.NegativeCacheTTL)
 	if err == nil {
 		err = w.Flush()
 	}
@@ -175,8 +178,9 @@ func (s *Stage) writeCacheFile(path string) (int, error) {
 }
 
 // save writes h and every unexpired entry to w, with monoNow value mono
-// taken at wall time now; it returns how many entries it wrote.
-func (c *cache) save(w io.Writer, h cacheFileHeader, now time.Time, mono int64) (int, error) {
+// taken at wall time now, and ttl and negTTL the TTLs its entries were
+// cached for (a result, a miss); it returns how many entries it wrote.
+func (c *cache) save(w io.Writer, h cacheFileHeader, now time.Time, mono int64, ttl, negTTL time.Duration) (int, error) {
 	enc := gob.NewEncoder(w)
 	if err := enc.Encode(h); err != nil {
 		return 0, err
@@ -190,7 +194,12 @@ func (c *cache) save(w io.Writer, h cacheFileHeader, now time.Time, mono int64) 
 		for _, gen := range []map[string]cached{sh.old, sh.cur} {
 			for k, v := range gen {
 				if v.expires > mono {
-					entries = append(entries, cacheFileEntry{Key: k, Values: v.vals, Miss: v.miss, Expires: wall(v.expires), Refresh: wall(v.refresh)})
+					life := ttl
+					if v.miss {
+						life = negTTL
+					}
+					entries = append(entries, cacheFileEntry{Key: k, Values: v.vals, Miss: v.miss,
+						Expires: wall(v.expires), Refresh: wall(v.refresh), LookedUp: wall(v.expires - int64(life))})
 				}
 			}
 		}
@@ -208,8 +217,9 @@ func (c *cache) save(w io.Writer, h cacheFileHeader, now time.Time, mono int64) 
 // load adds the unexpired entries saved in r, if its header is want and r
 // reads without error to its end mark and ends there (else none), with
 // monoNow value mono taken at wall time now. An entry lives no longer than
-// ttl (a result) or negTTL (a miss) from now: the settings may have been
-// lowered since it was saved, or the clock was wrong then. Its strings are
+// ttl (a result) or negTTL (a miss) from its lookup, nor from now: the
+// settings may have been lowered since it was saved, or the clock was wrong
+// then. Its strings are
 // shared through interns (by field; nil for none), as the response
 // decoder's are. It returns how many entries it added.
 func (c *cache) load(r io.Reader, want cacheFileHeader, now time.Time, mono int64, ttl, negTTL time.Duration, interns []*interner) (int, error) {
@@ -251,8 +261,12 @@ func (c *cache) load(r io.Reader, want cacheFileHeader, now time.Time, mono int6
 		if e.Miss {
 			life = negTTL
 		}
-		expires := min(monoOf(e.Expires), mono+int64(life))
-		refresh := min(monoOf(e.Refresh), mono+int64(float64(life)*c.refreshAfter))
+		from := mono
+		if e.LookedUp != 0 {
+			from = min(from, monoOf(e.LookedUp))
+		}
+		expires := min(monoOf(e.Expires), from+int64(life))
+		refresh := min(monoOf(e.Refresh), from+int64(float64(life)*c.refreshAfter))
 		if expires <= mono || (!e.Miss && len(e.Values) != len(want.Fields)) {
 			continue
 		}

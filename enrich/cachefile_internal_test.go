@@ -23,10 +23,11 @@ func TestCacheFileAcrossClocks(t *testing.T) {
 	c.put("ok", Values{schemas.StringAttr("gold")}, false, 10*time.Minute, mono0)
 	c.put("miss", nil, true, 5*time.Minute, mono0)
 	c.put("short", Values{schemas.StringAttr("tin")}, false, 30*time.Second, mono0)
+	c.put("later", Values{schemas.StringAttr("iron")}, false, 10*time.Minute, mono0+int64(2*time.Minute))
 	var saved bytes.Buffer
-	// Saved a minute later: "short" has expired.
-	if n, err := c.save(&saved, h, lookedUp.Add(time.Minute), mono0+int64(time.Minute)); err != nil || n != 2 {
-		t.Fatalf("save: %d entries, %v; want 2", n, err)
+	// Saved 3 minutes later: "short" has expired.
+	if n, err := c.save(&saved, h, lookedUp.Add(3*time.Minute), mono0+int64(3*time.Minute), 10*time.Minute, 5*time.Minute); err != nil || n != 3 {
+		t.Fatalf("save: %d entries, %v; want 3", n, err)
 	}
 	file := saved.Bytes()
 
@@ -38,8 +39,8 @@ func TestCacheFileAcrossClocks(t *testing.T) {
 		return f
 	}
 	d := newCache(100, time.Second)
-	if n, err := d.load(bytes.NewReader(file), h, loadedAt, mono1, 10*time.Minute, 5*time.Minute, nil); err != nil || n != 2 {
-		t.Fatalf("load: %d entries, %v; want 2", n, err)
+	if n, err := d.load(bytes.NewReader(file), h, loadedAt, mono1, 10*time.Minute, 5*time.Minute, nil); err != nil || n != 3 {
+		t.Fatalf("load: %d entries, %v; want 3", n, err)
 	}
 	// "ok" has 6 minutes left, and is due for a refresh after 4 (80 %).
 	if f := left(d, "ok", 4*time.Minute-time.Millisecond); f != fresh {
@@ -58,13 +59,21 @@ func TestCacheFileAcrossClocks(t *testing.T) {
 		t.Fatalf("the miss 5 minutes after its lookup: %v, want absent", f)
 	}
 
-	// cache_ttl lowered to 2 minutes since: "ok" lives 2 more minutes.
+	// cache_ttl lowered to 3 minutes since, counted from each lookup:
+	// "ok", looked up 4 minutes ago, is gone; "later", 2 minutes ago, lives
+	// one more (it lived 3 more, counted from the load).
 	d = newCache(100, time.Second)
-	if n, err := d.load(bytes.NewReader(file), h, loadedAt, mono1, 2*time.Minute, 5*time.Minute, nil); err != nil || n != 2 {
-		t.Fatalf("load with a lower TTL: %d entries, %v; want 2", n, err)
+	if n, err := d.load(bytes.NewReader(file), h, loadedAt, mono1, 3*time.Minute, 5*time.Minute, nil); err != nil || n != 2 {
+		t.Fatalf("load with a lower TTL: %d entries, %v; want 2 (the miss and \"later\")", n, err)
 	}
-	if f := left(d, "ok", 2*time.Minute); f != absent {
-		t.Fatalf("ok past the lowered TTL: %v, want absent", f)
+	if f := left(d, "ok", 0); f != absent {
+		t.Fatalf("ok, 4 minutes after its lookup, with a TTL of 3: %v, want absent", f)
+	}
+	if f := left(d, "later", time.Minute-time.Millisecond); f == absent {
+		t.Fatal("later expired before its 3 minutes")
+	}
+	if f := left(d, "later", time.Minute); f != absent {
+		t.Fatalf("later 3 minutes after its lookup: %v, want absent", f)
 	}
 
 	// A file cut short adds nothing.
@@ -120,7 +129,7 @@ func TestCacheFileSharesStrings(t *testing.T) {
 	c := newCache(100, time.Second)
 	c.put("a", Values{schemas.StringAttr("gold")}, false, time.Hour, mono)
 	var saved bytes.Buffer
-	if _, err := c.save(&saved, h, now, mono); err != nil {
+	if _, err := c.save(&saved, h, now, mono, time.Hour, time.Minute); err != nil {
 		t.Fatal(err)
 	}
 	in := &interner{m: map[string]string{}}
