@@ -35,15 +35,15 @@ type avroDecoder struct {
 	record *node
 }
 
-func (d *avroDecoder) decode(value []byte, cols []array.Builder) error {
+func (d *avroDecoder) decode(value []byte, cols []array.Builder) (int, error) {
 	r := avroReader{buf: value}
 	if err := r.record(d.writer, d.record, nil, cols, 0); err != nil {
-		return err
+		return 0, err
 	}
 	if r.pos != len(r.buf) {
-		return &DecodeError{Reason: ReasonMalformedValue, Detail: strconv.Itoa(len(r.buf)-r.pos) + " bytes follow the Avro value"}
+		return 0, &DecodeError{Reason: ReasonMalformedValue, Detail: strconv.Itoa(len(r.buf)-r.pos) + " bytes follow the Avro value"}
 	}
-	return nil
+	return r.grown, nil
 }
 
 // avroReader reads Avro's binary encoding from buf.
@@ -53,6 +53,8 @@ type avroReader struct {
 	// items counts the array and map items of the message so far (see
 	// blockCount).
 	items int64
+	// grown counts the bytes of the enum symbols read (stored as strings).
+	grown int
 }
 
 // maxZeroSizeItems bounds the items of a message that take no bytes (of
@@ -379,6 +381,7 @@ func (r *avroReader) value(w avro.Schema, t *node, b array.Builder, depth int) *
 					return malformed("enum symbol " + strconv.FormatInt(i, 10) + " does not exist")
 				}
 				v = stringBytes(syms[i]) // only read
+				r.grown += len(v)
 			}
 		default:
 			v, err = r.bytes()

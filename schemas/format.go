@@ -314,43 +314,45 @@ type wireDecoder struct {
 	plans  map[any][]Change
 }
 
-func (d *wireDecoder) decode(value []byte, cols []array.Builder) error {
+func (d *wireDecoder) decode(value []byte, cols []array.Builder) (int, error) {
 	if len(value) < 5 || value[0] != 0 {
-		return &DecodeError{Reason: ReasonMalformedValue, Detail: "not in the Confluent wire format (magic byte 0 and a 4-byte schema id)"}
+		return 0, &DecodeError{Reason: ReasonMalformedValue, Detail: "not in the Confluent wire format (magic byte 0 and a 4-byte schema id)"}
 	}
 	id := int(binary.BigEndian.Uint32(value[1:5]))
 	ws, err := d.reg.get(id, d.kind)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	if ws.err != nil {
 		de := *ws.err // each dead letter gets its own copy
-		return &de
+		return 0, &de
 	}
 	rest := value[5:]
 	var derr *DecodeError
+	var grown int
 	if ws.avro != nil {
 		if req := d.request(id, ws.avro, func() []Change { return avroPlan(ws.avro, d.record) }); req != nil {
-			return req
+			return 0, req
 		}
 		r := avroReader{buf: rest}
 		if derr = r.record(ws.avro, d.record, nil, cols, 0); derr == nil && r.pos != len(r.buf) {
 			derr = malformed(strconv.Itoa(len(r.buf)-r.pos) + " bytes follow the Avro value")
 		}
+		grown = r.grown
 	} else {
 		var md protoreflect.MessageDescriptor
 		if md, rest, derr = protoMessageDescriptor(ws.proto, rest); derr == nil {
 			if req := d.request(id, md, func() []Change { return protoPlan(md, d.record) }); req != nil {
-				return req
+				return 0, req
 			}
-			derr = decodeProto(md, rest, d.record, cols)
+			grown, derr = decodeProto(md, rest, d.record, cols)
 		}
 	}
 	if derr == nil {
-		return nil
+		return grown, nil
 	}
 	if derr.Reason == ReasonIncompatibleSchema && d.reg.stop {
-		return &IncompatibleSchemaError{SchemaID: id, Field: derr.Field, Detail: derr.Detail}
+		return 0, &IncompatibleSchemaError{SchemaID: id, Field: derr.Field, Detail: derr.Detail}
 	}
-	return derr
+	return 0, derr
 }

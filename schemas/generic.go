@@ -63,9 +63,11 @@ func (s *Schema) NewRecordBuilder(mem memory.Allocator, maxMessageBytes int) Rec
 // is how a failed message leaves every column unchanged. An error is a
 // *DecodeError when the message is at fault; any other error (a schema
 // registry that cannot be reached) is not the message's fault and stops
-// the partition rather than dead-lettering.
+// the partition rather than dead-lettering. grown is how many more string
+// bytes the row stores than the message holds (an Avro or Protobuf enum is
+// a number in the message and its symbol in the column).
 type valueDecoder interface {
-	decode(value []byte, cols []array.Builder) error
+	decode(value []byte, cols []array.Builder) (grown int, err error)
 }
 
 // genericBuilder is the RecordBuilder of schemas parsed from files. It
@@ -98,19 +100,20 @@ func (b *genericBuilder) AppendEnriched(value []byte, m Meta, ingestedAt time.Ti
 			Detail: "message is " + strconv.Itoa(len(value)) + " bytes; the limit is " + strconv.Itoa(b.maxBytes),
 		}
 	}
-	if err := b.dec.decode(value, nil); err != nil {
+	grown, err := b.dec.decode(value, nil)
+	if err != nil {
 		return err
 	}
-	// Every string a row stores comes from the message (no format expands
-	// strings), the metadata or the extra values.
-	add := len(value) + len(m.Topic) + len(enrichStatus) + extra.StrBytes
+	// Every string a row stores comes from the message (enum symbols
+	// counted in grown), the metadata or the extra values.
+	add := len(value) + grown + len(m.Topic) + len(enrichStatus) + extra.StrBytes
 	if b.strBytes+add > maxStringBytes {
 		return ErrBuilderFull
 	}
 	if b.cols == nil {
 		b.cols = b.rb.Fields()
 	}
-	if err := b.dec.decode(value, b.cols[:b.nUser]); err != nil {
+	if _, err := b.dec.decode(value, b.cols[:b.nUser]); err != nil {
 		// The first pass accepted the message, so this is a decoder bug;
 		// the columns may now differ in length, which NewRecord would
 		// report by panicking far from here.
@@ -136,7 +139,7 @@ func (b *genericBuilder) AppendEnriched(value []byte, m Meta, ingestedAt time.Ti
 	}
 	b.rows++
 	b.strBytes += add
-	b.bytes += len(value) + genericRowBytes + 9*len(extra.Attrs)
+	b.bytes += len(value) + grown + genericRowBytes + 9*len(extra.Attrs)
 	return nil
 }
 

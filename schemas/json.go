@@ -41,11 +41,13 @@ type jsonDecoder struct {
 	utf8   bool // the message has non-ASCII bytes: check strings
 }
 
-func (d *jsonDecoder) decode(value []byte, cols []array.Builder) error {
+// decode stores no more string bytes than the message holds: escapes and
+// base64 only shrink.
+func (d *jsonDecoder) decode(value []byte, cols []array.Builder) (int, error) {
 	if err := d.decodeJSON(value, cols); err != nil {
-		return err
+		return 0, err
 	}
-	return nil
+	return 0, nil
 }
 
 func (d *jsonDecoder) decodeJSON(value []byte, cols []array.Builder) *DecodeError {

@@ -85,16 +85,23 @@ func protoMessageDescriptor(fd protoreflect.FileDescriptor, b []byte) (protorefl
 }
 
 // decodeProto unmarshals value as md and stores its fields in record's
-// columns, matching fields by name.
-func decodeProto(md protoreflect.MessageDescriptor, value []byte, record *node, cols []array.Builder) *DecodeError {
+// columns, matching fields by name. It returns the bytes of the enum names
+// it read (see valueDecoder).
+func decodeProto(md protoreflect.MessageDescriptor, value []byte, record *node, cols []array.Builder) (int, *DecodeError) {
 	m := dynamicpb.NewMessage(md)
 	if err := (proto.UnmarshalOptions{RecursionLimit: maxAvroDepth}).Unmarshal(value, m); err != nil {
-		return &DecodeError{Reason: ReasonMalformedValue, Detail: truncate("not a valid "+string(md.FullName())+": "+err.Error(), maxDetailBytes)}
+		return 0, &DecodeError{Reason: ReasonMalformedValue, Detail: truncate("not a valid "+string(md.FullName())+": "+err.Error(), maxDetailBytes)}
 	}
-	return protoRecord(m, record, nil, cols)
+	var p protoFill
+	err := p.record(m, record, nil, cols)
+	return p.grown, err
 }
 
-func protoRecord(m protoreflect.Message, t *node, sb *array.StructBuilder, cols []array.Builder) *DecodeError {
+// protoFill stores a message's fields in columns, counting the bytes of the
+// enum names it stores as strings.
+type protoFill struct{ grown int }
+
+func (p *protoFill) record(m protoreflect.Message, t *node, sb *array.StructBuilder, cols []array.Builder) *DecodeError {
 	fields := m.Descriptor().Fields()
 	for i, f := range t.fields {
 		var b array.Builder
@@ -114,14 +121,14 @@ func protoRecord(m protoreflect.Message, t *node, sb *array.StructBuilder, cols 
 			putNull(b)
 			continue
 		}
-		if err := protoValue(fd, m.Get(fd), f, b); err != nil {
+		if err := p.value(fd, m.Get(fd), f, b); err != nil {
 			return fieldErr(f.source, err)
 		}
 	}
 	return nil
 }
 
-func protoValue(fd protoreflect.FieldDescriptor, v protoreflect.Value, t *node, b array.Builder) *DecodeError {
+func (p *protoFill) value(fd protoreflect.FieldDescriptor, v protoreflect.Value, t *node, b array.Builder) *DecodeError {
 	cannot := func() *DecodeError {
 		what := fd.Kind().String()
 		if fd.IsList() {
@@ -139,7 +146,7 @@ func protoValue(fd protoreflect.FieldDescriptor, v protoreflect.Value, t *node, 
 		l := v.List()
 		eb := openList(b)
 		for i := range l.Len() {
-			if err := protoScalar(fd, l.Get(i), t.elem, eb); err != nil {
+			if err := p.scalar(fd, l.Get(i), t.elem, eb); err != nil {
 				return fieldErr("["+strconv.Itoa(i)+"]", err)
 			}
 		}
@@ -153,7 +160,7 @@ func protoValue(fd protoreflect.FieldDescriptor, v protoreflect.Value, t *node, 
 		v.Map().Range(func(k protoreflect.MapKey, e protoreflect.Value) bool {
 			key := k.String()
 			put(t.key, kb, &scalar{b: []byte(key)})
-			if err := protoScalar(fd.MapValue(), e, t.val, vb); err != nil {
+			if err := p.scalar(fd.MapValue(), e, t.val, vb); err != nil {
 				derr = fieldErr("["+strconv.Quote(truncate(key, 32))+"]", err)
 				return false
 			}
@@ -161,12 +168,12 @@ func protoValue(fd protoreflect.FieldDescriptor, v protoreflect.Value, t *node, 
 		})
 		return derr
 	}
-	return protoScalar(fd, v, t, b)
+	return p.scalar(fd, v, t, b)
 }
 
 // protoScalar stores one non-repeated value (or one list element or map
 // value) of field fd.
-func protoScalar(fd protoreflect.FieldDescriptor, v protoreflect.Value, t *node, b array.Builder) *DecodeError {
+func (p *protoFill) scalar(fd protoreflect.FieldDescriptor, v protoreflect.Value, t *node, b array.Builder) *DecodeError {
 	var s scalar
 	cannot := func() *DecodeError {
 		return incompatible("the writer's " + fd.Kind().String() + " cannot be stored in a column of type " + t.typ.String())
@@ -186,7 +193,7 @@ func protoScalar(fd protoreflect.FieldDescriptor, v protoreflect.Value, t *node,
 		if t.kind != kStruct {
 			return cannot()
 		}
-		return protoRecord(m, t, openStruct(b), nil)
+		return p.record(m, t, openStruct(b), nil)
 	case protoreflect.BoolKind:
 		if t.kind != kBool {
 			return cannot()
@@ -250,6 +257,7 @@ func protoScalar(fd protoreflect.FieldDescriptor, v protoreflect.Value, t *node,
 			return invalid("enum number " + strconv.Itoa(int(v.Enum())) + " is not declared")
 		}
 		s.b = []byte(ev.Name())
+		p.grown += len(s.b)
 		if t.symbols != nil && !isSymbol(t.symbols, s.b) {
 			return invalid("is not one of the enum's symbols")
 		}
@@ -326,7 +334,7 @@ func loadProtoMessage(c *ProtoConfig, record *node) (protoreflect.MessageDescrip
 	}
 	// An empty message has every field at its default, so decoding it
 	// checks each scalar field's type against its column.
-	if err := decodeProto(md, nil, record, nil); err != nil && err.Reason == ReasonIncompatibleSchema {
+	if _, err := decodeProto(md, nil, record, nil); err != nil && err.Reason == ReasonIncompatibleSchema {
 		return nil, fmt.Errorf("proto.message %s does not fit the schema: field %q: %s", c.Message, err.Field, err.Detail)
 	}
 	return md, nil
@@ -338,9 +346,10 @@ type protoDecoder struct {
 	record *node
 }
 
-func (d *protoDecoder) decode(value []byte, cols []array.Builder) error {
-	if err := decodeProto(d.md, value, d.record, cols); err != nil {
-		return err
+func (d *protoDecoder) decode(value []byte, cols []array.Builder) (int, error) {
+	grown, err := decodeProto(d.md, value, d.record, cols)
+	if err != nil {
+		return 0, err // a nil *DecodeError must not become a non-nil error
 	}
-	return nil
+	return grown, nil
 }
