@@ -143,7 +143,7 @@ func (t *Table) CommitAs(ctx context.Context, commitID string, parts []Part) (re
 		return res, err
 	}
 	if err := t.fence(tbl, parts); err != nil {
-		if applied, ok := t.appliedBefore(tbl, commitID, err); ok {
+		if applied, ok := t.applied(tbl, commitID); ok && errors.Is(err, ErrFenced) {
 			return applied, nil
 		}
 		return res, err
@@ -179,23 +179,33 @@ func (t *Table) CommitAs(ctx context.Context, commitID string, parts []Part) (re
 	backoff := 20 * time.Millisecond
 	for res.Attempts < maxAttempts {
 		if res.Attempts > 0 {
-			// Not into tbl at once: the deferred cleanup deletes the
-			// flush's files through it, which a failed load would clear.
+			// A catalog may report a conflict for a commit it applied
+			// (AWS's client resends a Glue UpdateTable whose answer was
+			// lost, and the resend conflicts with it): until a reload
+			// shows this flush's commit absent, its files are kept (at
+			// worst orphans, for maintenance), and if the reload shows it
+			// applied, they may be its files.
 			fresh, lerr := t.Load(ctx)
 			if lerr != nil {
+				ambiguous = true
 				err = lerr
 				return res, err
 			}
 			tbl = fresh
+			if applied, ok := t.applied(tbl, commitID); ok {
+				applied.Attempts = res.Attempts
+				return applied, nil
+			}
 		}
 		res.Attempts++
 		if err = t.fence(tbl, parts); err != nil {
-			if applied, ok := t.appliedBefore(tbl, commitID, err); ok {
-				// This call's files are the applied commit's when one of
-				// its attempts was ambiguous, else unused.
-				if !ambiguous {
-					t.deleteFiles(tbl, slices.Concat(partFiles...))
-				}
+			if !errors.Is(err, ErrFenced) {
+				return res, err
+			}
+			if applied, ok := t.applied(tbl, commitID); ok {
+				// An earlier call's commit (see CommitAs): this call has
+				// not reached the catalog, so its files are unused.
+				t.deleteFiles(tbl, slices.Concat(partFiles...))
 				applied.Attempts = res.Attempts
 				return applied, nil
 			}
@@ -526,13 +536,10 @@ func (t *Table) fence(tbl *table.Table, parts []Part) error {
 	return nil
 }
 
-// appliedBefore reports, for a fence failure fenced, whether tbl's ancestry
-// holds commit commitID (an earlier attempt of the flush whose outcome was
-// not known), and its Result: the snapshot, its counts and offset map.
-func (t *Table) appliedBefore(tbl *table.Table, commitID string, fenced error) (Result, bool) {
-	if !errors.Is(fenced, ErrFenced) {
-		return Result{}, false
-	}
+// applied reports whether tbl's ancestry holds commit commitID (an earlier
+// attempt of the flush whose outcome was not known, or that was reported as
+// a conflict), and its Result: the snapshot, its counts and offset map.
+func (t *Table) applied(tbl *table.Table, commitID string) (Result, bool) {
 	snap := commitIn(tbl.Metadata(), commitID)
 	if snap == nil {
 		return Result{}, false
@@ -545,7 +552,7 @@ func (t *Table) appliedBefore(tbl *table.Table, commitID string, fenced error) (
 		n, _ := strconv.ParseInt(snap.Summary.Properties[key], 10, 64)
 		return n
 	}
-	t.log.Warn("the flush's earlier commit, whose outcome was unknown, had applied", "commit_id", commitID, "snapshot", snap.SnapshotID)
+	t.log.Warn("the flush's earlier commit had applied", "commit_id", commitID, "snapshot", snap.SnapshotID)
 	return Result{SnapshotID: snap.SnapshotID, CommitID: commitID, Rows: count(RowsKey), Skipped: count(DuplicatesKey),
 		BusinessDuplicates: count(BusinessDuplicatesKey), Offsets: offsets}, true
 }
@@ -565,16 +572,27 @@ func commitIn(meta table.Metadata, commitID string) *table.Snapshot {
 	return nil
 }
 
+// outcomeContext is ctx while it lasts, and once it has ended (a commit
+// interrupted by shutdown) a fresh one of outcomeTimeout: long enough to
+// learn a commit's outcome, short enough that a catalog that stalls cannot
+// hold a stopped process.
+func outcomeContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	if ctx.Err() == nil {
+		return ctx, func() {}
+	}
+	return context.WithTimeout(context.WithoutCancel(ctx), outcomeTimeout)
+}
+
+// outcomeTimeout: see outcomeContext (a variable for tests).
+var outcomeTimeout = 10 * time.Second
+
 // findCommitAfter reloads the table and returns the snapshot carrying
 // commitID in the current branch's ancestry, or nil. When ctx is already done
 // (a commit interrupted by shutdown) it looks with a short fresh deadline, so
 // the caller still learns whether the offsets moved.
 func (t *Table) findCommitAfter(ctx context.Context, commitID string) (*table.Snapshot, error) {
-	if ctx.Err() != nil {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-		defer cancel()
-	}
+	ctx, cancel := outcomeContext(ctx)
+	defer cancel()
 	tbl, err := t.Load(ctx)
 	if err != nil {
 		return nil, err

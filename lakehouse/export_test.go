@@ -12,3 +12,11 @@ func SetCompactAges(tb testing.TB, commit, refuse time.Duration) {
 	compactCommitAge, uncommittedMaxAge = commit, refuse
 	tb.Cleanup(func() { compactCommitAge, uncommittedMaxAge = c, r })
 }
+
+// SetOutcomeTimeout sets, until tb ends, how long a stopped caller still
+// looks for its commit's outcome.
+func SetOutcomeTimeout(tb testing.TB, d time.Duration) {
+	old := outcomeTimeout
+	outcomeTimeout = d
+	tb.Cleanup(func() { outcomeTimeout = old })
+}

@@ -9,6 +9,7 @@ import (
 	"maps"
 	"math/rand/v2"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -44,8 +45,10 @@ const (
 const (
 	// MaintenanceKey names the maintenance operation that made the snapshot.
 	MaintenanceKey = "floe.maintenance"
-	// MaintenanceIDKey is the run's unique id, so an ambiguous maintenance
-	// commit can be recognised after a reload.
+	// MaintenanceIDKey is the commit's unique id (the run's id, a slash and
+	// the commit's number in the run), so that a maintenance commit whose
+	// outcome was unknown, or reported as a conflict, can be recognised
+	// after a reload.
 	MaintenanceIDKey = "floe.maintenance-id"
 )
 
@@ -271,16 +274,19 @@ func (t *Table) Maintain(ctx context.Context, opts MaintainOptions) (*MaintainRe
 
 // maintenance is the state of one Maintain run.
 type maintenance struct {
-	t    *Table
-	opts MaintainOptions
-	rep  *MaintainReport
-	id   string
+	t       *Table
+	opts    MaintainOptions
+	rep     *MaintainReport
+	id      string
+	commits int // props made so far
 }
 
 // props are the summary properties of a maintenance snapshot based on tbl:
-// the operation, the run id, and every group's offset map as its base has it.
+// the operation, a new commit id, and every group's offset map as its base
+// has it.
 func (m *maintenance) props(tbl *table.Table, op string) iceberg.Properties {
-	p := iceberg.Properties{MaintenanceKey: op, MaintenanceIDKey: m.id}
+	m.commits++
+	p := iceberg.Properties{MaintenanceKey: op, MaintenanceIDKey: m.id + "/" + strconv.Itoa(m.commits)}
 	maps.Copy(p, offsetMaps(tbl))
 	return p
 }
@@ -297,12 +303,17 @@ const (
 	unknown
 )
 
-// commit commits tx. A clean conflict is reported as conflicted, after a
-// jittered pause, for the caller to reload and redo (with ctx's error if it
-// ends during the pause). An unknown outcome is resolved by looking for the
-// run's id in the new head's ancestry (op names the step); an unresolved one
-// is reported as unknown, with an error.
-func (m *maintenance) commit(ctx context.Context, tx *table.Transaction, attempt int, op string) (commitResult, error) {
+// commit commits tx, whose snapshot carries commit id mark ("" for none: an
+// expiry adds no snapshot). A failed commit is looked for by mark in the
+// new head's ancestry: a catalog may report a conflict for a commit it
+// applied (AWS's client resends a Glue UpdateTable whose answer was lost,
+// and the resend conflicts with it), and the redo would then find its
+// inputs rewritten and delete its outputs, the files the table now holds.
+// A clean conflict is reported as conflicted, after a jittered pause, for
+// the caller to reload and redo (with ctx's error if it ends during the
+// pause); an outcome the search cannot resolve as unknown, with an error
+// (op names the step).
+func (m *maintenance) commit(ctx context.Context, tx *table.Transaction, attempt int, op, mark string) (commitResult, error) {
 	after, err := tx.Commit(ctx)
 	switch {
 	case err == nil:
@@ -312,7 +323,18 @@ func (m *maintenance) commit(ctx context.Context, tx *table.Transaction, attempt
 		// expired snapshots) failed. Leftovers are orphans for a later run.
 		m.t.log.Warn("maintenance committed, clean-up failed", "table", m.t.Name(), "op", op, "err", err)
 		return committed, nil
-	case isConflict(err):
+	}
+	if mark != "" {
+		applied, lerr := m.landed(ctx, mark)
+		switch {
+		case lerr != nil:
+			return unknown, fmt.Errorf("commit state unknown (%v), reload failed: %w", err, lerr)
+		case applied:
+			m.t.log.Warn("maintenance commit that failed had applied", "table", m.t.Name(), "op", op, "err", err)
+			return committed, nil
+		}
+	}
+	if isConflict(err) {
 		m.rep.Conflicts++
 		m.t.log.Info("maintenance commit conflict, reloading", "table", m.t.Name(), "op", op, "attempt", attempt, "err", err)
 		// Short: the redo is what takes time, and a long pause only lets
@@ -325,23 +347,30 @@ func (m *maintenance) commit(ctx context.Context, tx *table.Transaction, attempt
 		}
 		return conflicted, nil
 	}
-	// Unknown outcome.
-	tbl, lerr := m.t.Load(context.WithoutCancel(ctx))
-	if lerr != nil {
-		return unknown, fmt.Errorf("commit state unknown (%v), reload failed: %w", err, lerr)
+	return unknown, fmt.Errorf("commit state unknown: %w", err)
+}
+
+// landed reports whether the head's ancestry holds the maintenance commit
+// mark. Once ctx has ended (the commit interrupted) it looks with a short
+// fresh deadline, so a catalog that stalls cannot hold a stopped run.
+func (m *maintenance) landed(ctx context.Context, mark string) (bool, error) {
+	ctx, cancel := outcomeContext(ctx)
+	defer cancel()
+	tbl, err := m.t.Load(ctx)
+	if err != nil {
+		return false, err
 	}
 	meta := tbl.Metadata()
 	for snap := meta.CurrentSnapshot(); snap != nil; {
-		if snap.Summary != nil && snap.Summary.Properties[MaintenanceIDKey] == m.id && snap.Summary.Properties[MaintenanceKey] == op {
-			m.t.log.Warn("ambiguous maintenance commit had applied", "table", m.t.Name(), "op", op, "err", err)
-			return committed, nil
+		if snap.Summary != nil && snap.Summary.Properties[MaintenanceIDKey] == mark {
+			return true, nil
 		}
 		if snap.ParentSnapshotID == nil {
 			break
 		}
 		snap = meta.SnapshotByID(*snap.ParentSnapshotID)
 	}
-	return unknown, fmt.Errorf("commit state unknown: %w", err)
+	return false, nil
 }
 
 // checkMaps fails when the staged metadata of tx would change any group's
@@ -388,13 +417,14 @@ func (m *maintenance) rewriteManifests(ctx context.Context) error {
 		if res.IsNoOp() {
 			return nil
 		}
-		if err := tx.AddFiles(ctx, nil, m.props(tbl, "rewrite-manifests"), true); err != nil {
+		props := m.props(tbl, "rewrite-manifests")
+		if err := tx.AddFiles(ctx, nil, props, true); err != nil {
 			return fmt.Errorf("staging the offset-map snapshot: %w", err)
 		}
 		if err := checkMaps(tx, want); err != nil {
 			return err
 		}
-		r, err := m.commit(ctx, tx, attempt, "rewrite-manifests")
+		r, err := m.commit(ctx, tx, attempt, "rewrite-manifests", props[MaintenanceIDKey])
 		if err != nil {
 			return err
 		}
@@ -447,7 +477,7 @@ func (m *maintenance) expireSnapshots(ctx context.Context) error {
 			m.rep.SnapshotsExpired = expired
 			return nil
 		}
-		r, err := m.commit(ctx, tx, attempt, "expire-snapshots")
+		r, err := m.commit(ctx, tx, attempt, "expire-snapshots", "")
 		if err != nil {
 			return err
 		}

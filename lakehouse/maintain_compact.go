@@ -144,7 +144,8 @@ func (m *maintenance) commitCompaction(ctx context.Context, tbl *table.Table, ba
 		if err = tx.AssertRefSnapshotID(table.MainBranch); err != nil {
 			return err
 		}
-		rw := tx.NewRewrite(m.props(tbl, "compact"))
+		props := m.props(tbl, "compact")
+		rw := tx.NewRewrite(props)
 		for _, gr := range results {
 			rw.ApplyResult(gr)
 		}
@@ -156,7 +157,7 @@ func (m *maintenance) commitCompaction(ctx context.Context, tbl *table.Table, ba
 			return err
 		}
 		var r commitResult
-		r, err = m.commit(ctx, tx, attempt, "compact")
+		r, err = m.commit(ctx, tx, attempt, "compact", props[MaintenanceIDKey])
 		switch {
 		case r == unknown:
 			keep = true

@@ -68,10 +68,12 @@ func offsetKeys(s *table.Snapshot) []string {
 	return ks
 }
 
-// TestMaintainCleansUpWhenItsReloadFails: a compaction whose commit
-// conflicts and whose reload then fails returns the error and deletes the
-// files it wrote; the table holds what it held.
-func TestMaintainCleansUpWhenItsReloadFails(t *testing.T) {
+// TestMaintainKeepsItsFilesWhenItsReloadFails: a compaction whose commit
+// conflicts and whose reload then fails returns the error and keeps the
+// files it wrote — a catalog may report a conflict for a commit it applied,
+// and only a reload tells — as orphans for a later run; the table holds
+// what it held.
+func TestMaintainKeepsItsFilesWhenItsReloadFails(t *testing.T) {
 	f := newFixture(t)
 	tbl, fc := f.openFaulty(t, "g")
 	commitRounds(t, f, tbl, []int32{0}, 0, 4, 20)
@@ -87,8 +89,9 @@ func TestMaintainCleansUpWhenItsReloadFails(t *testing.T) {
 	if fc.Injected(faultcat.Conflict) != 1 {
 		t.Fatalf("%d conflicts injected, want 1", fc.Injected(faultcat.Conflict))
 	}
-	if after := dataFilesOnDisk(t, f); !slices.Equal(after, before) {
-		t.Fatalf("data files on disk %v, want those before maintenance %v", after, before)
+	after := dataFilesOnDisk(t, f)
+	if len(after) == len(before) || slices.ContainsFunc(before, func(b string) bool { return !slices.Contains(after, b) }) {
+		t.Fatalf("data files on disk %v, want those before maintenance %v and the compaction's", after, before)
 	}
 	if !maps.Equal(ids(t, tbl), idsBefore) {
 		t.Fatal("the table's ids changed")
@@ -585,4 +588,57 @@ func TestMaintainLeavesNestedTables(t *testing.T) {
 		}
 	}
 	assertExactlyOnce(t, ids(t, nested), 0, 0, 40)
+}
+
+// TestMaintainCompactionReportedAsConflictButApplied: a compaction commit
+// that applied but was reported as a conflict (a Glue UpdateTable resent by
+// the AWS client) is recognised by its commit id: its outputs are kept and
+// the table reads whole. The redo found its inputs rewritten (by itself)
+// and deleted its outputs, the files the table held.
+func TestMaintainCompactionReportedAsConflictButApplied(t *testing.T) {
+	f := newFixture(t)
+	tbl, fc := f.openFaulty(t, "g")
+	commitRounds(t, f, tbl, []int32{0}, 0, 4, 20)
+	idsBefore := ids(t, tbl)
+	fc.Inject(faultcat.AppliedConflict)
+	rep, err := tbl.Maintain(t.Context(), lakehouse.MaintainOptions{MinInputFiles: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fc.Injected(faultcat.AppliedConflict) != 1 || rep.CompactedGroups != 1 || rep.Conflicts != 0 {
+		t.Fatalf("%d applied conflicts injected, %d groups compacted, %d conflicts; want 1, 1, 0",
+			fc.Injected(faultcat.AppliedConflict), rep.CompactedGroups, rep.Conflicts)
+	}
+	if !maps.Equal(ids(t, tbl), idsBefore) {
+		t.Fatal("the table's ids changed")
+	}
+}
+
+// TestMaintainStopsWhenTheCatalogStalls: maintenance stopped during a
+// commit (SIGTERM cancels the request) looks for the commit's outcome for a
+// bounded time: a catalog that then takes requests and never answers held
+// it forever (only SIGKILL ended `floe maintain`).
+func TestMaintainStopsWhenTheCatalogStalls(t *testing.T) {
+	lakehouse.SetOutcomeTimeout(t, 100*time.Millisecond)
+	f := newFixture(t)
+	tbl, fc := f.openFaulty(t, "g")
+	commitRounds(t, f, tbl, []int32{0}, 0, 4, 20)
+	ctx, stop := context.WithCancel(t.Context())
+	fc.Before(stop)
+	fc.Inject(faultcat.Unavailable)
+	// Maintain's load, compaction's, then the look for the outcome.
+	fc.InjectLoads(faultcat.None, faultcat.None, faultcat.Stall)
+	done := make(chan error, 1)
+	go func() {
+		_, err := tbl.Maintain(ctx, lakehouse.MaintainOptions{MinInputFiles: 2})
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if err == nil || !strings.Contains(err.Error(), "unknown") {
+			t.Fatalf("maintain: %v, want the commit's state unknown", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("maintenance still running 10 s after it was stopped, the catalog stalling")
+	}
 }

@@ -63,8 +63,16 @@ func statuses(t *testing.T, tbl *lakehouse.Table, p int32) map[int64]string {
 // TestReenrichReplacesSkippedAndMissRows: the MERGE replaces exactly the
 // stored rows that were skipped or missed and are better now, in one
 // snapshot, through a commit conflict, without moving watermarks or
-// duplicating a row.
+// duplicating a row — and through a conflict reported for a commit that
+// applied (a Glue UpdateTable resent by the AWS client), after which its
+// files were deleted as unused and the table could not be read.
 func TestReenrichReplacesSkippedAndMissRows(t *testing.T) {
+	t.Run("conflict", func(t *testing.T) { testReenrich(t, faultcat.Conflict, 2) })
+	t.Run("conflict that applied", func(t *testing.T) { testReenrich(t, faultcat.AppliedConflict, 1) })
+}
+
+// testReenrich re-enriches through fault, in attempts commit attempts.
+func testReenrich(t *testing.T, fault faultcat.Fault, attempts int) {
 	f := newFixture(t)
 	tbl, fc := f.openFaulty(t, "g")
 	ctx := t.Context()
@@ -96,15 +104,15 @@ func TestReenrichReplacesSkippedAndMissRows(t *testing.T) {
 		}
 		return "ok"
 	}
-	fc.Inject(faultcat.Conflict)
+	fc.Inject(fault)
 	res, err := tbl.Reenrich(ctx, lakehouse.Part{Range: lakehouse.Range{Topic: topic, Partition: 0, From: 0, To: 100},
 		Resume: lakehouse.Replay, Rows: f.statusRows(t, 0, 0, 100, now)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.Replaced != 60 || res.Unchanged != 40 || res.Attempts != 2 {
-		t.Fatalf("replaced %d, unchanged %d in %d attempts; want 60 (10-49 skipped→ok, 50-59 and 70-79 miss→ok), 40, 2 (one conflict)",
-			res.Replaced, res.Unchanged, res.Attempts)
+	if res.Replaced != 60 || res.Unchanged != 40 || res.Attempts != attempts {
+		t.Fatalf("replaced %d, unchanged %d in %d attempts; want 60 (10-49 skipped→ok, 50-59 and 70-79 miss→ok), 40, %d",
+			res.Replaced, res.Unchanged, res.Attempts, attempts)
 	}
 	assertExactlyOnce(t, ids(t, tbl), 0, 0, 100)
 	got := statuses(t, tbl, 0)

@@ -1,6 +1,7 @@
 // Package faultcat wraps a real Iceberg catalog and injects the commit
 // failures the commit protocol must survive: clean conflicts, ambiguous
-// commits (applied, but the caller sees an error) and failed commits,
+// commits (applied, but the caller sees an error, even a conflict) and
+// failed commits,
 // failed table loads, and another writer's commit landing just before one.
 // It
 // exists for floe's tests; the catalog underneath is real, so every injected
@@ -31,6 +32,13 @@ const (
 	// Unavailable returns a non-conflict error without applying, like a
 	// connection refused.
 	Unavailable
+	// Stall, for a load only: see InjectLoads.
+	Stall
+	// AppliedConflict applies the commit, then returns
+	// table.ErrCommitFailed: what iceberg-go's Glue catalog returns when
+	// the AWS client resends an UpdateTable that applied but whose answer
+	// was lost, and the resend conflicts with it.
+	AppliedConflict
 )
 
 // ErrInjected marks errors this package made up.
@@ -63,7 +71,8 @@ func (c *Catalog) Inject(faults ...Fault) {
 
 // InjectLoads appends faults to the plan of table loads; each LoadTable
 // consumes one. Unavailable fails the load, like a catalog that cannot be
-// reached; any other fault passes it through.
+// reached; Stall waits for the caller's context to end, like one that
+// takes the request and never answers; any other fault passes it through.
 func (c *Catalog) InjectLoads(faults ...Fault) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -105,8 +114,12 @@ func (c *Catalog) LoadTable(ctx context.Context, ident table.Identifier) (*table
 		c.failedLoads++
 	}
 	c.mu.Unlock()
-	if f == Unavailable {
+	switch f {
+	case Unavailable:
 		return nil, fmt.Errorf("%w: catalog unavailable", ErrInjected)
+	case Stall:
+		<-ctx.Done()
+		return nil, fmt.Errorf("%w: catalog stalled: %w", ErrInjected, ctx.Err())
 	}
 	tbl, err := c.Catalog.LoadTable(ctx, ident)
 	if err != nil {
@@ -140,6 +153,11 @@ func (c *Catalog) CommitTable(ctx context.Context, ident table.Identifier, reqs 
 			return nil, "", err
 		}
 		return nil, "", fmt.Errorf("%w: timeout after the commit applied", ErrInjected)
+	case AppliedConflict:
+		if _, _, err := c.Catalog.CommitTable(ctx, ident, reqs, updates); err != nil {
+			return nil, "", err
+		}
+		return nil, "", fmt.Errorf("%w: %w conflict on a resend of the applied commit", table.ErrCommitFailed, ErrInjected)
 	}
 	return c.Catalog.CommitTable(ctx, ident, reqs, updates)
 }
