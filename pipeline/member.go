@@ -278,15 +278,16 @@ func (m *Member) generation(ctx, genCtx context.Context, gen *kafka.Generation, 
 		committed[int32(a.ID)] = w
 	}
 	lag := m.stats.assign(committed)
-	if end, err := EndOffsets(stopCtx, k); err != nil {
+	ends, err := EndOffsets(stopCtx, k)
+	if err != nil {
 		m.log.Warn("reading end offsets for the lag gauges", "err", err)
 	} else {
-		for p, e := range end {
+		for p, e := range ends {
 			if ps := lag[p]; ps != nil {
 				ps.highWater.Store(e)
 			}
 		}
-		m.notePartitionCount(stopCtx, len(end))
+		m.notePartitionCount(stopCtx, len(ends))
 	}
 
 	win := newWindow(m.cfg.Commit.MaxRecords, int(m.cfg.Commit.MaxBytes))
@@ -296,6 +297,9 @@ func (m *Member) generation(ctx, genCtx context.Context, gen *kafka.Generation, 
 	// In scheduled mode, the last partition to reach its end offset asks
 	// for the final flush instead of waiting for the interval.
 	var behind atomic.Int32
+	// pinned: where start_offset "latest" resolved, for the group's Kafka
+	// offsets (see below).
+	pinned := map[int]int64{}
 	for i, a := range assigned {
 		p := int32(a.ID)
 		resume, ok := wm.Get(k.Topic, p)
@@ -308,6 +312,18 @@ func (m *Member) generation(ctx, genCtx context.Context, gen *kafka.Generation, 
 				// this rebalance. (The table has offsets for the topic, so
 				// the job started long ago.)
 				seek = kafka.FirstOffset
+			}
+			if e, ok := ends[p]; ok && seek == kafka.LastOffset {
+				// "latest" is where the job first started, not where
+				// each start finds the log: the resolved offset goes to
+				// the group's Kafka offsets, where the next generation
+				// (or scheduled run) starts a partition that had nothing
+				// to commit meanwhile. Without it, a restart read such a
+				// partition from its start (the rule above), and a
+				// rebalance before the table's first commit skipped what
+				// was written since the last.
+				seek = e
+				pinned[int(p)] = e
 			}
 		}
 		warned := false
@@ -385,6 +401,9 @@ func (m *Member) generation(ctx, genCtx context.Context, gen *kafka.Generation, 
 	})
 	flushed, flushesDone := context.WithCancel(context.WithoutCancel(ctx))
 	go kafkaOffsets.run(flushed)
+	if len(pinned) > 0 {
+		kafkaOffsets.add(pinned)
+	}
 	defer func() {
 		flushesDone()
 		kafkaOffsets.close(flushCtx)

@@ -564,3 +564,71 @@ func TestUnansweredOffsetCommitHoldsNothing(t *testing.T) {
 		t.Fatalf("%d distinct ids, want 900", n)
 	}
 }
+
+// TestLatestIsWhereTheJobFirstStarted: start_offset "latest" is where the
+// job first started. Each scheduled run used to resolve it anew for a
+// partition with nothing in the table, skipping what was written between
+// runs; and once another partition had committed, a quiet partition was
+// taken for one added while running and read from its start, history and
+// all.
+func TestLatestIsWhereTheJobFirstStarted(t *testing.T) {
+	j := newJob(t, 400, fastCommit, nil) // history on all 4 partitions
+	j.cfg.Kafka.StartOffset = "latest"
+	scheduled := func(what string) {
+		t.Helper()
+		end, err := j.cl.EndOffsets(t.Context(), "clicks")
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, err := pipeline.NewMember(j.cfg, j.tbl, j.sc, pipeline.UntilOffsets(end))
+		if err != nil {
+			t.Fatal(err)
+		}
+		done, stop := startRun(m)
+		defer stop()
+		waitRun(t, done, 60*time.Second, what+" did not end")
+	}
+	batch := func(key string, n int) []clickgen.Message {
+		gen := clickgen.New(clickgen.Config{Sessions: 1, Seed: int64(len(key))})
+		msgs := make([]clickgen.Message, n)
+		for i := range msgs {
+			msgs[i] = gen.Next()
+			msgs[i].Key = []byte(key)
+		}
+		return msgs
+	}
+
+	scheduled("the first run") // nothing to read: it only starts the job
+	keyPart := map[string]int32{}
+	produceByKey(t, j.cl, "clicks", batch("hot", 50), keyPart)
+	scheduled("the second run")
+	if n := distinctIDs(t, j.tbl); n != 50 {
+		t.Fatalf("after the second run: %d rows, want the 50 written since the first", n)
+	}
+
+	// 10 records to a partition that has had nothing to commit.
+	quiet := ""
+	for i := 0; quiet == ""; i++ {
+		k := "quiet-" + strconv.Itoa(i)
+		produceByKey(t, j.cl, "clicks", batch(k, 1), keyPart)
+		if keyPart[k] != keyPart["hot"] {
+			quiet = k
+		}
+	}
+	produceByKey(t, j.cl, "clicks", batch(quiet, 9), keyPart)
+	scheduled("the third run")
+	wm, err := j.tbl.Watermarks(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	end, _ := j.cl.EndOffsets(t.Context(), "clicks")
+	if w, _ := wm.Get("clicks", keyPart[quiet]); w != end[keyPart[quiet]] {
+		t.Fatalf("W(%d) = %d, want %d", keyPart[quiet], w, end[keyPart[quiet]])
+	}
+	// The quiet partition's 10, and any records of the keys tried before
+	// it (on the hot partition, also written after the job started).
+	want := 50 + int(end[keyPart[quiet]]-j.end[keyPart[quiet]]) + int(end[keyPart["hot"]]-j.end[keyPart["hot"]]) - 50
+	if n := distinctIDs(t, j.tbl); n != want {
+		t.Fatalf("after the third run: %d rows, want %d (none of the history written before the job started)", n, want)
+	}
+}
