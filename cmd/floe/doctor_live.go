@@ -56,7 +56,7 @@ func diagnoseLive(ctx context.Context, g *globalFlags, every time.Duration, metr
 		}
 		s.Watermarks = wm[cfg.Kafka.Topic]
 		if metricsURL != "" {
-			if s.Metrics, err = scrape(ctx, metricsURL, cfg.Kafka.Topic); err != nil {
+			if s.Metrics, err = scrape(ctx, metricsURL, cfg.Kafka.Topic, cfg.Table.Name); err != nil {
 				return s, err
 			}
 		}
@@ -156,7 +156,7 @@ func commitHistory(ctx context.Context, t *lakehouse.Table, group, topic string)
 }
 
 // scrape reads a floe member's /metrics.
-func scrape(ctx context.Context, url, topic string) (*doctor.Metrics, error) {
+func scrape(ctx context.Context, url, topic, table string) (*doctor.Metrics, error) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
@@ -172,7 +172,7 @@ func scrape(ctx context.Context, url, topic string) (*doctor.Metrics, error) {
 	if resp.StatusCode != http.StatusOK {
 		return nil, fmt.Errorf("--metrics-url: scraping %s: %s", url, resp.Status)
 	}
-	m, err := doctor.ParseMetrics(resp.Body, topic, time.Now())
+	m, err := doctor.ParseMetrics(resp.Body, topic, table, time.Now())
 	if err != nil {
 		return nil, fmt.Errorf("--metrics-url %s: %w", url, err)
 	}

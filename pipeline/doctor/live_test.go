@@ -125,7 +125,7 @@ floe_enrich_request_duration_seconds_count 100
 func TestParseMetricsAndLittlesLaw(t *testing.T) {
 	// The process started half an hour before the first scrape.
 	text := strings.Replace(scrape1, "%START%", fmt.Sprint(t0.Add(-30*time.Minute).Unix()), 1)
-	m1, err := ParseMetrics(strings.NewReader(text), "clicks", t0)
+	m1, err := ParseMetrics(strings.NewReader(text), "clicks", "analytics.clicks", t0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -142,7 +142,7 @@ func TestParseMetricsAndLittlesLaw(t *testing.T) {
 		`le="1"} 90`, `le="1"} 190`, `le="5"} 100`, `le="5"} 200`, `le="+Inf"} 100`, `le="+Inf"} 200`,
 		"_sum 60", "_sum 120", "_count 100", "_count 200", "floe_rebalances_total 3", "floe_rebalances_total 6",
 		"hits_total 50000", "hits_total 150000", "misses_total 50000", "misses_total 100000").Replace(text)
-	m2, err := ParseMetrics(strings.NewReader(text2), "clicks", t0.Add(10*time.Second))
+	m2, err := ParseMetrics(strings.NewReader(text2), "clicks", "analytics.clicks", t0.Add(10*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -196,7 +196,33 @@ func TestParseMetricsAndLittlesLaw(t *testing.T) {
 }
 
 func TestParseMetricsRejectsGarbage(t *testing.T) {
-	if _, err := ParseMetrics(strings.NewReader("floe_x{ 1\n"), "clicks", t0); err == nil || !strings.Contains(err.Error(), "parsing metrics") {
+	if _, err := ParseMetrics(strings.NewReader("floe_x{ 1\n"), "clicks", "analytics.clicks", t0); err == nil || !strings.Contains(err.Error(), "parsing metrics") {
 		t.Fatalf("error %v", err)
+	}
+}
+
+// TestMetricsOfOneRoute: a job with routes labels each route's series with
+// its table, and `floe doctor --table` reads only that route's (and the
+// series without the label): the routes' counters were summed, and the lag
+// of two routes of one topic overwrote each other's.
+func TestMetricsOfOneRoute(t *testing.T) {
+	const text = `# TYPE floe_duplicates_skipped_total counter
+floe_duplicates_skipped_total{table="shop.orders"} 0
+floe_duplicates_skipped_total{table="shop.refunds"} 7
+# TYPE floe_records_consumed_total counter
+floe_records_consumed_total{table="shop.orders"} 100
+floe_records_consumed_total{table="shop.refunds"} 300
+# TYPE floe_consumer_lag_records gauge
+floe_consumer_lag_records{partition="0",table="shop.orders",topic="orders"} 5
+floe_consumer_lag_records{partition="0",table="shop.refunds",topic="orders"} 500
+# TYPE floe_partitions_added_total counter
+floe_partitions_added_total 2
+`
+	m, err := ParseMetrics(strings.NewReader(text), "orders", "shop.orders", time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d, c, lag, added := m.Values[MetricDuplicates], m.Values[MetricConsumed], m.LagRecords[0], m.Values[MetricPartitionsAdded]; d != 0 || c != 100 || lag != 5 || added != 2 {
+		t.Fatalf("route shop.orders: duplicates %v, consumed %v, lag %v, partitions added %v; want 0, 100, 5, 2", d, c, lag, added)
 	}
 }

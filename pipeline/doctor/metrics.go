@@ -30,6 +30,7 @@ const (
 	MetricPartitionsAdded = "floe_partitions_added_total"
 	metricTopicLabel      = "topic"
 	metricPartitionLabel  = "partition"
+	metricTableLabel      = "table"
 )
 
 // Metrics is one scrape of a floe process's /metrics, reduced to what the
@@ -110,8 +111,11 @@ func (h *Histogram) Quantile(q float64) float64 {
 }
 
 // ParseMetrics reads the Prometheus text exposition format and keeps the
-// series floe's diagnosis needs; lag series are kept for topic only.
-func ParseMetrics(r io.Reader, topic string, at time.Time) (*Metrics, error) {
+// series floe's diagnosis needs; lag series are kept for topic only. A job
+// with routes labels each route's series with its table: only table's are
+// kept (and those without the label: a job without routes, or the
+// process's own).
+func ParseMetrics(r io.Reader, topic, table string, at time.Time) (*Metrics, error) {
 	p := expfmt.NewTextParser(model.UTF8Validation)
 	fams, err := p.TextToMetricFamilies(r)
 	if err != nil {
@@ -120,6 +124,9 @@ func ParseMetrics(r io.Reader, topic string, at time.Time) (*Metrics, error) {
 	m := &Metrics{At: at, Values: map[string]float64{}, LagRecords: map[int32]float64{}, LagSeconds: map[int32]float64{}}
 	for name, f := range fams {
 		for _, s := range f.GetMetric() {
+			if !ofTable(s, table) {
+				continue
+			}
 			switch {
 			case s.Histogram != nil:
 				if name == MetricEnrichLatency {
@@ -162,6 +169,16 @@ func ParseMetrics(r io.Reader, topic string, at time.Time) (*Metrics, error) {
 		}
 	}
 	return m, nil
+}
+
+// ofTable reports whether series s is table's or carries no table label.
+func ofTable(s *dto.Metric, table string) bool {
+	for _, l := range s.GetLabel() {
+		if l.GetName() == metricTableLabel {
+			return l.GetValue() == table
+		}
+	}
+	return true
 }
 
 func valueOf(s *dto.Metric) float64 {
