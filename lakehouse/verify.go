@@ -3,6 +3,7 @@ package lakehouse
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"maps"
@@ -285,6 +286,11 @@ func (t *Table) Verify(ctx context.Context, topic string, dl DeadLetters) (*Repo
 	if err != nil {
 		return nil, err
 	}
+	if known := topicsOf(tbl); len(known) > 0 && !slices.Contains(known, topic) {
+		// Nothing of topic would be found, which reconciles: a misspelt
+		// topic must not pass for a verified one.
+		return nil, fmt.Errorf("table %s holds no offsets of topic %q, only of %s", t.Name(), topic, strings.Join(known, ", "))
+	}
 	r := &Report{
 		Table: t.Name(), Group: t.group, Topic: topic, SnapshotID: -1, DeadLetters: -1,
 		Partitions: []PartitionReport{}, SplitSessionExamples: []string{}, DuplicateExamples: []string{},
@@ -374,6 +380,26 @@ func (t *Table) Verify(ctx context.Context, topic string, dl DeadLetters) (*Repo
 	// Which sessions are found first depends on the order files are read.
 	slices.Sort(r.SplitSessionExamples)
 	return r, nil
+}
+
+// topicsOf returns, sorted, the topics whose offsets or partition counts
+// any floe commit in tbl's current ancestry recorded, for any group.
+func topicsOf(tbl *table.Table) []string {
+	set := map[string]bool{}
+	for k, v := range newestCarried(tbl) {
+		switch {
+		case strings.HasPrefix(k, PartitionsKeyPrefix):
+			set[strings.TrimPrefix(k, PartitionsKeyPrefix)] = true
+		case strings.HasPrefix(k, OffsetsKeyPrefix):
+			var o Offsets
+			if json.Unmarshal([]byte(v), &o) == nil {
+				for topic := range o {
+					set[topic] = true
+				}
+			}
+		}
+	}
+	return slices.Sorted(maps.Keys(set))
 }
 
 // rowsHint sizes the row slice from the snapshot summary so that it is

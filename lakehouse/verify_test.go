@@ -209,6 +209,28 @@ func TestVerifyEmptyTable(t *testing.T) {
 	}
 }
 
+// TestVerifyRefusesATopicTheTableNeverHeld: verifying a topic of which the
+// table holds no offsets, while it holds another's (a misspelt --topic),
+// is an error naming the topics it holds: nothing of it was found, which
+// reconciled, and the report said OK.
+func TestVerifyRefusesATopicTheTableNeverHeld(t *testing.T) {
+	f := newFixture(t)
+	tbl := f.open(t, "g")
+	if _, err := tbl.Verify(t.Context(), "clickz", nil); err != nil {
+		t.Fatalf("an empty table: %v, want no error", err)
+	}
+	if _, err := tbl.Commit(t.Context(), []lakehouse.Part{f.part(t, 0, 0, 10, lakehouse.NoWatermark)}); err != nil {
+		t.Fatal(err)
+	}
+	_, err := tbl.Verify(t.Context(), "clickz", nil)
+	if err == nil || !strings.Contains(err.Error(), `no offsets of topic "clickz", only of `+topic) {
+		t.Fatalf("verify of a topic the table never held: %v, want it refused naming %s", err, topic)
+	}
+	if r := verify(t, tbl, nil); !r.OK() || r.Rows != 10 {
+		t.Fatalf("verify of %s: %+v", topic, r)
+	}
+}
+
 func TestVerifyFindsProblems(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
