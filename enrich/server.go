@@ -3,6 +3,7 @@ package enrich
 import (
 	"crypto/subtle"
 	"errors"
+	"fmt"
 	"hash/fnv"
 	"io"
 	"math"
@@ -71,7 +72,28 @@ type Server struct {
 	served     chan struct{}
 }
 
-// NewServer returns a server; use it as an http.Handler or call Start.
+// Check reports settings NewServer cannot honour: a rate outside [0, 1],
+// or a RequireHeader that is not "Name: value" (which would require
+// nothing).
+func (c ServerConfig) Check() error {
+	for _, r := range []struct {
+		name string
+		v    float64
+	}{{"error rate", c.ErrorRate}, {"miss rate", c.MissRate}} {
+		if !(r.v >= 0 && r.v <= 1) {
+			return fmt.Errorf("%s %v: want a share from 0 to 1", r.name, r.v)
+		}
+	}
+	if c.RequireHeader != "" {
+		if _, _, err := parseAuthHeader(c.RequireHeader); err != nil {
+			return fmt.Errorf("required header: %w", err)
+		}
+	}
+	return nil
+}
+
+// NewServer returns a server; use it as an http.Handler or call Start. Its
+// settings are assumed to pass Check.
 func NewServer(cfg ServerConfig) *Server {
 	if cfg.P50 == 0 {
 		cfg.P50 = 600 * time.Millisecond

@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"encoding/json"
 	"io"
+	"math"
 	"net/http"
 	"net/url"
+	"strings"
 	"testing"
 	"time"
 
@@ -135,5 +137,26 @@ func TestAttributesAreDeterministic(t *testing.T) {
 	}
 	if len(a) != 6 {
 		t.Fatalf("attributes %v", a)
+	}
+}
+
+// TestServerConfigCheck: settings the reference server cannot honour are
+// refused (floe enrichd exits with the reason); a required header that is
+// not "Name: value" used to require nothing at all.
+func TestServerConfigCheck(t *testing.T) {
+	for _, c := range []struct {
+		cfg  enrich.ServerConfig
+		want string
+	}{
+		{enrich.ServerConfig{RequireHeader: "Bearer s3cret"}, `required header: want "Name: value"`},
+		{enrich.ServerConfig{ErrorRate: 1.5}, "error rate 1.5: want a share from 0 to 1"},
+		{enrich.ServerConfig{MissRate: math.NaN()}, "miss rate NaN"},
+	} {
+		if err := c.cfg.Check(); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%+v: %v, want %q", c.cfg, err, c.want)
+		}
+	}
+	if err := (enrich.ServerConfig{RequireHeader: "X-Key: k1", ErrorRate: 1, MissRate: 0.3}).Check(); err != nil {
+		t.Errorf("a good configuration: %v", err)
 	}
 }

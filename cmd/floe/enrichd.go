@@ -40,6 +40,9 @@ asks for K (a key the service cannot answer).`,
 				}
 				cfg.Outages = append(cfg.Outages, enrich.Outage{Start: start, End: end})
 			}
+			if err := cfg.Check(); err != nil {
+				return fmt.Errorf("enrichd: %w", err)
+			}
 			srv := enrich.NewServer(cfg)
 			url, err := srv.Start(listen)
 			if err != nil {
