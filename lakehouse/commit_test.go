@@ -563,3 +563,45 @@ func TestCommitAsFindsItsAppliedAttempt(t *testing.T) {
 		t.Fatalf("data files %d before, %d after the applied attempt, %d after the retries; want one more, then no change", len(before), len(files), len(after))
 	}
 }
+
+// TestCommitSurvivesAStalledCatalog: a catalog that takes a request and
+// never answers (iceberg-go's REST client has no timeout) holds a flush for
+// at most the call timeout: a stalled commit is an unknown outcome, looked
+// for and retried; a stalled load fails the flush, which the member retries.
+// Both held the flush forever.
+func TestCommitSurvivesAStalledCatalog(t *testing.T) {
+	lakehouse.SetCatalogCallTimeout(t, 200*time.Millisecond)
+	f := newFixture(t)
+	tbl, fc := f.openFaulty(t, "g")
+	if _, err := tbl.Commit(t.Context(), []lakehouse.Part{f.part(t, 0, 0, 10, lakehouse.NoWatermark)}); err != nil {
+		t.Fatal(err)
+	}
+	within := func(what string, fn func() error) error {
+		t.Helper()
+		done := make(chan error, 1)
+		go func() { done <- fn() }()
+		select {
+		case err := <-done:
+			return err
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s still waiting for the stalled catalog after 10 s", what)
+			return nil
+		}
+	}
+	fc.Inject(faultcat.Stall)
+	if err := within("the commit", func() error {
+		_, err := tbl.Commit(t.Context(), []lakehouse.Part{f.part(t, 0, 10, 20, 10)})
+		return err
+	}); err != nil {
+		t.Fatalf("commit through a stalled attempt: %v", err)
+	}
+	fc.InjectLoads(faultcat.Stall)
+	err := within("the load", func() error {
+		_, err := tbl.Commit(t.Context(), []lakehouse.Part{f.part(t, 0, 20, 30, 20)})
+		return err
+	})
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("commit whose load stalled: %v, want the deadline's error", err)
+	}
+	assertHolds(t, tbl, 20)
+}

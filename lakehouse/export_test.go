@@ -13,6 +13,14 @@ func SetCompactAges(tb testing.TB, commit, refuse time.Duration) {
 	tb.Cleanup(func() { compactCommitAge, uncommittedMaxAge = c, r })
 }
 
+// SetCatalogCallTimeout sets, until tb ends, how long one table load,
+// commit or creation may take.
+func SetCatalogCallTimeout(tb testing.TB, d time.Duration) {
+	old := catalogCallTimeout
+	catalogCallTimeout = d
+	tb.Cleanup(func() { catalogCallTimeout = old })
+}
+
 // SetOutcomeTimeout sets, until tb ends, how long a stopped caller still
 // looks for its commit's outcome.
 func SetOutcomeTimeout(tb testing.TB, d time.Duration) {

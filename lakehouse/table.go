@@ -181,7 +181,7 @@ func OpenIn(ctx context.Context, cat catalog.Catalog, cfg Config, sc *schemas.Sc
 		return nil, err
 	}
 	ident, _ := parseIdent(cfg.Table)
-	t := &Table{cat: cat, ident: ident, schema: sc, group: cfg.Group, target: cfg.TargetFileBytes, log: cfg.Logger, existing: cfg.Existing}
+	t := &Table{cat: boundedCatalog{cat}, ident: ident, schema: sc, group: cfg.Group, target: cfg.TargetFileBytes, log: cfg.Logger, existing: cfg.Existing}
 	if t.target == 0 {
 		t.target = 256 << 20
 	}

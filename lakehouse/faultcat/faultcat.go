@@ -32,7 +32,9 @@ const (
 	// Unavailable returns a non-conflict error without applying, like a
 	// connection refused.
 	Unavailable
-	// Stall, for a load only: see InjectLoads.
+	// Stall waits for the caller's context to end without applying the
+	// commit (or, for a load, see InjectLoads), like a catalog that takes
+	// the request and never answers.
 	Stall
 	// AppliedConflict applies the commit, then returns
 	// table.ErrCommitFailed: what iceberg-go's Glue catalog returns when
@@ -148,6 +150,9 @@ func (c *Catalog) CommitTable(ctx context.Context, ident table.Identifier, reqs 
 		return nil, "", fmt.Errorf("%w: %w conflict", table.ErrCommitFailed, ErrInjected)
 	case Unavailable:
 		return nil, "", fmt.Errorf("%w: catalog unavailable", ErrInjected)
+	case Stall:
+		<-ctx.Done()
+		return nil, "", fmt.Errorf("%w: catalog stalled: %w", ErrInjected, ctx.Err())
 	case Ambiguous:
 		if _, _, err := c.Catalog.CommitTable(ctx, ident, reqs, updates); err != nil {
 			return nil, "", err
