@@ -129,19 +129,10 @@ func (p *protoFill) record(m protoreflect.Message, t *node, sb *array.StructBuil
 }
 
 func (p *protoFill) value(fd protoreflect.FieldDescriptor, v protoreflect.Value, t *node, b array.Builder) *DecodeError {
-	cannot := func() *DecodeError {
-		what := fd.Kind().String()
-		if fd.IsList() {
-			what = "repeated " + what
-		} else if fd.IsMap() {
-			what = "map"
-		}
-		return incompatible("the writer's " + what + " cannot be stored in a column of type " + t.typ.String())
-	}
 	switch {
 	case fd.IsList():
 		if t.kind != kList {
-			return cannot()
+			return protoCannotWhole(fd, t)
 		}
 		l := v.List()
 		eb := openList(b)
@@ -153,7 +144,7 @@ func (p *protoFill) value(fd protoreflect.FieldDescriptor, v protoreflect.Value,
 		return nil
 	case fd.IsMap():
 		if t.kind != kMap || fd.MapKey().Kind() != protoreflect.StringKind {
-			return cannot()
+			return protoCannotWhole(fd, t)
 		}
 		kb, vb := openMap(b)
 		var derr *DecodeError
@@ -171,17 +162,27 @@ func (p *protoFill) value(fd protoreflect.FieldDescriptor, v protoreflect.Value,
 	return p.scalar(fd, v, t, b)
 }
 
+// protoCannotWhole is the error of a repeated or map field fd whose
+// column t is not a list or a map of string keys.
+func protoCannotWhole(fd protoreflect.FieldDescriptor, t *node) *DecodeError {
+	what := "repeated " + fd.Kind().String()
+	if fd.IsMap() {
+		what = "map"
+	}
+	return incompatible("the writer's " + what + " cannot be stored in a column of type " + t.typ.String())
+}
+
 // protoScalar stores one non-repeated value (or one list element or map
 // value) of field fd.
 func (p *protoFill) scalar(fd protoreflect.FieldDescriptor, v protoreflect.Value, t *node, b array.Builder) *DecodeError {
-	var s scalar
-	cannot := func() *DecodeError {
-		return incompatible("the writer's " + fd.Kind().String() + " cannot be stored in a column of type " + t.typ.String())
+	if !protoKindFits(fd, t) {
+		return protoCannot(fd, t)
 	}
+	var s scalar
 	switch fd.Kind() {
 	case protoreflect.MessageKind, protoreflect.GroupKind:
 		m := v.Message()
-		if fd.Message().FullName() == "google.protobuf.Timestamp" && t.kind == kTimestampTz {
+		if t.kind == kTimestampTz {
 			f := m.Descriptor().Fields()
 			secs, nanos := m.Get(f.ByName("seconds")).Int(), m.Get(f.ByName("nanos")).Int()
 			if secs > math.MaxInt64/1_000_000-1 || secs < math.MinInt64/1_000_000+1 || nanos < 0 || nanos >= 1_000_000_000 {
@@ -190,14 +191,8 @@ func (p *protoFill) scalar(fd protoreflect.FieldDescriptor, v protoreflect.Value
 			s.i = secs*1_000_000 + nanos/1000
 			break
 		}
-		if t.kind != kStruct {
-			return cannot()
-		}
 		return p.record(m, t, openStruct(b), nil)
 	case protoreflect.BoolKind:
-		if t.kind != kBool {
-			return cannot()
-		}
 		if v.Bool() {
 			s.i = 1
 		}
@@ -238,20 +233,10 @@ func (p *protoFill) scalar(fd protoreflect.FieldDescriptor, v protoreflect.Value
 				return invalid("a date must fit in 32 bits of days")
 			}
 			s.i = x
-		default:
-			return cannot()
 		}
 	case protoreflect.FloatKind, protoreflect.DoubleKind:
-		switch {
-		case t.kind == kDouble, t.kind == kFloat && fd.Kind() == protoreflect.FloatKind:
-			s.f = v.Float()
-		default:
-			return cannot()
-		}
+		s.f = v.Float()
 	case protoreflect.EnumKind:
-		if t.kind != kString {
-			return cannot()
-		}
 		ev := fd.Enum().Values().ByNumber(v.Enum())
 		if ev == nil {
 			return invalid("enum number " + strconv.Itoa(int(v.Enum())) + " is not declared")
@@ -284,8 +269,6 @@ func (p *protoFill) scalar(fd protoreflect.FieldDescriptor, v protoreflect.Value
 				return err
 			}
 			s.d = num
-		default:
-			return cannot()
 		}
 	case protoreflect.BytesKind:
 		raw := v.Bytes()
@@ -294,15 +277,103 @@ func (p *protoFill) scalar(fd protoreflect.FieldDescriptor, v protoreflect.Value
 			s.b = raw
 		case t.kind == kFixed:
 			return wrongLength(len(raw), t.size) // one value: the record's fault
-		case t.kind == kUUID:
+		default: // kUUID
 			return wrongLength(len(raw), 16)
-		default:
-			return cannot()
 		}
-	default:
-		return cannot()
 	}
 	put(t, b, &s)
+	return nil
+}
+
+// protoKindFits reports whether values of field fd (or its list elements,
+// or its map values) can be stored in a column of t's kind: the kinds
+// protoFill.scalar converts. A message fits a struct column whose own
+// fields fit (protoFits checks them); a Timestamp also fits timestamptz.
+func protoKindFits(fd protoreflect.FieldDescriptor, t *node) bool {
+	switch fd.Kind() {
+	case protoreflect.MessageKind, protoreflect.GroupKind:
+		return t.kind == kStruct || t.kind == kTimestampTz && fd.Message().FullName() == "google.protobuf.Timestamp"
+	case protoreflect.BoolKind:
+		return t.kind == kBool
+	case protoreflect.Int32Kind, protoreflect.Sint32Kind, protoreflect.Sfixed32Kind,
+		protoreflect.Int64Kind, protoreflect.Sint64Kind, protoreflect.Sfixed64Kind,
+		protoreflect.Uint32Kind, protoreflect.Fixed32Kind, protoreflect.Uint64Kind, protoreflect.Fixed64Kind:
+		switch t.kind {
+		case kInt, kLong, kFloat, kDouble, kTimestamp, kTimestampTz, kDate:
+			return true
+		}
+	case protoreflect.FloatKind:
+		return t.kind == kFloat || t.kind == kDouble
+	case protoreflect.DoubleKind:
+		return t.kind == kDouble
+	case protoreflect.EnumKind:
+		return t.kind == kString
+	case protoreflect.StringKind:
+		return t.kind == kString || t.kind == kUUID || t.kind == kDecimal
+	case protoreflect.BytesKind:
+		return t.kind == kBinary || t.kind == kFixed || t.kind == kUUID
+	}
+	return false
+}
+
+func protoCannot(fd protoreflect.FieldDescriptor, t *node) *DecodeError {
+	return incompatible("the writer's " + fd.Kind().String() + " cannot be stored in a column of type " + t.typ.String())
+}
+
+// protoFits checks message type md against the columns of record without
+// a message: each field a column holds must have a type the column can
+// take (protoKindFits), through list elements, map values and nested
+// messages, and each required column must have its field. Decoding checks
+// the same at every message; this finds a mismatch in a field that is
+// rarely set before any message has it.
+func protoFits(md protoreflect.MessageDescriptor, record *node) *DecodeError {
+	fields := md.Fields()
+	for _, f := range record.fields {
+		fd := fields.ByName(protoreflect.Name(f.source))
+		if fd == nil {
+			if f.required {
+				return fieldErr(f.source, incompatible("is required, and the writer's message type lacks it"))
+			}
+			continue
+		}
+		if err := protoFieldFits(fd, f); err != nil {
+			return fieldErr(f.source, err)
+		}
+	}
+	return nil
+}
+
+func protoFieldFits(fd protoreflect.FieldDescriptor, t *node) *DecodeError {
+	switch {
+	case fd.IsList():
+		if t.kind != kList {
+			return protoCannotWhole(fd, t)
+		}
+		if err := protoValueFits(fd, t.elem); err != nil {
+			return fieldErr("[]", err)
+		}
+		return nil
+	case fd.IsMap():
+		if t.kind != kMap || fd.MapKey().Kind() != protoreflect.StringKind {
+			return protoCannotWhole(fd, t)
+		}
+		if err := protoValueFits(fd.MapValue(), t.val); err != nil {
+			return fieldErr("[]", err)
+		}
+		return nil
+	}
+	return protoValueFits(fd, t)
+}
+
+// protoValueFits checks one value of field fd (a list element, a map
+// value) against column t.
+func protoValueFits(fd protoreflect.FieldDescriptor, t *node) *DecodeError {
+	if !protoKindFits(fd, t) {
+		return protoCannot(fd, t)
+	}
+	if t.kind == kStruct {
+		return protoFits(fd.Message(), t)
+	}
 	return nil
 }
 
@@ -332,9 +403,7 @@ func loadProtoMessage(c *ProtoConfig, record *node) (protoreflect.MessageDescrip
 		}
 		return nil, fmt.Errorf("proto.message %q: no such message in %s (messages: %s)", c.Message, c.File, strings.Join(names, ", "))
 	}
-	// An empty message has every field at its default, so decoding it
-	// checks each scalar field's type against its column.
-	if _, err := decodeProto(md, nil, record, nil); err != nil && err.Reason == ReasonIncompatibleSchema {
+	if err := protoFits(md, record); err != nil {
 		return nil, fmt.Errorf("proto.message %s does not fit the schema: field %q: %s", c.Message, err.Field, err.Detail)
 	}
 	return md, nil

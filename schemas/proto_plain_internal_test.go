@@ -88,6 +88,48 @@ func TestPlainProtobufConfigErrors(t *testing.T) {
 	}
 }
 
+// TestPlainProtobufFieldsCheckedAtStart: every field of the message type
+// that a column holds is checked against its column when the job starts,
+// naming it: fields with presence (messages, proto3 optional, oneofs,
+// proto2 optional), the elements of repeated fields, map values and the
+// fields of nested messages. The check used to decode an empty message,
+// which sets none of those (and, with a proto2 required field, fails as
+// malformed and checks nothing), so such a field was accepted and every
+// message setting it became an incompatible_schema dead letter.
+func TestPlainProtobufFieldsCheckedAtStart(t *testing.T) {
+	sc := loadPayments(t)
+	for _, c := range []struct{ from, to, want string }{
+		{"repeated string tags = 7;", "repeated int32 tags = 7;", `field "tags[]": the writer's int32 cannot be stored in a column of type string`},
+		{"map<string, string> metadata = 8;", "map<string, double> metadata = 8;", `field "metadata[]": the writer's double cannot be stored`},
+		{"google.protobuf.Timestamp created_at = 5;", "Other created_at = 5;", `field "created_at": the writer's message cannot be stored`},
+		{"string currency = 3;", "optional double currency = 3;", `field "currency": the writer's double cannot be stored`},
+		{"string currency = 3;", "oneof c { double currency = 3; }", `field "currency": the writer's double cannot be stored`},
+		{"optional string country = 2;", "optional bool country = 2;", `field "account.country": the writer's bool cannot be stored`},
+	} {
+		path := plainPayments(t, strings.Replace(paymentsProto, c.from, c.to, 1))
+		_, err := sc.WithFormat(Format{Kind: FormatProtobuf, Proto: &ProtoConfig{File: path, Message: "com.example.payments.Payment"}})
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: %v, want an error containing %q", c.to, err, c.want)
+		}
+	}
+
+	sc, err := ParseAvsc("r", []byte(`{"type": "record", "name": "R", "fields": [{"name": "id", "type": "string"}, {"name": "n", "type": "int"}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ n, want string }{
+		{"required int32 n = 2;", ""},
+		{"required double n = 2;", `field "n": the writer's double cannot be stored in a column of type int`},
+		{"optional double n = 2;", `field "n": the writer's double cannot be stored in a column of type int`},
+	} {
+		path := plainPayments(t, `syntax = "proto2"; package p; message R { required string id = 1; `+c.n+` }`)
+		_, err := sc.WithFormat(Format{Kind: FormatProtobuf, Proto: &ProtoConfig{File: path, Message: "p.R"}})
+		if c.want == "" && err != nil || c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want)) {
+			t.Errorf("proto2 %s: %v, want an error containing %q", c.n, err, c.want)
+		}
+	}
+}
+
 // FuzzProtobufPlain: any bytes given to the plain Protobuf decoder are a
 // row or a *DecodeError, never a panic, and a failed one appends nothing.
 func FuzzProtobufPlain(f *testing.F) {
