@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"unsafe"
@@ -231,6 +232,9 @@ func ParseAvsc(name string, data []byte) (*Schema, error) {
 type avscParser struct {
 	name   string
 	nextID int
+	// open holds the records being mapped, innermost last: a reference to
+	// one of them is a recursive type, which no column can hold.
+	open []string
 }
 
 func (p *avscParser) id() int {
@@ -280,7 +284,13 @@ func (p *avscParser) typ(s avro.Schema, fp string) (*node, error) {
 		return n, nil
 	}
 	if r, ok := s.(*avro.RefSchema); ok {
-		return nil, p.errf(fp, "the recursive or repeated reference to %s is not supported; declare the type again", r.Schema().FullName())
+		// A named type used again after its declaration is a reference:
+		// its column is the declared type's, with ids of its own.
+		name := r.Schema().FullName()
+		if slices.Contains(p.open, name) {
+			return nil, p.errf(fp, "the recursive reference to %s is not supported: a column cannot contain itself", name)
+		}
+		return p.typ(r.Schema(), fp)
 	}
 	n := &node{required: true}
 	var logical avro.LogicalSchema
@@ -350,9 +360,12 @@ func (p *avscParser) typ(s avro.Schema, fp string) (*node, error) {
 			n.kind, n.typ = kBinary, iceberg.PrimitiveTypes.Binary
 		}
 	case avro.Record:
+		rs := s.(*avro.RecordSchema)
+		p.open = append(p.open, rs.FullName())
+		defer func() { p.open = p.open[:len(p.open)-1] }()
 		st := &iceberg.StructType{}
 		seen := map[string]bool{}
-		for _, af := range s.(*avro.RecordSchema).Fields() {
+		for _, af := range rs.Fields() {
 			c, err := p.field(af, fp)
 			if err != nil {
 				return nil, err

@@ -160,6 +160,88 @@ message Order {
 	}
 }
 
+// TestEvolveReusedNamedType: a writer field whose type is a record declared
+// by an earlier field (a reference, "type": "Addr") becomes a column like
+// the first; a recursive record, which no column can hold, is skipped. The
+// reference used to be refused as if recursive, so evolution skipped the
+// field and its data was dropped from every row without a word; schema
+// files refused it.
+func TestEvolveReusedNamedType(t *testing.T) {
+	reg, cl := testRegistry(t)
+	const addrs = `{"type": "record", "name": "Order", "fields": [
+	  {"name": "id", "type": "string"},
+	  {"name": "billing", "type": {"type": "record", "name": "Addr", "fields": [{"name": "street", "type": "string"}]}},
+	  {"name": "shipping", "type": ["null", "Addr"], "default": null}`
+	const chain = `,
+	  {"name": "chain", "type": ["null", {"type": "record", "name": "Link", "fields": [{"name": "next", "type": ["null", "Link"]}]}], "default": null}`
+	writer := addrs + chain + "]}"
+	id := register(t, cl, "w", writer, sr.TypeAvro)
+	value, err := avro.Marshal(avro.MustParse(writer), map[string]any{
+		"id": "o-1", "billing": map[string]any{"street": "Main St"}, "shipping": map[string]any{"Addr": map[string]any{"street": "Dock 4"}}, "chain": nil,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	file, err := ParseAvsc("orders", []byte(`{"type": "record", "name": "Order", "fields": [{"name": "id", "type": "string"}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc, err := file.WithFormat(Format{Kind: FormatAvro, Registry: &RegistryConfig{URL: reg.URL()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev := sc.Evolving()
+	b := ev.NewRecordBuilder(memory.DefaultAllocator, 0)
+	defer b.Release()
+	var req *EvolveRequest
+	if err := b.Append(wire(id, nil, value), Meta{Topic: "o"}, time.Time{}, ""); !errors.As(err, &req) {
+		t.Fatalf("append: %v, want an EvolveRequest", err)
+	}
+	var got []string
+	fields := slices.Clone(ev.Iceberg.Fields())
+	next := ev.Iceberg.HighestFieldID() + 1
+	for _, c := range req.Changes {
+		got = append(got, c.String())
+		one, err := iceberg.AssignFreshSchemaIDs(iceberg.NewSchema(0, iceberg.NestedField{Name: c.Column, Type: c.Type}),
+			func() int { next++; return next - 1 })
+		if err != nil {
+			t.Fatal(err)
+		}
+		fields = append(fields, one.Field(0))
+	}
+	want := []string{"add column billing struct<1: street: required string>", "add column shipping struct<1: street: required string>"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("changes:\n %q\nwant\n %q", got, want)
+	}
+	evolved, err := ev.WithTable(iceberg.NewSchemaWithIdentifiers(1, ev.Iceberg.IdentifierFieldIDs, fields...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b2 := evolved.NewRecordBuilder(memory.DefaultAllocator, 0)
+	defer b2.Release()
+	if err := b2.Append(wire(id, nil, value), Meta{Topic: "o"}, time.Time{}, ""); err != nil {
+		t.Fatalf("after evolving: %v", err)
+	}
+	rec := b2.NewRecord()
+	defer rec.Release()
+	if row := fmt.Sprint(rec.Column(1).ValueStr(0), " ", rec.Column(2).ValueStr(0)); row != `{"street":"Main St"} {"street":"Dock 4"}` {
+		t.Fatalf("row %q", row)
+	}
+
+	// The same schema as a schema file: both columns, the recursive one
+	// refused by name.
+	if _, err := ParseAvsc("w", []byte(writer)); err == nil || !strings.Contains(err.Error(), `field "chain.next": the recursive reference to Link`) {
+		t.Fatalf("schema file with a recursive record: %v", err)
+	}
+	wf, err := ParseAvsc("w", []byte(addrs+"]}"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f, ok := wf.Iceberg.FindFieldByName("shipping.street"); !ok || !f.Type.Equals(iceberg.PrimitiveTypes.String) {
+		t.Fatalf("schema file: shipping.street = %v, %v", f, ok)
+	}
+}
+
 // TestEvolveRequestRefuse: a change the table refuses stops the partition
 // (on_incompatible: stop) or dead-letters the record (dlq).
 func TestEvolveRequestRefuse(t *testing.T) {
