@@ -340,6 +340,11 @@ func (p *avscParser) typ(s avro.Schema, fp string) (*node, error) {
 		n.kind, n.typ = kString, iceberg.PrimitiveTypes.String
 		n.symbols = s.(*avro.EnumSchema).Symbols()
 	case avro.Bytes, avro.Fixed:
+		if f, ok := s.(*avro.FixedSchema); ok && f.Size() < 1 {
+			// Avro allows it; Parquet cannot write a fixed of no bytes,
+			// so every flush would fail.
+			return nil, p.errf(fp, "fixed %s has size %d; it must hold at least one byte", f.FullName(), f.Size())
+		}
 		if lt == avro.Decimal {
 			d := logical.(*avro.DecimalLogicalSchema)
 			if d.Precision() < 1 || d.Precision() > maxDecimalDigits || d.Scale() < 0 || d.Scale() > d.Precision() {

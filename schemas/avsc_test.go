@@ -278,6 +278,10 @@ func TestSchemaFileErrors(t *testing.T) {
 		{"reserved column", record("", `{"name":"_kafka_offset","type":"long"}`), `field "_kafka_offset": column "_kafka_offset" is reserved`},
 		{"duplicate column", record("", `{"name":"a","type":"long"},{"name":"b","type":"long","floe.column":"a"}`), `field "b": column "a" is declared twice`},
 		{"bad floe.column", record("", `{"name":"a","type":"long","floe.column":5}`), `field "a": floe.column must be a non-empty string`},
+		// A fixed of no bytes was accepted, and every flush then failed in
+		// the Parquet writer.
+		{"fixed of no bytes", record("", `{"name":"f","type":{"type":"fixed","name":"F","size":0}}`), `field "f": fixed F has size 0; it must hold at least one byte`},
+		{"list of fixed of no bytes", record("", `{"name":"f","type":{"type":"array","items":{"type":"fixed","name":"F","size":0}}}`), `field "f[]": fixed F has size 0`},
 		{"recursive record", record("", `{"name":"a","type":{"type":"record","name":"N","fields":[{"name":"next","type":["null","N"]}]}}`), `field "a.next": the recursive reference to N is not supported`},
 		{"unknown key", record(`"floe.key":"nope"`, `{"name":"a","type":"long"}`), `floe.key: no top-level column "nope" (columns: a)`},
 		{"key not a string", record(`"floe.key":["a"]`, `{"name":"a","type":"long"}`), `floe.key must be a column name`},

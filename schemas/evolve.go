@@ -538,6 +538,9 @@ func nodeOf(name string, t iceberg.Type, required bool) (*node, error) {
 	case iceberg.DecimalType:
 		n.kind, n.prec, n.scale = kDecimal, x.Precision(), x.Scale()
 	case iceberg.FixedType:
+		if x.Len() < 1 {
+			return nil, fmt.Errorf("type %s holds no bytes; Parquet cannot write it", t)
+		}
 		n.kind, n.size = kFixed, x.Len()
 	case *iceberg.StructType:
 		n.kind = kStruct

@@ -242,6 +242,23 @@ func TestEvolveReusedNamedType(t *testing.T) {
 	}
 }
 
+// TestWithTableRefusesFixedOfNoBytes: a table column of type fixed[0] that
+// the schema file does not declare (added by another tool) is refused when
+// floe adopts the table's columns, naming it; it was accepted, and every
+// flush then failed in the Parquet writer.
+func TestWithTableRefusesFixedOfNoBytes(t *testing.T) {
+	file, err := ParseAvsc("orders", []byte(ordersFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fields := append(slices.Clone(file.Iceberg.Fields()),
+		iceberg.NestedField{ID: file.Iceberg.HighestFieldID() + 1, Name: "f", Type: iceberg.FixedTypeOf(0)})
+	_, err = file.WithTable(iceberg.NewSchema(1, fields...))
+	if err == nil || !strings.Contains(err.Error(), `table column "f": type fixed[0] holds no bytes`) {
+		t.Fatalf("WithTable: %v, want column f refused", err)
+	}
+}
+
 // TestEvolveRequestRefuse: a change the table refuses stops the partition
 // (on_incompatible: stop) or dead-letters the record (dlq).
 func TestEvolveRequestRefuse(t *testing.T) {

@@ -20,7 +20,7 @@ func TestAvroItemsBounded(t *testing.T) {
 	for _, tc := range []struct{ items, table string }{
 		{`"null"`, `{"type":"array","items":["null","string"]}`},
 		{`{"type":"record","name":"E","fields":[]}`, `{"type":"array","items":{"type":"record","name":"E","fields":[{"name":"a","type":["null","int"]}]}}`},
-		{`{"type":"fixed","name":"Z","size":0}`, `{"type":"array","items":{"type":"fixed","name":"Z","size":0}}`},
+		{`{"type":"fixed","name":"Z","size":0}`, `{"type":"array","items":"bytes"}`}, // a table's fixed holds a byte at least
 	} {
 		t.Run(tc.items, func(t *testing.T) {
 			reg, cl := testRegistry(t)
