@@ -150,6 +150,10 @@ func (p *protoFill) value(fd protoreflect.FieldDescriptor, v protoreflect.Value,
 		var derr *DecodeError
 		v.Map().Range(func(k protoreflect.MapKey, e protoreflect.Value) bool {
 			key := k.String()
+			if !utf8.ValidString(key) { // proto2 strings are not checked by the runtime
+				derr = invalid("a key is not valid UTF-8")
+				return false
+			}
 			put(t.key, kb, &scalar{b: []byte(key)})
 			if err := p.scalar(fd.MapValue(), e, t.val, vb); err != nil {
 				derr = fieldErr("["+strconv.Quote(truncate(key, 32))+"]", err)

@@ -10,6 +10,9 @@ import (
 
 	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/memory"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/types/dynamicpb"
 )
 
 // plainPayments writes the payments .proto (importing the well-known
@@ -127,6 +130,46 @@ func TestPlainProtobufFieldsCheckedAtStart(t *testing.T) {
 		if c.want == "" && err != nil || c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want)) {
 			t.Errorf("proto2 %s: %v, want an error containing %q", c.n, err, c.want)
 		}
+	}
+}
+
+// TestPlainProto2InvalidUTF8: proto2 strings reach floe unchecked (the
+// runtime validates UTF-8 only in proto3), so floe refuses an invalid one as
+// invalid_field, in a value or a map key. Map keys were stored as they came:
+// a row held a string that is not UTF-8.
+func TestPlainProto2InvalidUTF8(t *testing.T) {
+	sc, err := ParseAvsc("r", []byte(`{"type": "record", "name": "R", "fields": [
+	  {"name": "id", "type": "string"}, {"name": "m", "type": {"type": "map", "values": "string"}}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := plainPayments(t, `syntax = "proto2"; package p; message R { optional string id = 1; map<string, string> m = 2; }`)
+	psc, err := sc.WithFormat(Format{Kind: FormatProtobuf, Proto: &ProtoConfig{File: path, Message: "p.R"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	md := psc.proto
+	b := psc.NewRecordBuilder(memory.DefaultAllocator, 0)
+	defer b.Release()
+	for _, c := range []struct{ id, key, val, field string }{
+		{"\xff", "k", "v", "id"},
+		{"x", "k", "\xff", `m["k"]`},
+		{"x", "\xff", "v", "m"},
+	} {
+		m := dynamicpb.NewMessage(md)
+		m.Set(md.Fields().ByName("id"), protoreflect.ValueOfString(c.id))
+		m.Mutable(md.Fields().ByName("m")).Map().Set(protoreflect.ValueOfString(c.key).MapKey(), protoreflect.ValueOfString(c.val))
+		v, err := proto.Marshal(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var de *DecodeError
+		if err := b.Append(v, Meta{Topic: "p"}, plainTime, ""); !errors.As(err, &de) || de.Reason != ReasonInvalidField || de.Field != c.field {
+			t.Errorf("id %q, m {%q: %q}: %v, want invalid_field %s", c.id, c.key, c.val, err, c.field)
+		}
+	}
+	if b.Len() != 0 {
+		t.Fatalf("%d rows with invalid UTF-8", b.Len())
 	}
 }
 
