@@ -197,6 +197,12 @@ func ParseAvsc(name string, data []byte) (*Schema, error) {
 	if err != nil {
 		return nil, fmt.Errorf("schema %s: assigning field ids: %w", name, err)
 	}
+	// A floe.column name with a dot can spell the path of a nested field
+	// ("a.b" beside struct a with field b); iceberg-go then cannot index
+	// the schema by name, and every lookup of a column by name fails.
+	if _, err := iceberg.IndexByName(sc); err != nil {
+		return nil, fmt.Errorf("schema %s: a floe.column name with a dot spells the path of another field: %w", name, err)
+	}
 	out := &Schema{Name: name, Iceberg: sc, user: us}
 	// The key is the ordering unit, like the Kafka message key: verify
 	// counts its distinct values as strings.

@@ -277,6 +277,10 @@ func TestSchemaFileErrors(t *testing.T) {
 		{"array of bad union", record("", `{"name":"a","type":{"type":"array","items":["int","string"]}}`), `field "a[]": a union`},
 		{"reserved column", record("", `{"name":"_kafka_offset","type":"long"}`), `field "_kafka_offset": column "_kafka_offset" is reserved`},
 		{"duplicate column", record("", `{"name":"a","type":"long"},{"name":"b","type":"long","floe.column":"a"}`), `field "b": column "a" is declared twice`},
+		// The column "a.b" made iceberg-go's index by name fail, so no
+		// column of the table could be found by name.
+		{"column named as a nested path", record("", `{"name":"a","type":{"type":"record","name":"A","fields":[{"name":"b","type":"string"}]}},{"name":"ab","type":"long","floe.column":"a.b"}`),
+			`a floe.column name with a dot spells the path of another field: error encountered during schema visitor: invalid schema: multiple fields for name a.b`},
 		{"bad floe.column", record("", `{"name":"a","type":"long","floe.column":5}`), `field "a": floe.column must be a non-empty string`},
 		// A fixed of no bytes was accepted, and every flush then failed in
 		// the Parquet writer.
