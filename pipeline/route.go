@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -87,15 +88,45 @@ func (w *WhereConfig) UnmarshalYAML(n *yaml.Node) error {
 	}
 	*w = WhereConfig{Field: raw.Field, Default: raw.Default}
 	for _, v := range raw.In {
-		switch {
-		case v.Kind != yaml.ScalarNode:
+		if v.Kind != yaml.ScalarNode {
 			return fmt.Errorf("line %d: where.in: want strings or numbers, got a list or map", v.Line)
-		case v.ShortTag() != "!!str" && v.ShortTag() != "!!int" && v.ShortTag() != "!!float":
+		}
+		value := v.Value
+		switch v.ShortTag() {
+		case "!!str":
+		case "!!int", "!!float":
+			// YAML numbers such as 0x1F, 0o17, 0b101 and 1_000 are kept in
+			// decimal, as JSON writes them (the filter and the overlap check
+			// read the text with strconv.ParseFloat).
+			var err error
+			if value, err = yamlNumber(&v); err != nil {
+				return fmt.Errorf("line %d: where.in: %s: %w", v.Line, v.Value, err)
+			}
+		default:
 			return fmt.Errorf("line %d: where.in: %s is a %s, not a string or number: quote it to match the string", v.Line, v.Value, strings.TrimPrefix(v.ShortTag(), "!!"))
 		}
-		w.In = append(w.In, v.Value)
+		w.In = append(w.In, value)
 	}
 	return nil
+}
+
+// yamlNumber returns the decimal text of an !!int or !!float node.
+func yamlNumber(v *yaml.Node) (string, error) {
+	if v.ShortTag() == "!!int" {
+		var n any // int, int64 or uint64
+		if err := v.Decode(&n); err != nil {
+			return "", err
+		}
+		return fmt.Sprint(n), nil
+	}
+	var f float64
+	if err := v.Decode(&f); err != nil {
+		return "", err
+	}
+	if math.IsInf(f, 0) || math.IsNaN(f) {
+		return "", errors.New("no JSON number is infinite or NaN")
+	}
+	return strconv.FormatFloat(f, 'g', -1, 64), nil
 }
 
 // Routed reports whether the job has a routes: section.

@@ -1,6 +1,11 @@
 package pipeline
 
-import "testing"
+import (
+	"slices"
+	"testing"
+
+	"gopkg.in/yaml.v3"
+)
 
 func TestRouteFilter(t *testing.T) {
 	orders := newRouteFilter(WhereConfig{Field: "kind", In: []string{"order", "refund", "7"}}, "", nil)
@@ -64,6 +69,26 @@ func TestRouteValuesNormalized(t *testing.T) {
 	f := newRouteFilter(WhereConfig{Field: "k", In: []string{"-0"}}, "", nil)
 	if !f.takes([]byte(`{"k":0}`)) {
 		t.Error("a route taking -0 does not take 0")
+	}
+}
+
+// TestWhereYAMLNumbersAsJSON: an in value YAML reads as a number in a form
+// JSON does not write (0x1F, 0o17, 0b101, 1_000) takes the JSON number it
+// denotes. It kept its YAML text, which matched no JSON number: the default
+// route took those records.
+func TestWhereYAMLNumbersAsJSON(t *testing.T) {
+	var w WhereConfig
+	if err := yaml.Unmarshal([]byte(`{field: k, in: [0x1F, 0o17, 0b101, 1_000, -0x10, 1_000.5, "0x1F"]}`), &w); err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"31", "15", "5", "1000", "-16", "1000.5", "0x1F"}; !slices.Equal(w.In, want) {
+		t.Fatalf("in %q, want %q", w.In, want)
+	}
+	f := newRouteFilter(w, "", nil)
+	for _, v := range []string{`{"k":31}`, `{"k":15}`, `{"k":5}`, `{"k":1000}`, `{"k":-16}`, `{"k":1000.5}`, `{"k":"0x1F"}`} {
+		if !f.takes([]byte(v)) {
+			t.Errorf("%s not taken by where %q", v, w.In)
+		}
 	}
 }
 

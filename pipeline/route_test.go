@@ -140,6 +140,28 @@ func TestRouteConfigErrors(t *testing.T) {
     where: {default: true}
     table: {name: shop.other}
 `, []string{`routes[1] (table shop.refunds): where.in: "-0" is also taken by routes[0] (table shop.orders)`}},
+		// A YAML integer in another base kept its text, so [0x1F] and
+		// [31] did not overlap (and 0x1F matched no JSON number).
+		{"overlapping in written in another base", routesHead + `routes:
+  - topic: events
+    where: {field: kind, in: [31, 1_000]}
+    table: {name: shop.orders}
+  - topic: events
+    where: {field: kind, in: [0x1F, 0b101, 1000.0]}
+    table: {name: shop.refunds}
+  - topic: events
+    where: {default: true}
+    table: {name: shop.other}
+`, []string{`routes[1] (table shop.refunds): where.in: "31" is also taken by routes[0] (table shop.orders)`,
+			`routes[1] (table shop.refunds): where.in: "1000" is also taken by routes[0] (table shop.orders)`}},
+		{"in value infinite", routesHead + `routes:
+  - topic: events
+    where: {field: kind, in: [.inf]}
+    table: {name: shop.orders}
+  - topic: events
+    where: {default: true}
+    table: {name: shop.other}
+`, []string{`where.in: .inf: no JSON number is infinite or NaN`}},
 		{"in value not a string or number", routesHead + `routes:
   - topic: events
     where: {field: vip, in: [true]}
