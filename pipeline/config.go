@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"regexp"
 	"strconv"
@@ -394,7 +395,7 @@ func (c *Config) defaults() {
 	if c.Commit.MaxBytes == 0 {
 		c.Commit.MaxBytes = 128 << 20
 	}
-	if c.Commit.Grace == 0 {
+	if c.Commit.Grace == 0 && k.SessionTimeout > 0 && k.RebalanceTimeout > 0 { // else validate names the timeout
 		c.Commit.Grace = Duration(min(20*time.Second, k.SessionTimeout.D()/2, k.RebalanceTimeout.D()/2))
 	}
 	if c.Maintain.ExpireOlderThan == 0 {
@@ -459,7 +460,19 @@ func (c *Config) validate() error {
 	if k.DLQTopic == k.Topic && k.Topic != "" {
 		bad("kafka.dlq_topic", "must differ from kafka.topic")
 	}
-	if k.HeartbeatInterval.D() >= k.SessionTimeout.D() {
+	// kafka-go refuses these only after the table exists, naming no key;
+	// the group protocol carries them as int32 milliseconds.
+	timeouts := true
+	for _, d := range []struct {
+		key string
+		v   Duration
+	}{{"kafka.session_timeout", k.SessionTimeout}, {"kafka.rebalance_timeout", k.RebalanceTimeout}, {"kafka.heartbeat_interval", k.HeartbeatInterval}} {
+		if d.v.D() <= 0 || d.v.D()/time.Millisecond >= math.MaxInt32 {
+			bad(d.key, "%s: want a positive duration below %s", d.v.D(), time.Duration(math.MaxInt32)*time.Millisecond)
+			timeouts = false
+		}
+	}
+	if timeouts && k.HeartbeatInterval.D() >= k.SessionTimeout.D() {
 		bad("kafka.heartbeat_interval", "%s must be below kafka.session_timeout %s", k.HeartbeatInterval.D(), k.SessionTimeout.D())
 	}
 	if _, err := k.security(); err != nil {
@@ -482,7 +495,12 @@ func (c *Config) validate() error {
 	if c.Commit.Interval.D() < 0 {
 		bad("commit.interval", "must be positive")
 	}
-	if limit := min(k.SessionTimeout.D(), k.RebalanceTimeout.D()); c.Commit.Grace.D() >= limit {
+	// A negative grace would cancel the final flush at once: SIGTERM
+	// would drop the buffer.
+	switch limit := min(k.SessionTimeout.D(), k.RebalanceTimeout.D()); {
+	case c.Commit.Grace.D() < 0:
+		bad("commit.grace", "%s: must be positive", c.Commit.Grace.D())
+	case timeouts && c.Commit.Grace.D() >= limit:
 		bad("commit.grace", "%s must be below kafka.session_timeout and kafka.rebalance_timeout (%s): a revoked member stops heartbeating, and the coordinator evicts it after the session timeout",
 			c.Commit.Grace.D(), limit)
 	}

@@ -189,6 +189,31 @@ func TestConfigErrorsNameTheKey(t *testing.T) {
 	}
 }
 
+// TestConfigRefusesNonPositiveTimeouts: a negative commit.grace was
+// accepted and cancelled the final flush at once (SIGTERM dropped the
+// buffer and exited 0); a negative kafka.heartbeat_interval passed too and
+// failed in kafka-go after the table was created, naming no key; negative
+// session and rebalance timeouts surfaced only as commit.grace errors.
+func TestConfigRefusesNonPositiveTimeouts(t *testing.T) {
+	for _, tc := range []struct{ kafka, commit, want, notWant string }{
+		{commit: "  grace: -1s\n", want: "commit.grace: -1s: must be positive"},
+		{kafka: "  heartbeat_interval: -1s\n", want: "kafka.heartbeat_interval: -1s: want a positive duration"},
+		{kafka: "  session_timeout: -30s\n", want: "kafka.session_timeout: -30s", notWant: "commit.grace"},
+		{kafka: "  rebalance_timeout: -1m\n", want: "kafka.rebalance_timeout: -1m0s", notWant: "commit.grace"},
+		{kafka: "  session_timeout: 600h\n", want: "kafka.session_timeout: 600h0m0s: want a positive duration below"},
+	} {
+		body := strings.Replace(validConfig, "  group: floe-clicks\n", "  group: floe-clicks\n"+tc.kafka, 1) + "commit:\n  interval: 1s\n" + tc.commit
+		cfg, err := pipeline.LoadConfig(writeConfig(t, body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = cfg.Finish()
+		if err == nil || !strings.Contains(err.Error(), tc.want) || (tc.notWant != "" && strings.Contains(err.Error(), tc.notWant)) {
+			t.Errorf("%s%s: error %v; want one containing %q (and not %q)", tc.kafka, tc.commit, err, tc.want, tc.notWant)
+		}
+	}
+}
+
 func TestConfigSchemaFormat(t *testing.T) {
 	cfg, err := pipeline.LoadConfig(writeConfig(t, validConfig+`format: avro
 registry:
