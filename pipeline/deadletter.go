@@ -153,7 +153,28 @@ func (d *deadLetterWriter) write(ctx context.Context, letters []deadLetter) erro
 	return nil
 }
 
-func (d *deadLetterWriter) close() error { return d.w.Close() }
+// dlqCloseTimeout bounds close. A batch still in flight then was abandoned
+// by its flush (a stop past commit.grace), which therefore did not commit:
+// its records are read and dead-lettered again by the partition's next
+// owner. kafka-go cannot cancel it (each of its 5 attempts has its own
+// 10 s timeout), and Writer.Close waits for it: a broker that does not
+// answer would hold a stop for almost a minute.
+const dlqCloseTimeout = 5 * time.Second
+
+// close waits for the writer's batches, at most dlqCloseTimeout; after
+// that it returns an error and leaves them to finish or fail in the
+// background.
+func (d *deadLetterWriter) close() error {
+	closed := make(chan struct{})
+	go func() { d.w.Close(); close(closed) }()
+	select {
+	case <-closed:
+		return nil
+	case <-time.After(dlqCloseTimeout):
+		return fmt.Errorf("dead-letter topic %s: an abandoned write still waits for the broker after %s; left behind (its flush did not commit)",
+			d.topic, dlqCloseTimeout)
+	}
+}
 
 // ReadDeadLetters reads the dead-letter topic from its start to its current
 // end and returns the source offsets of topic it holds, for reconciliation.

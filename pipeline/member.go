@@ -143,6 +143,21 @@ func (m *Member) Run(ctx context.Context) error {
 	if k.StartOffset == "latest" {
 		start = kafka.LastOffset
 	}
+	tr, err := k.transport()
+	if err != nil {
+		return err
+	}
+	defer tr.CloseIdleConnections()
+	// Closed after the group is left (defers run last-registered first):
+	// an abandoned write that the broker does not answer must not keep the
+	// partitions from their next owner.
+	dlq := newDeadLetterWriter(k, m.cfg.Table.Name, tr)
+	defer func() {
+		if err := dlq.close(); err != nil {
+			m.log.Warn("closing the dead-letter writer", "err", err)
+		}
+	}()
+
 	cg, err := kafka.NewConsumerGroup(kafka.ConsumerGroupConfig{
 		ID:                     k.Group,
 		Brokers:                k.Brokers,
@@ -178,14 +193,6 @@ func (m *Member) Run(ctx context.Context) error {
 				"after", leaveTimeout)
 		}
 	}()
-
-	tr, err := k.transport()
-	if err != nil {
-		return err
-	}
-	defer tr.CloseIdleConnections()
-	dlq := newDeadLetterWriter(k, m.cfg.Table.Name, tr)
-	defer dlq.close()
 
 	if m.stage != nil {
 		stageCtx, stopStage := context.WithCancel(context.WithoutCancel(ctx))

@@ -632,3 +632,68 @@ func TestLatestIsWhereTheJobFirstStarted(t *testing.T) {
 		t.Fatalf("after the third run: %d rows, want %d (none of the history written before the job started)", n, want)
 	}
 }
+
+// TestUnansweredDeadLetterWriteHoldsNoStop: a dead-letter topic whose
+// leader never answers holds the flush (retried in place, by design), but
+// not a stop beyond commit.grace and a few seconds. The member used to
+// close its dead-letter writer before leaving the group, and kafka-go's
+// Close waited for the abandoned batch, 5 attempts × 10 s: about 52 s
+// against the 45 s the deploy manifests give. Nothing is lost: the flush
+// holding the dead letters never committed, and the next run writes them
+// and the rows.
+func TestUnansweredDeadLetterWriteHoldsNoStop(t *testing.T) {
+	j := newJob(t, 0, fastCommit, nil)
+	j.cfg.Commit.Grace = pipeline.Duration(time.Second)
+	gen := clickgen.New(clickgen.Config{Sessions: 100, Seed: 6, MalformedRate: 0.2})
+	if _, err := j.cl.ProduceRate(t.Context(), "clicks", gen, 400, 0); err != nil {
+		t.Fatal(err)
+	}
+	end, err := j.cl.EndOffsets(t.Context(), "clicks")
+	if err != nil {
+		t.Fatal(err)
+	}
+	j.end = end
+	var answer atomic.Bool
+	var swallowed atomic.Int32
+	kf := j.cl.Kfake()
+	kf.ControlKey(kmsg.Produce.Int16(), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		kf.KeepControl()
+		for _, tp := range req.(*kmsg.ProduceRequest).Topics {
+			if tp.Topic == "clicks.dlq" && !answer.Load() {
+				swallowed.Add(1)
+				return nil, nil, true // no answer
+			}
+		}
+		return nil, nil, false
+	})
+	m, err := pipeline.NewMember(j.cfg, j.tbl, j.sc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done, stop := startRun(m)
+	defer stop()
+	for deadline := time.Now().Add(30 * time.Second); swallowed.Load() == 0; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("no dead-letter write reached the broker")
+		}
+	}
+	stop()
+	// commit.grace (1 s), closing the dead-letter writer (5 s) and 5 s.
+	waitRun(t, done, 11*time.Second, "the member did not stop")
+
+	answer.Store(true)
+	runUntilCaughtUp(t, j)
+	dl, err := pipeline.ReadDeadLetters(t.Context(), j.cfg.Kafka)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err := j.tbl.Verify(t.Context(), "clicks", dl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !rep.OK() || rep.DeadLetters == 0 {
+		var out strings.Builder
+		rep.WriteText(&out)
+		t.Fatalf("verify after the restart (%d dead letters):\n%s", rep.DeadLetters, out.String())
+	}
+}

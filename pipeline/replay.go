@@ -116,7 +116,11 @@ func Replay(ctx context.Context, cfg Config, tbl *lakehouse.Table, sc *schemas.S
 	}
 	defer tr.CloseIdleConnections()
 	rp.dlq = newDeadLetterWriter(k, cfg.Table.Name, tr)
-	defer rp.dlq.close()
+	defer func() {
+		if err := rp.dlq.close(); err != nil {
+			log.Warn("closing the dead-letter writer", "err", err)
+		}
+	}()
 	if cfg.Enrich != nil {
 		// A replay looks every key up afresh: it is run to re-enrich
 		// rows, and a saved miss would answer for the service.
