@@ -195,18 +195,26 @@ func (rp *replayer) replay(ctx context.Context, r ReplayRange) error {
 			}
 		}
 	}
+	// What buf holds since the last commit, counted as the live window
+	// counts it: rows and dead letters (each holds its record), and their
+	// bytes. The builder's length alone missed the dead letters and the
+	// rows carried across a schema switch.
+	var rows, bytes int
 	add := func(msg kafka.Message, res enrich.Result) error {
 		// A route with where replays only the records it takes.
 		if rp.cfg.where == nil || rp.cfg.where.takes(msg.Value) {
-			if _, _, _, err := buf.appendEnriched(msg, time.Now(), res); err != nil {
+			dr, db, _, err := buf.appendEnriched(msg, time.Now(), res)
+			if err != nil {
 				return err
 			}
+			rows, bytes = rows+dr, bytes+db
 		}
 		rp.res.Read++
 		if rp.opts.Read != nil {
 			rp.opts.Read.Add(1)
 		}
-		if buf.builder.Len() >= rp.cfg.Commit.MaxRecords {
+		if rows >= rp.cfg.Commit.MaxRecords || bytes >= int(rp.cfg.Commit.MaxBytes) {
+			rows, bytes = 0, 0
 			return rp.commit(ctx, buf)
 		}
 		return nil

@@ -283,3 +283,43 @@ func TestScheduledRunEndsWhenRetentionEmptiedAPartition(t *testing.T) {
 		}
 	}
 }
+
+// TestReplayCommitsDeadLettersWithinTheBounds: a replay commits whenever
+// what it holds reaches commit.max_records or commit.max_bytes, counting
+// dead letters (each holds its whole record) with the rows. It counted
+// only the builder's rows, and no bytes: a range of records that cannot
+// be decoded was held in memory until the range ended.
+func TestReplayCommitsDeadLettersWithinTheBounds(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		commit pipeline.CommitConfig
+		// commits wants at least one commit per this many records read.
+		per int64
+	}{
+		{"max_records", pipeline.CommitConfig{MaxRecords: 50}, 50},
+		{"max_bytes", pipeline.CommitConfig{MaxBytes: 8 << 10}, 60}, // records of a few hundred bytes
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			j := newJob(t, 0, tc.commit, nil)
+			gen := clickgen.New(clickgen.Config{Sessions: 100, Seed: 4, MalformedRate: 0.5})
+			if _, err := j.cl.ProduceRate(t.Context(), "clicks", gen, 1600, 0); err != nil {
+				t.Fatal(err)
+			}
+			end, err := j.cl.EndOffsets(t.Context(), "clicks")
+			if err != nil {
+				t.Fatal(err)
+			}
+			res, err := pipeline.Replay(t.Context(), j.cfg, j.tbl, j.sc,
+				[]pipeline.ReplayRange{{Partition: 0, From: 0, To: end[0]}}, pipeline.ReplayOptions{}, slog.New(slog.DiscardHandler))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.Read != end[0] || res.Inserted+res.DeadLettered != res.Read || res.DeadLettered < res.Read/4 {
+				t.Fatalf("%+v: want %d read, each a row or a dead letter, many dead letters", res, end[0])
+			}
+			if res.Commits < res.Read/tc.per {
+				t.Fatalf("%d records read (%d dead letters) in %d commits: want one per %d records at least", res.Read, res.DeadLettered, res.Commits, tc.per)
+			}
+		})
+	}
+}
