@@ -51,7 +51,7 @@ func BenchmarkStage(b *testing.B) {
 		b.Run(bc.name, func(b *testing.B) {
 			srv, url := startServer(b, bc.server)
 			cfg := testConfig(url)
-			cfg.Timeout = 10 * time.Second
+			cfg.Timeout = enrich.Duration(10 * time.Second)
 			cfg.CacheSize = bc.cache
 			h := startStage(b, cfg)
 			if bc.warm {

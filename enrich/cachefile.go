@@ -80,7 +80,7 @@ func (s *Stage) loadCacheFile() {
 		return
 	}
 	defer f.Close()
-	n, err := s.cache.load(f, s.cacheFileHeader(), time.Now(), monoNow(), s.cfg.CacheTTL, s.cfg.NegativeCacheTTL, s.client.dec.interns)
+	n, err := s.cache.load(f, s.cacheFileHeader(), time.Now(), monoNow(), s.cfg.CacheTTL.D(), s.cfg.NegativeCacheTTL.D(), s.client.dec.interns)
 	if err != nil {
 		s.log.Warn("enrichment cache file not read; starting with an empty cache", "file", path, "err", err)
 		return
@@ -161,7 +161,7 @@ func (s *Stage) writeCacheFile(path string) (int, error) {
 	}
 	defer os.Remove(tmp.Name()) // after the rename, there is nothing to remove
 	w := bufio.NewWriter(tmp)
-	n, err := s.cache.save(w, s.cacheFileHeader(), time.Now(), monoNow(), s.cfg.CacheTTL, s.cfg.NegativeCacheTTL)
+	n, err := s.cache.save(w, s.cacheFileHeader(), time.Now(), monoNow(), s.cfg.CacheTTL.D(), s.cfg.NegativeCacheTTL.D())
 	if err == nil {
 		err = w.Flush()
 	}

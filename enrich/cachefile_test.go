@@ -81,7 +81,7 @@ func TestCacheFileIgnoredWhenItDoesNotFit(t *testing.T) {
 	srv, url := startServer(t, enrich.ServerConfig{P50: time.Millisecond, P99: 5 * time.Millisecond, Seed: 2})
 	cfg := testConfig(url)
 	cfg.CacheFile = filepath.Join(t.TempDir(), "enrich.cache")
-	cfg.CacheTTL = 300 * time.Millisecond
+	cfg.CacheTTL = enrich.Duration(300 * time.Millisecond)
 	recs := cacheFileRecords()
 	// lookedUp runs recs through a new stage with cfg (checking the values
 	// when it has all the fields) and returns how many requests it sent
@@ -101,12 +101,12 @@ func TestCacheFileIgnoredWhenItDoesNotFit(t *testing.T) {
 	if n, _ := lookedUp(cfg); n == 0 {
 		t.Fatal("the first run sent no request")
 	}
-	time.Sleep(cfg.CacheTTL)
+	time.Sleep(cfg.CacheTTL.D())
 	if n, _ := lookedUp(cfg); n == 0 {
 		t.Fatal("entries past their TTL were used")
 	}
 	other := cfg
-	other.CacheTTL = time.Minute
+	other.CacheTTL = enrich.Duration(time.Minute)
 	other.Fields = other.Fields[:2]
 	if n, logs := lookedUp(other); n == 0 || !strings.Contains(logs, "saved for another key or other fields") {
 		t.Fatalf("a file saved for other fields was used (%d requests), or not explained:\n%s", n, logs)
@@ -115,7 +115,7 @@ func TestCacheFileIgnoredWhenItDoesNotFit(t *testing.T) {
 		t.Fatal("the run after one with other fields used their file")
 	}
 	moved := cfg
-	moved.CacheTTL = time.Minute
+	moved.CacheTTL = enrich.Duration(time.Minute)
 	moved.URL = strings.Replace(cfg.URL, "127.0.0.1", "localhost", 1)
 	if moved.URL == cfg.URL {
 		t.Fatalf("the test server's url %s is not on 127.0.0.1", cfg.URL)

@@ -9,7 +9,10 @@ import (
 	"strings"
 	"time"
 
+	"gopkg.in/yaml.v3"
+
 	"github.com/floe-dev/floe/internal/bytesize"
+	"github.com/floe-dev/floe/internal/duration"
 )
 
 // FieldType is the type an enrichment attribute takes in the table. The
@@ -87,14 +90,37 @@ type BreakerConfig struct {
 	MinRequests uint32 `yaml:"min_requests"`
 	// OpenTimeout is how long the breaker stays open before it lets one
 	// probe request through (half-open). Default 5s.
-	OpenTimeout time.Duration `yaml:"open_timeout"`
+	OpenTimeout Duration `yaml:"open_timeout"`
 	// Interval is the rolling window over which failures are counted while
 	// the breaker is closed. A request's outcome counts in the window it
 	// began in (gobreaker), so Interval must exceed the longest a request
 	// may take, RequestSpan: one that outlasts it is never counted, and a
 	// service that hangs would never open the breaker. Default twice that,
 	// at least 10s (56s with the other defaults).
-	Interval time.Duration `yaml:"interval"`
+	Interval Duration `yaml:"interval"`
+}
+
+// Duration is a time.Duration written as "5s" in YAML (0 and -1 need no
+// unit).
+type Duration = duration.Duration
+
+// RetryCount is a number of retries. Its zero value is the default, as
+// every field's of Config is, but "retries: 0" in YAML means no retries —
+// what one writes for a service that must not see a request twice, beside
+// hedge_after: -1 — so it is read as -1.
+type RetryCount int
+
+// UnmarshalYAML reads an integer; 0 becomes -1 (none).
+func (r *RetryCount) UnmarshalYAML(n *yaml.Node) error {
+	var v int
+	if err := n.Decode(&v); err != nil {
+		return err
+	}
+	if v == 0 {
+		v = -1
+	}
+	*r = RetryCount(v)
+	return nil
 }
 
 // Config is the `enrich:` section of floe's configuration. The zero value of
@@ -113,7 +139,7 @@ type Config struct {
 	// BatchSize is the most keys in one batch request. Default 500.
 	BatchSize int `yaml:"batch_size"`
 	// Linger is how long a partial batch waits for more keys. Default 5ms.
-	Linger time.Duration `yaml:"linger"`
+	Linger Duration `yaml:"linger"`
 	// MaxInFlightRecords bounds the records one lane (partition) holds
 	// between Submit and Out; Submit blocks beyond it. Default 100000.
 	MaxInFlightRecords int `yaml:"max_in_flight_records"`
@@ -139,10 +165,10 @@ type Config struct {
 	MaxInFlightRequests int `yaml:"max_in_flight_requests"`
 
 	// Timeout bounds one HTTP attempt. Default 5s.
-	Timeout time.Duration `yaml:"timeout"`
+	Timeout Duration `yaml:"timeout"`
 	// Retries after the first attempt, for retryable failures only. Default
-	// 3; -1 means none.
-	Retries int `yaml:"retries"`
+	// 3; -1 means none, and so does an explicit 0 in YAML (see RetryCount).
+	Retries RetryCount `yaml:"retries"`
 	// HedgeAfter is how long an attempt waits before the same request is
 	// sent once more, the first answer winning ("hedged requests", The Tail
 	// at Scale): under ordered completion a lane waits for the slowest
@@ -155,12 +181,12 @@ type Config struct {
 	// request, and at most a fifth of the requests are hedged (after a
 	// burst of 10), so a service that slows down as a whole does not get
 	// twice the load.
-	HedgeAfter time.Duration `yaml:"hedge_after"`
+	HedgeAfter Duration `yaml:"hedge_after"`
 	// BackoffMin and BackoffMax bound the exponential backoff between
 	// attempts; each wait is drawn uniformly below the bound (full jitter).
 	// Defaults 100ms and 2s.
-	BackoffMin time.Duration `yaml:"backoff_min"`
-	BackoffMax time.Duration `yaml:"backoff_max"`
+	BackoffMin Duration `yaml:"backoff_min"`
+	BackoffMax Duration `yaml:"backoff_max"`
 
 	// CacheSize bounds the cached keys (results and misses). Default
 	// 200000; -1 disables the cache; below 32 the bound is 32 (16 shards
@@ -171,9 +197,9 @@ type Config struct {
 	// CacheTTL is how long a result is used. Default 10m. Hot keys are
 	// refreshed in the background after 80% of it, so they never stall a
 	// lane.
-	CacheTTL time.Duration `yaml:"cache_ttl"`
+	CacheTTL Duration `yaml:"cache_ttl"`
 	// NegativeCacheTTL is how long a miss is remembered. Default 1m.
-	NegativeCacheTTL time.Duration `yaml:"negative_cache_ttl"`
+	NegativeCacheTTL Duration `yaml:"negative_cache_ttl"`
 	// CacheFile, if set, is where the cache is saved when the job stops
 	// and loaded from when it starts, so that a scheduled job's next run
 	// starts with the keys its last run looked up rather than with a cold
@@ -215,30 +241,30 @@ func (c *Config) defaults() {
 		}
 	}
 	setDefault(&c.BatchSize, 500)
-	setDefault(&c.Linger, 5*time.Millisecond)
+	setDefault(&c.Linger, Duration(5*time.Millisecond))
 	setDefault(&c.MaxInFlightRecords, 100000)
 	setDefault(&c.MaxInFlightRequests, 256)
-	setDefault(&c.Timeout, 5*time.Second)
+	setDefault(&c.Timeout, Duration(5*time.Second))
 	setDefault(&c.Retries, 3)
-	setDefault(&c.BackoffMin, 100*time.Millisecond)
-	setDefault(&c.BackoffMax, 2*time.Second)
+	setDefault(&c.BackoffMin, Duration(100*time.Millisecond))
+	setDefault(&c.BackoffMax, Duration(2*time.Second))
 	setDefault(&c.CacheSize, 200_000)
-	setDefault(&c.CacheTTL, 10*time.Minute)
-	setDefault(&c.NegativeCacheTTL, time.Minute)
+	setDefault(&c.CacheTTL, Duration(10*time.Minute))
+	setDefault(&c.NegativeCacheTTL, Duration(time.Minute))
 	b := &c.Breaker
 	if b.Policy == "" {
 		b.Policy = PolicyPause
 	}
 	setDefault(&b.FailureRatio, 0.5)
 	setDefault(&b.MinRequests, 10)
-	setDefault(&b.OpenTimeout, 5*time.Second)
-	setDefault(&b.Interval, max(10*time.Second, 2*c.RequestSpan()))
+	setDefault(&b.OpenTimeout, Duration(5*time.Second))
+	setDefault(&b.Interval, Duration(max(10*time.Second, 2*c.RequestSpan())))
 }
 
 // RequestSpan is the longest one lookup request may take: every attempt
 // timing out, with the longest backoff after each.
 func (c *Config) RequestSpan() time.Duration {
-	return time.Duration(max(c.Retries, 0)+1) * (c.Timeout + c.BackoffMax)
+	return time.Duration(max(c.Retries, 0)+1) * (c.Timeout + c.BackoffMax).D()
 }
 
 func setDefault[T comparable](v *T, def T) {
@@ -355,7 +381,7 @@ func (c *Config) validate() error {
 	if b.OpenTimeout < 0 {
 		bad("breaker.open_timeout", "must be positive")
 	}
-	if b.Interval <= c.RequestSpan() {
+	if b.Interval.D() <= c.RequestSpan() {
 		bad("breaker.interval", "%s: must exceed the longest a request may take, (retries+1) × (timeout + backoff_max) = %s: "+
 			"a request's outcome counts in the window it began in, so a service that hangs would never open the breaker",
 			b.Interval, c.RequestSpan())

@@ -41,12 +41,12 @@ func TestConfigDefaults(t *testing.T) {
 			{Name: "segment", Type: "string", Attribute: "segment"},
 			{Name: "signup", Type: "timestamp", Attribute: "signup_ts"},
 		},
-		BatchSize: 500, Linger: 5 * time.Millisecond,
+		BatchSize: 500, Linger: enrich.Duration(5 * time.Millisecond),
 		MaxInFlightRecords: 100000, MaxInFlightRequests: 256,
-		Timeout: 5 * time.Second, Retries: 3, BackoffMin: 100 * time.Millisecond, BackoffMax: 2 * time.Second,
-		CacheSize: 200_000, CacheTTL: 10 * time.Minute, NegativeCacheTTL: time.Minute,
+		Timeout: enrich.Duration(5 * time.Second), Retries: 3, BackoffMin: enrich.Duration(100 * time.Millisecond), BackoffMax: enrich.Duration(2 * time.Second),
+		CacheSize: 200_000, CacheTTL: enrich.Duration(10 * time.Minute), NegativeCacheTTL: enrich.Duration(time.Minute),
 		Breaker: enrich.BreakerConfig{Policy: "pause", FailureRatio: 0.5, MinRequests: 10,
-			OpenTimeout: 5 * time.Second, Interval: 56 * time.Second}, // 2 × 4 × (5s + 2s)
+			OpenTimeout: enrich.Duration(5 * time.Second), Interval: enrich.Duration(56 * time.Second)}, // 2 × 4 × (5s + 2s)
 	}
 	if cfg.String() != want.String() {
 		t.Fatalf("defaults:\n got %v\nwant %v", cfg, want)
@@ -82,8 +82,8 @@ breaker: {policy: dlq, failure_ratio: 0.25, min_requests: 20, open_timeout: 30s,
 	if err := cfg.Finish(); err != nil {
 		t.Fatal(err)
 	}
-	if cfg.Linger != 2*time.Millisecond || cfg.Timeout != 1500*time.Millisecond || cfg.CacheTTL != time.Hour ||
-		cfg.Breaker.OpenTimeout != 30*time.Second || cfg.Breaker.Interval != time.Minute || cfg.Retries != -1 ||
+	if cfg.Linger.D() != 2*time.Millisecond || cfg.Timeout.D() != 1500*time.Millisecond || cfg.CacheTTL.D() != time.Hour ||
+		cfg.Breaker.OpenTimeout.D() != 30*time.Second || cfg.Breaker.Interval.D() != time.Minute || cfg.Retries != -1 ||
 		cfg.CacheSize != -1 || cfg.Breaker.Policy != enrich.PolicyDLQ || cfg.TLS.CAFile != "/etc/ca.pem" {
 		t.Fatalf("decoded %v", cfg)
 	}

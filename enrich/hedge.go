@@ -77,7 +77,7 @@ func (s *Stage) hedgeDelay() (time.Duration, bool) {
 	case c < 0:
 		return 0, false
 	case c > 0:
-		return c, true
+		return c.D(), true
 	}
 	h := &s.hedge
 	h.mu.Lock()

@@ -27,7 +27,7 @@ func TestHedgedRequests(t *testing.T) {
 	srv, url := startServer(t, enrich.ServerConfig{P50: 5 * time.Millisecond, P99: 1500 * time.Millisecond, Seed: 11})
 	cfg := testConfig(url)
 	cfg.BatchSize = 4
-	cfg.Linger = time.Millisecond
+	cfg.Linger = enrich.Duration(time.Millisecond)
 	cfg.MaxInFlightRequests = 8
 	h := startStage(t, cfg)
 	recs := hedgeRecords()
@@ -52,7 +52,7 @@ func TestHedgeOff(t *testing.T) {
 	srv, url := startServer(t, enrich.ServerConfig{P50: 5 * time.Millisecond, P99: 500 * time.Millisecond, Seed: 11})
 	cfg := testConfig(url)
 	cfg.BatchSize = 4
-	cfg.Linger = time.Millisecond
+	cfg.Linger = enrich.Duration(time.Millisecond)
 	cfg.MaxInFlightRequests = 8
 	cfg.HedgeAfter = -1
 	h := startStage(t, cfg)
@@ -74,9 +74,9 @@ func TestHedgeFixedDelay(t *testing.T) {
 	// seconds. 30 requests of one key each, hedged after 100 ms.
 	srv, url := startServer(t, enrich.ServerConfig{P50: 5 * time.Millisecond, P99: 4 * time.Second, Seed: 5})
 	cfg := testConfig(url)
-	cfg.Timeout = 10 * time.Second
+	cfg.Timeout = enrich.Duration(10 * time.Second)
 	cfg.BatchSize = 1
-	cfg.HedgeAfter = 100 * time.Millisecond
+	cfg.HedgeAfter = enrich.Duration(100 * time.Millisecond)
 	h := startStage(t, cfg)
 	recs := make([][]record, 1)
 	for j := range 30 {
@@ -99,9 +99,9 @@ func TestHedgeBudget(t *testing.T) {
 	srv, url := startServer(t, enrich.ServerConfig{P50: 150 * time.Millisecond, P99: 200 * time.Millisecond, Seed: 3})
 	cfg := testConfig(url)
 	cfg.BatchSize = 4
-	cfg.Linger = time.Millisecond
+	cfg.Linger = enrich.Duration(time.Millisecond)
 	cfg.MaxInFlightRequests = 8
-	cfg.HedgeAfter = time.Millisecond
+	cfg.HedgeAfter = enrich.Duration(time.Millisecond)
 	h := startStage(t, cfg)
 	recs := hedgeRecords()
 	checkLanes(t, srv, recs, runLanes(t, h.st, recs))
@@ -123,7 +123,7 @@ func TestHedgeAfterIsHonoured(t *testing.T) {
 	srv, url := startServer(t, enrich.ServerConfig{P50: 40 * time.Millisecond, P99: time.Millisecond, Seed: 1})
 	cfg := testConfig(url)
 	cfg.BatchSize, cfg.MaxInFlightRequests = 1, 1
-	cfg.HedgeAfter = 5 * time.Millisecond
+	cfg.HedgeAfter = enrich.Duration(5 * time.Millisecond)
 	h := startStage(t, cfg)
 	recs := [][]record{distinctRecords(0, 10)}
 	checkLanes(t, srv, recs, runLanes(t, h.st, recs))

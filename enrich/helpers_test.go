@@ -48,11 +48,11 @@ func testConfig(baseURL string) enrich.Config {
 		URL:        baseURL + "/lookup",
 		Key:        "user_id",
 		Fields:     testFields,
-		Timeout:    2 * time.Second,
-		BackoffMin: 5 * time.Millisecond,
-		BackoffMax: 50 * time.Millisecond,
+		Timeout:    enrich.Duration(2 * time.Second),
+		BackoffMin: enrich.Duration(5 * time.Millisecond),
+		BackoffMax: enrich.Duration(50 * time.Millisecond),
 		Breaker: enrich.BreakerConfig{
-			OpenTimeout: 200 * time.Millisecond,
+			OpenTimeout: enrich.Duration(200 * time.Millisecond),
 			MinRequests: 3,
 		},
 	}

@@ -146,7 +146,7 @@ func TestPassKeepsItsPlace(t *testing.T) {
 func TestTakeEnds(t *testing.T) {
 	_, url := startServer(t, enrich.ServerConfig{P50: time.Hour, P99: time.Hour})
 	cfg := testConfig(url)
-	cfg.Timeout = time.Hour
+	cfg.Timeout = enrich.Duration(time.Hour)
 	h := startStage(t, cfg)
 	ctx := context.Background()
 

@@ -159,7 +159,7 @@ func NewStage(cfg Config, reg prometheus.Registerer, log *slog.Logger) (*Stage, 
 		log:        log,
 		m:          m,
 		batch:      cfg.BatchSize,
-		linger:     cfg.Linger,
+		linger:     cfg.Linger.D(),
 		flights:    map[string]*flight{},
 		kick:       make(chan struct{}, 1),
 		slots:      make(chan struct{}, cfg.MaxInFlightRequests),
@@ -188,9 +188,9 @@ func NewStage(cfg Config, reg prometheus.Registerer, log *slog.Logger) (*Stage, 
 	s.cb = gobreaker.NewTwoStepCircuitBreaker[struct{}](gobreaker.Settings{
 		Name:         "enrich",
 		MaxRequests:  1, // one probe when half-open
-		Interval:     cfg.Breaker.Interval,
-		BucketPeriod: cfg.Breaker.Interval / 10,
-		Timeout:      cfg.Breaker.OpenTimeout,
+		Interval:     cfg.Breaker.Interval.D(),
+		BucketPeriod: cfg.Breaker.Interval.D() / 10,
+		Timeout:      cfg.Breaker.OpenTimeout.D(),
 		ReadyToTrip: func(c gobreaker.Counts) bool {
 			// Judge finished requests only: Requests also counts those in
 			// flight, which would dilute the ratio during an outage.
@@ -213,7 +213,7 @@ func (s *Stage) warnRisky() {
 		s.log.Warn("enrich.auth_header is sent over plain http://; use https:// outside a trusted network")
 	}
 	if c.Breaker.Policy == PolicyPause && c.Retries < 0 {
-		s.log.Warn("enrich.retries is -1 under policy pause: every transient error holds the lanes until the breaker cycles")
+		s.log.Warn("enrich.retries is none (0 or -1) under policy pause: every transient error holds the lanes until the breaker cycles")
 	}
 }
 
@@ -562,7 +562,7 @@ func (s *Stage) split(ctx context.Context, keys []string) {
 // jittered backoff, and stops retrying once the breaker has opened.
 func (s *Stage) attempts(ctx context.Context, keys []string) (map[string]Values, error) {
 	for attempt := 0; ; attempt++ {
-		actx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
+		actx, cancel := context.WithTimeout(ctx, s.cfg.Timeout.D())
 		start := time.Now()
 		res, err := s.hedged(actx, keys)
 		cancel()
@@ -575,7 +575,7 @@ func (s *Stage) attempts(ctx context.Context, keys []string) (map[string]Values,
 			return nil, err
 		}
 		re.Attempts = attempt + 1
-		if !re.Retryable || attempt >= s.cfg.Retries || s.cb.State() == gobreaker.StateOpen {
+		if !re.Retryable || attempt >= int(s.cfg.Retries) || s.cb.State() == gobreaker.StateOpen {
 			return nil, err
 		}
 		s.m.retries.Inc()
@@ -587,9 +587,9 @@ func (s *Stage) attempts(ctx context.Context, keys []string) (map[string]Values,
 
 // backoff is full jitter: uniform in [0, min(BackoffMax, BackoffMin·2^n)).
 func (s *Stage) backoff(n int) time.Duration {
-	d := s.cfg.BackoffMax
+	d := s.cfg.BackoffMax.D()
 	if n < 30 {
-		d = min(d, s.cfg.BackoffMin<<n)
+		d = min(d, s.cfg.BackoffMin.D()<<n)
 	}
 	if d <= 0 {
 		return 0
@@ -615,7 +615,7 @@ func (s *Stage) sleep(ctx context.Context, d time.Duration, wake <-chan struct{}
 func (s *Stage) waitBreaker(ctx context.Context) bool {
 	st := s.cb.State() // may move open → half-open; never under bmu
 	s.bmu.Lock()
-	wake, reopen := s.bchanged, s.openedAt.Add(s.cfg.Breaker.OpenTimeout)
+	wake, reopen := s.bchanged, s.openedAt.Add(s.cfg.Breaker.OpenTimeout.D())
 	s.bmu.Unlock()
 	var d time.Duration
 	switch st {
@@ -623,7 +623,7 @@ func (s *Stage) waitBreaker(ctx context.Context) bool {
 		// Up to 10ms of jitter so the waiters do not all call Allow at once.
 		d = time.Until(reopen) + time.Duration(rand.Int64N(int64(10*time.Millisecond)))
 	case gobreaker.StateHalfOpen:
-		d = s.cfg.Timeout // the probe's outcome normally wakes us first
+		d = s.cfg.Timeout.D() // the probe's outcome normally wakes us first
 	}
 	return s.sleep(ctx, max(d, time.Millisecond), wake)
 }
@@ -683,9 +683,9 @@ func (s *Stage) completeFound(keys []string, found map[string]Values) {
 	now := monoNow()
 	for _, k := range keys {
 		vals, ok := found[k]
-		ttl := s.cfg.CacheTTL
+		ttl := s.cfg.CacheTTL.D()
 		if !ok {
-			ttl = s.cfg.NegativeCacheTTL
+			ttl = s.cfg.NegativeCacheTTL.D()
 		}
 		s.complete(k, cachedResult(s.cache.put(k, vals, !ok, ttl, now)))
 	}

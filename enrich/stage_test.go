@@ -70,7 +70,7 @@ func TestOrderPerLaneUnderRandomLatency(t *testing.T) {
 	srv, url := startServer(t, enrich.ServerConfig{P50: 5 * time.Millisecond, P99: 80 * time.Millisecond, MissRate: 0.1, Seed: 1})
 	cfg := testConfig(url)
 	cfg.BatchSize = 16
-	cfg.Linger = time.Millisecond
+	cfg.Linger = enrich.Duration(time.Millisecond)
 	cfg.MaxInFlightRecords = 400
 	h := startStage(t, cfg)
 
@@ -197,8 +197,8 @@ func TestRetryOn503ThenSuccess(t *testing.T) {
 	srv, url := startServer(t, enrich.ServerConfig{P50: enrich.NoLatency, Seed: 5})
 	cfg := testConfig(url)
 	cfg.Retries = 50
-	cfg.BackoffMin = 20 * time.Millisecond
-	cfg.BackoffMax = 40 * time.Millisecond
+	cfg.BackoffMin = enrich.Duration(20 * time.Millisecond)
+	cfg.BackoffMax = enrich.Duration(40 * time.Millisecond)
 	cfg.Breaker.MinRequests = 1000 // keep the breaker out of it
 	cfg.Breaker.Policy = enrich.PolicyPassthrough
 	h := startStage(t, cfg)
@@ -354,7 +354,7 @@ func TestPauseIsolatesAKeyTheServiceCannotAnswer(t *testing.T) {
 	srv, url := startServer(t, enrich.ServerConfig{P50: time.Millisecond, P99: 5 * time.Millisecond, Seed: 9, FailKeys: []string{poison}})
 	cfg := testConfig(url)
 	cfg.BatchSize = 100
-	cfg.Linger = time.Second // full batches only, however slowly they are submitted
+	cfg.Linger = enrich.Duration(time.Second) // full batches only, however slowly they are submitted
 	cfg.MaxInFlightRequests = 1
 	cfg.Breaker.MinRequests = 1 << 30
 	h := startStage(t, cfg)
@@ -402,9 +402,9 @@ func TestPauseIsolatesKeysWhileTheBreakerIsOpen(t *testing.T) {
 	srv, url := startServer(t, enrich.ServerConfig{P50: time.Millisecond, P99: 5 * time.Millisecond, Seed: 12, FailKeys: poison})
 	cfg := testConfig(url)
 	cfg.BatchSize = per + 1
-	cfg.Linger = time.Second // full batches: each holds one of the poison keys
-	cfg.Retries = -1         // one request a probe: the splits come sooner
-	cfg.Breaker.OpenTimeout = 20 * time.Millisecond
+	cfg.Linger = enrich.Duration(time.Second) // full batches: each holds one of the poison keys
+	cfg.Retries = -1                          // one request a probe: the splits come sooner
+	cfg.Breaker.OpenTimeout = enrich.Duration(20 * time.Millisecond)
 	h := startStage(t, cfg)
 
 	ctx := context.Background()
@@ -504,7 +504,7 @@ func TestSplitRequestsAreBounded(t *testing.T) {
 	t.Cleanup(ts.Close)
 	cfg := testConfig(ts.URL)
 	cfg.BatchSize = batch
-	cfg.Linger = time.Second // the poison keys in one batch
+	cfg.Linger = enrich.Duration(time.Second) // the poison keys in one batch
 	cfg.MaxInFlightRequests = slots
 	cfg.HedgeAfter = -1               // a hedge is a request beyond the slots
 	cfg.Breaker.MinRequests = 1 << 30 // the failures must not open it here
@@ -616,7 +616,7 @@ func TestBreakerPolicies(t *testing.T) {
 			// The service recovers: after the open timeout the probe
 			// succeeds and the breaker closes.
 			srv.SetOutage(false)
-			time.Sleep(cfg.Breaker.OpenTimeout + 50*time.Millisecond)
+			time.Sleep(cfg.Breaker.OpenTimeout.D() + 50*time.Millisecond)
 			q := h.st.NewQueue()
 			if err := q.Submit(context.Background(), "u-new", nil); err != nil {
 				t.Fatal(err)
@@ -807,19 +807,19 @@ func TestHungServiceOpensTheBreaker(t *testing.T) {
 	t.Cleanup(func() { close(quit) })
 	cfg := testConfig(ts.URL)
 	// The defaults scaled down 25 times: a request may take 4 × (200 + 80) ms.
-	cfg.Timeout, cfg.Retries = 200*time.Millisecond, 3
-	cfg.BackoffMin, cfg.BackoffMax = 4*time.Millisecond, 80*time.Millisecond
+	cfg.Timeout, cfg.Retries = enrich.Duration(200*time.Millisecond), 3
+	cfg.BackoffMin, cfg.BackoffMax = enrich.Duration(4*time.Millisecond), enrich.Duration(80*time.Millisecond)
 	cfg.Breaker.MinRequests, cfg.Breaker.Policy = 3, enrich.PolicyPassthrough
 	cfg.BatchSize, cfg.HedgeAfter = 2, -1
 
 	short := cfg
-	short.Breaker.Interval = 400 * time.Millisecond
+	short.Breaker.Interval = enrich.Duration(400 * time.Millisecond)
 	if err := short.Finish(); err == nil || !strings.Contains(err.Error(), "breaker.interval: 400ms: must exceed the longest a request may take") {
 		t.Fatalf("Finish with breaker.interval 400ms: %v", err)
 	}
 
 	finished := cfg
-	if err := finished.Finish(); err != nil || finished.Breaker.Interval != 10*time.Second {
+	if err := finished.Finish(); err != nil || finished.Breaker.Interval.D() != 10*time.Second {
 		t.Fatalf("Finish: %v, breaker.interval %s; want 10s (at least 10s, twice 1.12s)", err, finished.Breaker.Interval)
 	}
 	h := startStage(t, cfg)
@@ -872,7 +872,7 @@ func TestUnreachableServiceSplitsNothing(t *testing.T) {
 	addr := ln.Addr().String()
 	ln.Close() // connections are refused from now on
 	cfg := testConfig("http://" + addr)
-	cfg.BatchSize, cfg.Linger = 8, 50*time.Millisecond
+	cfg.BatchSize, cfg.Linger = 8, enrich.Duration(50*time.Millisecond)
 	cfg.Breaker.MinRequests = 10
 	h := startStage(t, cfg)
 	q := h.st.NewQueue()
@@ -888,5 +888,45 @@ func TestUnreachableServiceSplitsNothing(t *testing.T) {
 	}
 	if n := h.metric(t, "floe_enrich_retries_total"); n < 3 {
 		t.Fatalf("%v retries in 3 s: the batch was not tried again", n)
+	}
+}
+
+// TestRetriesZeroSendsARequestOnce: "retries: 0" in YAML, as one writes
+// beside hedge_after: -1 for a service that must not see a request twice,
+// means no retries. It became the default 3 (only -1 meant none), and
+// hedge_after: -1 itself did not load (yaml.v3 refuses a bare number for
+// a time.Duration). Without the key, the default 3 still applies.
+func TestRetriesZeroSendsARequestOnce(t *testing.T) {
+	srv, url := startServer(t, enrich.ServerConfig{P50: enrich.NoLatency, Seed: 5})
+	cfg, err := decode(t, strings.Replace(minimalYAML, "http://127.0.0.1:8081", url, 1)+
+		"retries: 0\nhedge_after: -1\nbackoff_min: 1ms\nbackoff_max: 5ms\nbreaker: {policy: passthrough, min_requests: 1000}\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cfg.Finish(); err != nil {
+		t.Fatal(err)
+	}
+	h := startStage(t, cfg)
+	srv.SetOutage(true)
+	q := h.st.NewQueue()
+	if err := q.Submit(context.Background(), "u-1", nil); err != nil {
+		t.Fatal(err)
+	}
+	c := <-q.Out()
+	if c.Result.Status != enrich.StatusError {
+		t.Fatalf("status %s (%v), want error", c.Result.Status, c.Result.Err)
+	}
+	if n := srv.Requests(); n != 1 {
+		t.Fatalf("%d requests with retries: 0 and hedge_after: -1, want 1", n)
+	}
+	q.Close()
+	collect(q)
+
+	unset, err := decode(t, minimalYAML)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := unset.Finish(); err != nil || unset.Retries != 3 {
+		t.Fatalf("without retries: %d, %v; want the default 3", unset.Retries, err)
 	}
 }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/floe-dev/floe/enrich"
 	"github.com/floe-dev/floe/internal/bytesize"
+	"github.com/floe-dev/floe/internal/duration"
 	"github.com/floe-dev/floe/lakehouse"
 	"github.com/floe-dev/floe/schemas"
 )
@@ -202,21 +203,9 @@ type MetricsConfig struct {
 	Listen string `yaml:"listen"` // empty: no endpoint
 }
 
-// Duration is a time.Duration written as "10s" in YAML.
-type Duration time.Duration
-
-// UnmarshalYAML parses Go duration syntax.
-func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
-	v, err := time.ParseDuration(n.Value)
-	if err != nil {
-		return fmt.Errorf("line %d: %q is not a duration (e.g. 10s, 500ms)", n.Line, n.Value)
-	}
-	*d = Duration(v)
-	return nil
-}
-
-// D returns the value as a time.Duration.
-func (d Duration) D() time.Duration { return time.Duration(d) }
+// Duration is a time.Duration written as "10s" in YAML (0 and -1 need no
+// unit).
+type Duration = duration.Duration
 
 // ByteSize is a size written as 1048576, "512KiB", "4MiB" or "1GiB" in YAML.
 type ByteSize = bytesize.Size

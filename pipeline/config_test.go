@@ -257,6 +257,44 @@ func TestExampleConfigLoads(t *testing.T) {
 	}
 }
 
+// TestReadmeReferenceConfigLoads: the reference block of README.md's
+// "Configuration" section loads, with hedge_after 0 (adaptive) as shown and
+// -1 (never) as documented. It did not: enrich's durations were
+// time.Durations, which yaml.v3 refuses as bare numbers. Only decoding is
+// checked: the block shows every section at once (registry with format
+// json), which Finish refuses.
+func TestReadmeReferenceConfigLoads(t *testing.T) {
+	raw, err := os.ReadFile("../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, block, ok := strings.Cut(string(raw), "Every key with its default")
+	if ok {
+		_, block, ok = strings.Cut(block, "```yaml\n")
+	}
+	if ok {
+		block, _, ok = strings.Cut(block, "```")
+	}
+	if !ok {
+		t.Fatal("README.md: no yaml block after \"Every key with its default\"")
+	}
+	t.Setenv("KAFKA_PASSWORD", "secret")
+	t.Setenv("SR_PASSWORD", "secret")
+	t.Setenv("LOOKUP_TOKEN", "secret")
+	for hedge, want := range map[string]time.Duration{"0": 0, "-1": -1} {
+		body := strings.Replace(block, "hedge_after: 0 ", "hedge_after: "+hedge+" ", 1)
+		cfg, err := pipeline.LoadConfig(writeConfig(t, body))
+		if err != nil {
+			t.Fatalf("hedge_after: %s: %v", hedge, err)
+		}
+		e := cfg.Enrich
+		if e == nil || e.HedgeAfter.D() != want || e.Timeout.D() != 5*time.Second || e.Retries != 3 ||
+			e.Breaker.Interval.D() != 56*time.Second || cfg.Commit.Grace.D() != 15*time.Second {
+			t.Fatalf("hedge_after: %s: decoded %+v, commit %+v", hedge, e, cfg.Commit)
+		}
+	}
+}
+
 // securityConfig returns validConfig with kafkaExtra appended to its kafka
 // section.
 func securityConfig(kafkaExtra string) string {

@@ -129,8 +129,8 @@ func enrichConfig(url string, policy enrich.Policy) *enrich.Config {
 	return &enrich.Config{
 		URL: url + "/lookup", Key: "user_id",
 		Fields:    []enrich.Field{{Name: "segment", Type: enrich.TypeString}, {Name: "score", Type: enrich.TypeDouble}, {Name: "vip", Type: enrich.TypeBoolean}},
-		BatchSize: 200, Timeout: time.Second, Retries: 1, BackoffMin: 10 * time.Millisecond, BackoffMax: 50 * time.Millisecond,
-		Breaker: enrich.BreakerConfig{Policy: policy, MinRequests: 2, OpenTimeout: 500 * time.Millisecond},
+		BatchSize: 200, Timeout: enrich.Duration(time.Second), Retries: 1, BackoffMin: enrich.Duration(10 * time.Millisecond), BackoffMax: enrich.Duration(50 * time.Millisecond),
+		Breaker: enrich.BreakerConfig{Policy: policy, MinRequests: 2, OpenTimeout: enrich.Duration(500 * time.Millisecond)},
 	}
 }
 
