@@ -407,7 +407,7 @@ func (r *laneRecord) message(topic string, partition int32) kafka.Message {
 // their place in the order only, or skip it like a cached one.
 func (m *Member) fetchEnriched(ctx context.Context, b *partitionBuffer, seek int64, win *window, end int64, reached func()) error {
 	k := m.cfg.Kafka
-	r, err := openReader(k, b.partition, m.dialer, seek)
+	r, err := m.partitionReader(b.partition, seek)
 	if err != nil {
 		return err
 	}

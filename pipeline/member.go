@@ -586,7 +586,7 @@ var stoppedClearAfter = 10 * time.Second
 // end >= 0, reached is called once the record before end is buffered.
 func (m *Member) fetch(ctx context.Context, b *partitionBuffer, seek int64, win *window, end int64, reached func()) error {
 	k := m.cfg.Kafka
-	r, err := openReader(k, b.partition, m.dialer, seek)
+	r, err := m.partitionReader(b.partition, seek)
 	if err != nil {
 		return err
 	}
@@ -647,6 +647,13 @@ func (m *Member) appended(b *partitionBuffer, msg kafka.Message, rows, bytes int
 	if msg.Offset+1 == end {
 		reached()
 	}
+}
+
+// partitionReader returns a pausingReader of partition p from seek.
+func (m *Member) partitionReader(p int32, seek int64) (*pausingReader, error) {
+	return newPausingReader(seek, func(seek int64) (*kafka.Reader, error) {
+		return openReader(m.cfg.Kafka, p, m.dialer, seek)
+	})
 }
 
 // openReader returns a Reader of one partition positioned at seek (an

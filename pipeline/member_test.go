@@ -1,6 +1,7 @@
 package pipeline_test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -8,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -695,5 +697,63 @@ func TestUnansweredDeadLetterWriteHoldsNoStop(t *testing.T) {
 		var out strings.Builder
 		rep.WriteText(&out)
 		t.Fatalf("verify after the restart (%d dead letters):\n%s", rep.DeadLetters, out.String())
+	}
+}
+
+// TestStalledMemberHoldsOnlyItsWindow: a member whose commits fail (the
+// catalog down) stops fetching once its window is full, and holds little
+// more than the window: kafka-go's reader went on fetching into its queue
+// of 1000 records a partition, here 400 records of 200 KB (80 MB) held
+// beside a window of 5. Once the catalog is back, every record commits.
+func TestStalledMemberHoldsOnlyItsWindow(t *testing.T) {
+	pipeline.SetPauseAfter(t, 300*time.Millisecond)
+	j := newJob(t, 0, pipeline.CommitConfig{Interval: pipeline.Duration(200 * time.Millisecond), MaxRecords: 5}, nil)
+	gen := clickgen.New(clickgen.Config{Sessions: 1, Seed: 8})
+	pad := strings.Repeat("x", 200_000)
+	msgs := make([]clickgen.Message, 400)
+	for i := range msgs {
+		msgs[i] = gen.Next()
+		msgs[i].Value = bytes.Replace(msgs[i].Value, []byte(`"user_agent":"`), []byte(`"user_agent":"`+pad), 1)
+	}
+	got, err := j.cl.Produce(t.Context(), "clicks", msgs)
+	if err != nil || len(got) != 1 {
+		t.Fatalf("produced to %d partitions (%v), want one", len(got), err)
+	}
+	tbl, fc := faultyTable(t, j)
+	heap := func() uint64 {
+		runtime.GC()
+		var ms runtime.MemStats
+		runtime.ReadMemStats(&ms)
+		return ms.HeapAlloc
+	}
+	before := heap()
+	m, err := pipeline.NewMember(j.cfg, tbl, j.sc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done, stop := startRun(m)
+	defer stop()
+	for deadline := time.Now().Add(30 * time.Second); m.Stats().Consumed.Load() == 0; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("nothing consumed")
+		}
+	}
+	fc.Outage(true)
+	for deadline := time.Now().Add(30 * time.Second); m.Stats().FlushRetries.Load() < 3; time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the member's commits did not fail")
+		}
+	}
+	time.Sleep(time.Second) // past pauseAfter: the reader is closed
+	if grew := int64(heap()) - int64(before); grew > 24<<20 {
+		t.Errorf("a stalled member holding %d records grew the heap by %d MiB", m.Stats().Consumed.Load(), grew>>20)
+	}
+	fc.Outage(false)
+	end, _ := j.cl.EndOffsets(t.Context(), "clicks")
+	waitCaughtUp(t, tbl, end, 60*time.Second)
+	stop()
+	waitRun(t, done, 30*time.Second, "the member did not stop")
+	if n := distinctIDs(t, tbl); n != len(msgs) {
+		t.Fatalf("%d rows, want %d", n, len(msgs))
 	}
 }

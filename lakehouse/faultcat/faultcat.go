@@ -57,6 +57,7 @@ type Catalog struct {
 	injected    map[Fault]int
 	failedLoads int
 	before      func()
+	down        bool
 }
 
 // Wrap returns c with an empty fault plan.
@@ -81,7 +82,15 @@ func (c *Catalog) InjectLoads(faults ...Fault) {
 	c.loads = append(c.loads, faults...)
 }
 
-// FailedLoads returns how many loads InjectLoads failed so far.
+// Outage makes every table load fail as Unavailable while on, whatever
+// the plan: a catalog down for a while.
+func (c *Catalog) Outage(on bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.down = on
+}
+
+// FailedLoads returns how many loads InjectLoads (or Outage) failed so far.
 func (c *Catalog) FailedLoads() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -111,6 +120,9 @@ func (c *Catalog) LoadTable(ctx context.Context, ident table.Identifier) (*table
 	f := None
 	if len(c.loads) > 0 {
 		f, c.loads = c.loads[0], c.loads[1:]
+	}
+	if c.down {
+		f = Unavailable
 	}
 	if f == Unavailable {
 		c.failedLoads++

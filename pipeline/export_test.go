@@ -1,0 +1,14 @@
+package pipeline
+
+import (
+	"testing"
+	"time"
+)
+
+// SetPauseAfter sets, until tb ends, how long a partition's worker may go
+// without asking for a record before its reader is closed.
+func SetPauseAfter(tb testing.TB, d time.Duration) {
+	old := pauseAfter
+	pauseAfter = d
+	tb.Cleanup(func() { pauseAfter = old })
+}
