@@ -293,6 +293,9 @@ func LoadConfig(path string) (Config, error) {
 	if doc.Kind == 0 {
 		return cfg, nil // an empty file
 	}
+	if err := emptySections(&doc, ""); err != nil {
+		return cfg, fmt.Errorf("config %s: %w", path, err)
+	}
 	if err := doc.Decode(&cfg); err != nil {
 		return cfg, fmt.Errorf("config %s: %w", path, err)
 	}
@@ -315,6 +318,39 @@ func LoadConfig(path string) (Config, error) {
 		return cfg, fmt.Errorf("config %s: %w", path, err)
 	}
 	return cfg, nil
+}
+
+// emptySections refuses a kafka.tls key written without a value (every
+// setting under it commented out, say): YAML reads it as absent, and the
+// connections would be plaintext while the file seems to ask for TLS. path
+// is n's dotted path.
+func emptySections(n *yaml.Node, path string) error {
+	if n.Kind == yaml.DocumentNode || n.Kind == yaml.SequenceNode {
+		for i, c := range n.Content {
+			p := path
+			if n.Kind == yaml.SequenceNode {
+				p += "[" + strconv.Itoa(i) + "]"
+			}
+			if err := emptySections(c, p); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	if n.Kind != yaml.MappingNode {
+		return nil
+	}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := n.Content[i].Value, n.Content[i+1]
+		p := strings.TrimPrefix(path+"."+k, ".")
+		if k == "tls" && (path == "kafka" || strings.HasSuffix(path, ".kafka")) && v.Kind == yaml.ScalarNode && v.Tag == "!!null" {
+			return fmt.Errorf("%s has no value: write tls: {} for TLS with the system's roots, or remove the key for plaintext", p)
+		}
+		if err := emptySections(v, p); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // yamlLine is the position yaml.v3 puts before each of its errors.

@@ -364,6 +364,8 @@ func TestConfigKafkaSecurity(t *testing.T) {
 		{"ca not pem", "  tls:\n    ca_file: " + pwFile + "\n", "kafka.tls.ca_file"},
 		{"cert without key", "  tls:\n    cert_file: " + cert + "\n", "kafka.tls.cert_file"},
 		{"key is not the cert's", "  tls:\n    cert_file: " + cert + "\n    key_file: " + pwFile + "\n", "kafka.tls.cert_file"},
+		// Every setting commented out: read as no TLS at all, plaintext.
+		{"tls without a value", "  tls:\n    # ca_file: " + cert + "\n", "kafka.tls has no value: write tls: {}"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg, err := pipeline.LoadConfig(writeConfig(t, securityConfig(tc.extra)))
