@@ -207,11 +207,7 @@ func (c *client) decode(keys []string, raw []byte) (map[string]Values, error) {
 		if v.Type() == fastjson.TypeNull {
 			return nil, nil
 		}
-		vals, err := c.dec.attrs(v)
-		if err != nil {
-			return nil, c.fail(http.StatusOK, false, "decoding the response: %v", err)
-		}
-		return map[string]Values{keys[0]: vals}, nil
+		return map[string]Values{keys[0]: c.dec.attrs(v)}, nil
 	}
 	results := v.Get("results")
 	if results == nil || results.Type() != fastjson.TypeObject {
@@ -220,19 +216,10 @@ func (c *client) decode(keys []string, raw []byte) (map[string]Values, error) {
 	o, _ := results.Object()
 	out := make(map[string]Values, o.Len())
 	o.Visit(func(k []byte, rv *fastjson.Value) {
-		if err != nil || rv.Type() == fastjson.TypeNull {
-			return
+		if rv.Type() != fastjson.TypeNull {
+			out[string(k)] = c.dec.attrs(rv)
 		}
-		var vals Values
-		if vals, err = c.dec.attrs(rv); err != nil {
-			err = c.fail(http.StatusOK, false, "decoding the response for key %q: %v", k, err)
-			return
-		}
-		out[string(k)] = vals
 	})
-	if err != nil {
-		return nil, err
-	}
 	return out, nil
 }
 

@@ -2,6 +2,7 @@ package enrich_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"math/rand/v2"
@@ -928,5 +929,67 @@ func TestRetriesZeroSendsARequestOnce(t *testing.T) {
 	}
 	if err := unset.Finish(); err != nil || unset.Retries != 3 {
 		t.Fatalf("without retries: %d, %v; want the default 3", unset.Retries, err)
+	}
+}
+
+// TestAnAnswerThatIsNoObjectFailsOnlyItsKey: a service that answers one key
+// of a batch with something other than an attribute object fails only that
+// key's attributes (nulls, counted as attribute errors), under every
+// policy. The whole response failed: the other keys, answered right, were
+// dead letters (dlq) or stored without attributes (passthrough), and under
+// pause held with the breaker cycling, since a failure with status 200
+// never split the batch.
+func TestAnAnswerThatIsNoObjectFailsOnlyItsKey(t *testing.T) {
+	svc := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var req struct{ Keys []string }
+		if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		results := map[string]any{}
+		for _, k := range req.Keys {
+			if k == "bad" {
+				results[k] = "oops"
+			} else {
+				results[k] = map[string]any{"segment": "gold", "visits": 3}
+			}
+		}
+		json.NewEncoder(w).Encode(map[string]any{"results": results})
+	}))
+	t.Cleanup(svc.Close)
+	for _, policy := range []enrich.Policy{enrich.PolicyPause, enrich.PolicyPassthrough, enrich.PolicyDLQ} {
+		t.Run(string(policy), func(t *testing.T) {
+			cfg := testConfig(svc.URL)
+			cfg.Breaker.Policy = policy
+			h := startStage(t, cfg)
+			q := h.st.NewQueue()
+			for _, k := range []string{"bad", "good"} {
+				if err := q.Submit(t.Context(), k, record{key: k}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			q.Close()
+			done := make(chan []enrich.Completed)
+			go func() { done <- collect(q) }()
+			var out []enrich.Completed
+			select {
+			case out = <-done:
+			case <-time.After(10 * time.Second):
+				t.Fatal("the records were held")
+			}
+			if len(out) != 2 {
+				t.Fatalf("%d records out, want 2", len(out))
+			}
+			bad, good := out[0].Result, out[1].Result
+			if good.Status != enrich.StatusOK || good.Values.Get(testFields, "segment") != "gold" || good.Values.Get(testFields, "visits") != int64(3) {
+				t.Errorf("the key answered right: %s %v (%v)", good.Status, good.Values, good.Err)
+			}
+			if bad.Status != enrich.StatusOK || bad.Values.Get(testFields, "segment") != nil {
+				t.Errorf("the key answered with no object: %s %v (%v), want ok without attributes", bad.Status, bad.Values, bad.Err)
+			}
+			if n := h.metric(t, "floe_enrich_attribute_errors_total", "field", "segment"); n != 1 {
+				t.Errorf("%v attribute errors counted for segment, want 1", n)
+			}
+		})
 	}
 }

@@ -1,7 +1,6 @@
 package enrich
 
 import (
-	"errors"
 	"math"
 	"strconv"
 	"sync"
@@ -102,16 +101,19 @@ func (in *interner) share(s string) string {
 	return s
 }
 
-var errNotObject = errors.New("attributes are not a JSON object")
-
 // attrs converts one key's attribute object. Values that do not convert are
-// left null and reported to bad.
-func (d *decoder) attrs(v *fastjson.Value) (Values, error) {
+// left null and reported to bad; so is every field of an answer that is no
+// object: the key's own fault, which must not fail the others answered
+// with it.
+func (d *decoder) attrs(v *fastjson.Value) Values {
+	vals := make(Values, len(d.fields))
 	o, err := v.Object()
 	if err != nil {
-		return nil, errNotObject
+		for _, f := range d.fields {
+			d.bad(f.Name)
+		}
+		return vals
 	}
-	vals := make(Values, len(d.fields))
 	for i, f := range d.fields {
 		a := o.Get(f.Attribute)
 		if a == nil {
@@ -124,7 +126,7 @@ func (d *decoder) attrs(v *fastjson.Value) (Values, error) {
 		}
 		vals[i] = x
 	}
-	return vals, nil
+	return vals
 }
 
 // convert converts one JSON value to field i's type. A JSON null is an
@@ -178,7 +180,9 @@ func (d *decoder) convert(i int, v *fastjson.Value) (schemas.Attr, bool) {
 				return schemas.DoubleAttr(f), true
 			}
 		case fastjson.TypeString:
-			if f, err := strconv.ParseFloat(string(str), 64); err == nil {
+			// A number in a string, as JSON spells numbers: not "NaN" or
+			// "Inf", which no JSON number is.
+			if f, err := strconv.ParseFloat(string(str), 64); err == nil && !math.IsNaN(f) && !math.IsInf(f, 0) {
 				return schemas.DoubleAttr(f), true
 			}
 		}
@@ -188,9 +192,12 @@ func (d *decoder) convert(i int, v *fastjson.Value) (schemas.Attr, bool) {
 			return schemas.BoolAttr(true), true
 		case fastjson.TypeFalse:
 			return schemas.BoolAttr(false), true
-		case fastjson.TypeString:
-			if b, err := strconv.ParseBool(string(str)); err == nil {
-				return schemas.BoolAttr(b), true
+		case fastjson.TypeString: // "true" or "false" only, not "1" or "T"
+			switch string(str) {
+			case "true":
+				return schemas.BoolAttr(true), true
+			case "false":
+				return schemas.BoolAttr(false), true
 			}
 		}
 	case TypeTimestamp:
@@ -201,7 +208,10 @@ func (d *decoder) convert(i int, v *fastjson.Value) (schemas.Attr, bool) {
 			}
 		case fastjson.TypeNumber: // epoch milliseconds
 			var r schemas.NumberReader
-			if ms, err := r.Int(v); err == nil {
+			// Within 1e15 ms (31,700 years) either way: stored in
+			// microseconds, Java's Long.MAX_VALUE ("never") wrapped round
+			// to 1969.
+			if ms, err := r.Int(v); err == nil && ms < 1e15 && ms > -1e15 {
 				return schemas.TimeAttr(time.UnixMilli(ms)), true
 			}
 			if f, err := r.Float(v, 64); err == nil && math.Abs(f) < 1e15 {

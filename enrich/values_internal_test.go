@@ -53,6 +53,14 @@ func TestConvert(t *testing.T) {
 		{TypeTimestamp, `1732860000000`, ts, true},
 		{TypeTimestamp, `1732860000000.0`, ts, true},
 		{TypeTimestamp, `"yesterday"`, nil, false},
+		{TypeDouble, `"NaN"`, nil, false},
+		{TypeDouble, `"-Inf"`, nil, false},
+		{TypeBoolean, `"1"`, nil, false},
+		{TypeBoolean, `"T"`, nil, false},
+		// Beyond what microseconds hold: refused, not wrapped round.
+		{TypeTimestamp, `9223372036854775807`, nil, false},
+		{TypeTimestamp, `-9223372036854775807`, nil, false},
+		{TypeTimestamp, `100000000000000000`, nil, false},
 		{TypeTimestamp, `true`, nil, false},
 	} {
 		got, ok := convert(tc.t, tc.raw)
@@ -78,10 +86,7 @@ func TestAttrsCountsBadValuesAndInterns(t *testing.T) {
 	d := newDecoder(fields, func(f string) { bad = append(bad, f) })
 	var p fastjson.Parser
 	v, _ := p.Parse(`{"a":"nope","x":"y","extra":1}`)
-	vals, err := d.attrs(v)
-	if err != nil {
-		t.Fatal(err)
-	}
+	vals := d.attrs(v)
 	if len(vals) != 3 || vals[0].Set || vals[1] != schemas.StringAttr("y") || vals[2].Set {
 		t.Fatalf("values %v", vals)
 	}
@@ -90,16 +95,18 @@ func TestAttrsCountsBadValuesAndInterns(t *testing.T) {
 	}
 	// The parser's buffer is reused: values must not alias it.
 	v, _ = p.Parse(`{"x":"z"}`)
-	again, _ := d.attrs(v)
+	again := d.attrs(v)
 	if vals[1].Str != "y" || again[1].Str != "z" {
 		t.Fatalf("values alias the parser: %v %v", vals, again)
 	}
 	if allocs := testing.AllocsPerRun(100, func() { d.interns[1].get([]byte("y")) }); allocs != 0 {
 		t.Fatalf("interned string lookup allocates %v times", allocs)
 	}
+	// An answer that is no object is every attribute's fault: nulls.
+	bad = nil
 	v, _ = p.Parse(`[1,2]`)
-	if _, err := d.attrs(v); err == nil {
-		t.Fatal("an array was taken for attributes")
+	if vals := d.attrs(v); len(vals) != 3 || vals[0].Set || vals[1].Set || vals[2].Set || len(bad) != 3 {
+		t.Fatalf("an array for attributes: values %v, bad fields %v; want three nulls, all counted", vals, bad)
 	}
 }
 
