@@ -47,6 +47,9 @@ const (
 	// PropDialTimeout bounds connecting to a NameNode or DataNode, as a Go
 	// duration ("10s", the default).
 	PropDialTimeout = "hdfs.dial-timeout"
+	// PropIOTimeout bounds each read or write on a NameNode or DataNode
+	// connection, as a Go duration ("2m", the default).
+	PropIOTimeout = "hdfs.io-timeout"
 )
 
 const defaultNamenodePort = "8020"
@@ -55,7 +58,7 @@ const defaultNamenodePort = "8020"
 // is refused: a misspelt Kerberos key would otherwise fall back to simple
 // authentication.
 var known = []string{PropNamenode, PropNamenodes, PropUser, PropKeytab, PropPrincipal, PropKrb5Conf,
-	PropServicePrincipal, PropDataTransferProtection, PropDialTimeout}
+	PropServicePrincipal, PropDataTransferProtection, PropDialTimeout, PropIOTimeout}
 
 // Config says how to reach one HDFS: where its NameNodes are, and who the
 // client is.
@@ -70,6 +73,11 @@ type Config struct {
 	DataTransferProtection string
 	// DialTimeout bounds each connection attempt; 0 means 10s.
 	DialTimeout time.Duration
+	// IOTimeout bounds each read or write on a connection; 0 means 2m.
+	IOTimeout time.Duration
+	// AnyAuthority: the NameNodes were given (PropNamenode), so they serve
+	// every hdfs:// location, whatever its authority.
+	AnyAuthority bool
 }
 
 // KerberosConfig is a keytab login. Paths are not secrets and may appear in
@@ -116,12 +124,15 @@ func ConfigFromProps(authority string, props map[string]string) (Config, error) 
 	}
 	cfg.User = props[PropUser]
 	cfg.DataTransferProtection = props[PropDataTransferProtection]
-	if s := props[PropDialTimeout]; s != "" {
-		d, err := time.ParseDuration(s)
-		if err != nil {
-			return cfg, fmt.Errorf("%s: %q is not a duration: %w", PropDialTimeout, s, err)
+	cfg.AnyAuthority = props[PropNamenode] != "" || props[PropNamenodes] != ""
+	for key, d := range map[string]*time.Duration{PropDialTimeout: &cfg.DialTimeout, PropIOTimeout: &cfg.IOTimeout} {
+		if s := props[key]; s != "" {
+			v, err := time.ParseDuration(s)
+			if err != nil {
+				return cfg, fmt.Errorf("%s: %q is not a duration: %w", key, s, err)
+			}
+			*d = v
 		}
-		cfg.DialTimeout = d
 	}
 	k := KerberosConfig{
 		Keytab:           props[PropKeytab],
@@ -152,6 +163,9 @@ func (c *Config) validate() error {
 	}
 	if c.DialTimeout < 0 {
 		return fmt.Errorf("%s: must be positive, got %s", PropDialTimeout, c.DialTimeout)
+	}
+	if c.IOTimeout < 0 {
+		return fmt.Errorf("%s: must be positive, got %s", PropIOTimeout, c.IOTimeout)
 	}
 	if c.Kerberos == nil {
 		return nil
@@ -242,5 +256,5 @@ func (c *Config) key() string {
 		k = *c.Kerberos
 	}
 	return strings.Join([]string{strings.Join(c.Namenodes, ","), c.User, k.Keytab, k.Principal,
-		k.Krb5Conf, k.ServicePrincipal, c.DataTransferProtection, c.DialTimeout.String()}, "\x00")
+		k.Krb5Conf, k.ServicePrincipal, c.DataTransferProtection, c.DialTimeout.String(), c.IOTimeout.String()}, "\x00")
 }

@@ -95,6 +95,23 @@ func TestHDFS(t *testing.T) {
 			t.Fatalf("reading another cluster's path: %v", err)
 		}
 	})
+	t.Run("NamenodeServesEveryAuthority", func(t *testing.T) {
+		// A table moved to an HA nameservice keeps files under the old
+		// authority: with hdfs.namenode set, both are read (as README
+		// says; every other authority was refused).
+		ns, err := hdfsio.Load("ns1", map[string]string{hdfsio.PropUser: h.User, hdfsio.PropNamenode: h.NameNode})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := ns.WriteFile("hdfs://ns1/moved/f", []byte("moved")); err != nil {
+			t.Fatal(err)
+		}
+		for _, name := range []string{h.URL("/moved/f"), "hdfs://ns1/moved/f", "hdfs://alias:8020/moved/f"} {
+			if b, err := ns.ReadFile(name); err != nil || string(b) != "moved" {
+				t.Errorf("read %s: %q, %v", name, b, err)
+			}
+		}
+	})
 	t.Run("PermissionDenied", func(t *testing.T) {
 		admin, err := hdfs.NewClient(hdfs.ClientOptions{Addresses: []string{h.NameNode}, User: h.User})
 		if err != nil {

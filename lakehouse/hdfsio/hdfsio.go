@@ -6,7 +6,8 @@
 // addresses, the user, or a Kerberos keytab login.
 //
 // Paths given to it are hdfs://authority/path URIs (or bare absolute paths);
-// a URI naming another authority than the one it was loaded for is refused.
+// a URI naming another authority than the one it was loaded for is refused,
+// unless PropNamenode names the NameNodes: they then serve every authority.
 // Clients are shared per configuration for the life of the process: iceberg-go
 // loads an IO for every table load and never closes it.
 package hdfsio
@@ -71,7 +72,11 @@ func Load(authority string, props map[string]string) (*FS, error) {
 	if err != nil {
 		return nil, fmt.Errorf("hdfs://%s: %w", authority, err)
 	}
-	return &FS{client: c, authority: authority, user: user,
+	served := authority
+	if cfg.AnyAuthority {
+		served = "" // as README says: whatever the location's authority
+	}
+	return &FS{client: c, authority: served, user: user,
 		noDataProtection: cfg.Kerberos != nil && cfg.DataTransferProtection == ""}, nil
 }
 
@@ -106,7 +111,7 @@ func newClient(cfg Config) (*hdfs.Client, error) {
 	if timeout == 0 {
 		timeout = 10 * time.Second
 	}
-	dial := (&net.Dialer{Timeout: timeout, KeepAlive: 30 * time.Second}).DialContext
+	dial := deadlineDialer((&net.Dialer{Timeout: timeout, KeepAlive: 30 * time.Second}).DialContext, cfg.IOTimeout)
 	opts := hdfs.ClientOptions{
 		Addresses:              cfg.Namenodes,
 		NamenodeDialFunc:       dial,
