@@ -88,6 +88,15 @@ port_open() {
 	(exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null
 }
 
+# proc_state PID: the process's state letter (Z: a zombie), nothing when
+# there is no such process. Read from /proc: procps (ps) may be missing.
+proc_state() {
+	local s
+	s=$(cat "/proc/$1/stat" 2>/dev/null) || return 0
+	s=${s##*) }
+	printf '%s' "${s%% *}"
+}
+
 # stop_pid PIDFILE [SECONDS]: SIGTERM, then SIGKILL after SECONDS (default 20).
 stop_pid() {
 	local pidfile=$1 secs=${2:-20} pid

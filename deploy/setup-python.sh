@@ -18,6 +18,13 @@ REQUIREMENTS='pyiceberg[pyarrow,sql-sqlite,hive]==0.12.0
 pyarrow==26.0.1
 hdfs-native==0.14.7'
 
+# Debian's python3 has no ensurepip (so no venv) without python3-venv.
+if ! "$PYTHON" -c 'import ensurepip' 2>/dev/null && [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null; then
+	echo "setup-python: installing python3-venv" >&2
+	apt-get update -qq >&2
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends python3-venv >&2
+fi
+
 mkdir -p "$FLOE_CACHE"
 (
 	flock 9

@@ -63,7 +63,7 @@ mkdir -p "$dir"
 dir=$(cd "$dir" && pwd)
 # running PID: the process exists and is not a zombie (a SIGKILLed broker
 # may stay one until its new parent reaps it).
-running() { local st; st=$(ps -o stat= -p "$1" 2>/dev/null) && [ -n "$st" ] && [ "${st:0:1}" != Z ]; }
+running() { local st; st=$(proc_state "$1") && [ -n "$st" ] && [ "$st" != Z ]; }
 if [ -f "$dir/kafka.pid" ] && running "$(cat "$dir/kafka.pid")"; then
 	echo "kafka: already running in $dir (pid $(cat "$dir/kafka.pid")); stop.sh $dir first" >&2
 	exit 1

@@ -13,8 +13,8 @@ fi
 pidfile=$1/kafka.pid
 [ -f "$pidfile" ] || exit 0
 # A broker SIGKILLed by a test may linger as a zombie: nothing to stop.
-st=$(ps -o stat= -p "$(cat "$pidfile")" 2>/dev/null) || st=""
-if [ -z "$st" ] || [ "${st:0:1}" = Z ]; then
+st=$(proc_state "$(cat "$pidfile")")
+if [ -z "$st" ] || [ "$st" = Z ]; then
 	rm -f "$pidfile"
 	exit 0
 fi
