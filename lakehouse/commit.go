@@ -274,16 +274,14 @@ func (t *Table) CommitAs(ctx context.Context, commitID string, parts []Part) (re
 			res.Offsets = offsets
 			return res, nil
 		}
-		if isConflict(cerr) {
-			// A clean conflict: nothing was applied.
-			if ctx.Err() != nil {
-				err = ctx.Err()
-				return res, err
-			}
+		if isConflict(cerr) && ctx.Err() == nil {
+			// Looked for after the reload (a conflict may have applied).
 			t.log.Info("commit conflict, reloading", "commit_id", res.CommitID, "attempt", res.Attempts, "err", cerr)
 		} else {
-			// Unknown outcome: the catalog may have applied it, now or
-			// later, so from here on the files are never deleted.
+			// Unknown outcome (or a conflict as the flush is stopped:
+			// no reload follows to tell): the catalog may have applied
+			// it, now or later, so from here on the files are never
+			// deleted.
 			ambiguous = true
 			snap, lerr := t.findCommitAfter(ctx, res.CommitID)
 			switch {
@@ -296,7 +294,7 @@ func (t *Table) CommitAs(ctx context.Context, commitID string, parts []Part) (re
 				res.Offsets = offsets
 				return res, nil
 			case ctx.Err() != nil:
-				err = fmt.Errorf("commit %s interrupted: %w", res.CommitID, cerr)
+				err = fmt.Errorf("commit %s interrupted: %w (%w)", res.CommitID, ctx.Err(), cerr)
 				return res, err
 			}
 			t.log.Warn("ambiguous commit had not applied, retrying", "commit_id", res.CommitID, "err", cerr)

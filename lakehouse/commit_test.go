@@ -605,3 +605,27 @@ func TestCommitSurvivesAStalledCatalog(t *testing.T) {
 	}
 	assertHolds(t, tbl, 20)
 }
+
+// TestCommitStoppedAtAConflictLooksForIt: a conflict reported as the
+// flush is stopped (commit.grace over) is looked for like any unknown
+// outcome — it may have applied (see faultcat.AppliedConflict) — and its
+// files are kept: they were deleted at once, the applied snapshot and the
+// watermark pointing at missing files.
+func TestCommitStoppedAtAConflictLooksForIt(t *testing.T) {
+	f := newFixture(t)
+	tbl, fc := f.openFaulty(t, "g")
+	if _, err := tbl.Commit(t.Context(), []lakehouse.Part{f.part(t, 0, 0, 10, lakehouse.NoWatermark)}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, stop := context.WithCancel(t.Context())
+	fc.Before(stop)
+	fc.Inject(faultcat.AppliedConflict)
+	if _, err := tbl.Commit(ctx, []lakehouse.Part{f.part(t, 0, 10, 30, 10)}); err != nil {
+		t.Fatalf("a commit that applied, stopped at its conflict: %v", err)
+	}
+	assertHolds(t, tbl, 30)
+	wm, _ := tbl.Watermarks(t.Context())
+	if w, _ := wm.Get(topic, 0); w != 30 {
+		t.Fatalf("W(0) = %d, want 30", w)
+	}
+}

@@ -166,12 +166,13 @@ func (c *Catalog) CommitTable(ctx context.Context, ident table.Identifier, reqs 
 		<-ctx.Done()
 		return nil, "", fmt.Errorf("%w: catalog stalled: %w", ErrInjected, ctx.Err())
 	case Ambiguous:
-		if _, _, err := c.Catalog.CommitTable(ctx, ident, reqs, updates); err != nil {
+		// Applied whatever becomes of the caller's request meanwhile.
+		if _, _, err := c.Catalog.CommitTable(context.WithoutCancel(ctx), ident, reqs, updates); err != nil {
 			return nil, "", err
 		}
 		return nil, "", fmt.Errorf("%w: timeout after the commit applied", ErrInjected)
 	case AppliedConflict:
-		if _, _, err := c.Catalog.CommitTable(ctx, ident, reqs, updates); err != nil {
+		if _, _, err := c.Catalog.CommitTable(context.WithoutCancel(ctx), ident, reqs, updates); err != nil {
 			return nil, "", err
 		}
 		return nil, "", fmt.Errorf("%w: %w conflict on a resend of the applied commit", table.ErrCommitFailed, ErrInjected)
