@@ -6,6 +6,7 @@ import (
 	"maps"
 	"math"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -110,8 +111,20 @@ func (w *WhereConfig) UnmarshalYAML(n *yaml.Node) error {
 	return nil
 }
 
+// leadingZero matches an integer written with leading zeros.
+var leadingZero = regexp.MustCompile(`^[-+]?0[0-9]+$`)
+
 // yamlNumber returns the decimal text of an !!int or !!float node.
 func yamlNumber(v *yaml.Node) (string, error) {
+	if leadingZero.MatchString(v.Value) {
+		// Decimal, as YAML 1.2 reads it (and floe did): yaml.v3 would
+		// read 010 as the YAML 1.1 octal 8.
+		n, err := strconv.ParseInt(v.Value, 10, 64)
+		if err != nil {
+			return "", err
+		}
+		return strconv.FormatInt(n, 10), nil
+	}
 	if v.ShortTag() == "!!int" {
 		var n any // int, int64 or uint64
 		if err := v.Decode(&n); err != nil {

@@ -78,14 +78,16 @@ func TestRouteValuesNormalized(t *testing.T) {
 // route took those records.
 func TestWhereYAMLNumbersAsJSON(t *testing.T) {
 	var w WhereConfig
-	if err := yaml.Unmarshal([]byte(`{field: k, in: [0x1F, 0o17, 0b101, 1_000, -0x10, 1_000.5, "0x1F"]}`), &w); err != nil {
+	// A leading zero is decimal, as YAML 1.2 (and floe before) reads it,
+	// not the YAML 1.1 octal yaml.v3 reads (010 was 8).
+	if err := yaml.Unmarshal([]byte(`{field: k, in: [0x1F, 0o17, 0b101, 1_000, -0x10, 1_000.5, "0x1F", 010, -007, 08]}`), &w); err != nil {
 		t.Fatal(err)
 	}
-	if want := []string{"31", "15", "5", "1000", "-16", "1000.5", "0x1F"}; !slices.Equal(w.In, want) {
+	if want := []string{"31", "15", "5", "1000", "-16", "1000.5", "0x1F", "10", "-7", "8"}; !slices.Equal(w.In, want) {
 		t.Fatalf("in %q, want %q", w.In, want)
 	}
 	f := newRouteFilter(w, "", nil)
-	for _, v := range []string{`{"k":31}`, `{"k":15}`, `{"k":5}`, `{"k":1000}`, `{"k":-16}`, `{"k":1000.5}`, `{"k":"0x1F"}`} {
+	for _, v := range []string{`{"k":31}`, `{"k":15}`, `{"k":5}`, `{"k":1000}`, `{"k":-16}`, `{"k":1000.5}`, `{"k":"0x1F"}`, `{"k":10}`, `{"k":-7}`} {
 		if !f.takes([]byte(v)) {
 			t.Errorf("%s not taken by where %q", v, w.In)
 		}
