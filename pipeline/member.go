@@ -404,7 +404,7 @@ func (m *Member) generation(ctx, genCtx context.Context, gen *kafka.Generation, 
 	// ones after the final flush, until commit.grace.
 	kafkaOffsets := newOffsetCommitter(gen, k.Topic, func(err error) {
 		m.stats.KafkaCommitErrors.Add(1)
-		m.log.Info("kafka offset commit failed (advisory; the table holds the offsets)", "err", err)
+		m.log.Warn("kafka offset commit failed (the table holds every committed offset; a partition it has nothing of would start from start_offset again)", "err", err)
 	})
 	flushed, flushesDone := context.WithCancel(context.WithoutCancel(ctx))
 	go kafkaOffsets.run(flushed)
