@@ -3,6 +3,7 @@ package enrich
 import (
 	"sync"
 	"time"
+	"unsafe"
 
 	"github.com/floe-dev/floe/schemas"
 )
@@ -31,10 +32,25 @@ type cache struct {
 
 const cacheShards = 16
 
+// DefaultCacheMaxBytes bounds the cache's memory when Config.CacheMaxBytes
+// is 0.
+const DefaultCacheMaxBytes = 256 << 20
+
 type cacheShard struct {
 	mu       sync.Mutex
 	cur, old map[string]cached
 	gen      int // entries per generation: half the shard's share of the size
+	// genBytes bounds a generation's bytes (half the shard's share of the
+	// byte bound); curBytes is what cur holds, by entryBytes, an entry
+	// replaced in cur counted again until the next rotation.
+	genBytes, curBytes int
+}
+
+// entryBytes estimates what an entry costs in memory: its key, its
+// strings, its attributes and the map's slot. A service that answers with
+// long strings fills the byte bound before the count one.
+func entryBytes(key string, v cached) int {
+	return len(key) + v.strBytes + len(v.vals)*int(unsafe.Sizeof(schemas.Attr{})) + 96
 }
 
 // cached is one lookup outcome. Times are monoNow values.
@@ -55,15 +71,17 @@ const (
 	stale // usable, but the caller should refresh it in the background
 )
 
-// newCache returns nil (every read misses) when size < 1.
-func newCache(size int, retryRefresh time.Duration) *cache {
+// newCache returns a cache of at most size entries and about maxBytes
+// bytes (by entryBytes), or nil (every read misses) when size < 1.
+func newCache(size, maxBytes int, retryRefresh time.Duration) *cache {
 	if size < 1 {
 		return nil
 	}
 	c := &cache{refreshAfter: 0.8, retryRefresh: retryRefresh}
 	per := (size + cacheShards - 1) / cacheShards
+	perBytes := maxBytes / cacheShards
 	for i := range c.shards {
-		c.shards[i] = cacheShard{cur: map[string]cached{}, old: map[string]cached{}, gen: max(per/2, 1)}
+		c.shards[i] = cacheShard{cur: map[string]cached{}, old: map[string]cached{}, gen: max(per/2, 1), genBytes: perBytes / 2}
 	}
 	return c
 }
@@ -140,13 +158,16 @@ func (c *cache) store(key string, v cached) {
 }
 
 // addLocked stores v in cur (key is not in old), rotating the generations
-// first when cur is full: cur becomes old, and the previous old, whose
-// entries nobody read during a whole generation, goes.
+// first when cur is full, by count or by bytes: cur becomes old, and the
+// previous old, whose entries nobody read during a whole generation, goes.
 func (sh *cacheShard) addLocked(key string, v cached) {
-	if _, ok := sh.cur[key]; !ok && len(sh.cur) >= sh.gen {
+	n := entryBytes(key, v)
+	if _, ok := sh.cur[key]; !ok && len(sh.cur) > 0 && (len(sh.cur) >= sh.gen || sh.curBytes+n > sh.genBytes) {
 		sh.old, sh.cur = sh.cur, make(map[string]cached, sh.gen)
+		sh.curBytes = 0
 	}
 	sh.cur[key] = v
+	sh.curBytes += n
 }
 
 // len is the number of entries, expired ones included.

@@ -2,6 +2,7 @@ package enrich
 
 import (
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -12,7 +13,7 @@ import (
 // survives any number of rotations, one that is not is evicted, and the
 // size bound holds throughout.
 func TestCacheKeepsReadEntries(t *testing.T) {
-	c := newCache(16*100, time.Second) // 100 entries a shard, 50 a generation
+	c := newCache(16*100, DefaultCacheMaxBytes, time.Second) // 100 entries a shard, 50 a generation
 	now := int64(time.Second)
 	c.put("hot", Values{schemas.StringAttr("h")}, false, time.Hour, now)
 	c.put("cold", Values{schemas.StringAttr("c")}, false, time.Hour, now)
@@ -41,12 +42,48 @@ func TestCacheKeepsReadEntries(t *testing.T) {
 	}
 }
 
+// TestCacheBoundedByBytes: a service that answers with long strings fills
+// the cache's byte bound long before its count bound, and the cache holds
+// about the bytes it was given (one generation of a shard may exceed its
+// share by one entry): 10,000 answers of 10 KB were all kept, 100 MB
+// against a bound of 1 MiB, while the recently read ones stay.
+func TestCacheBoundedByBytes(t *testing.T) {
+	const maxBytes = 1 << 20
+	c := newCache(200000, maxBytes, time.Second)
+	now := int64(time.Second)
+	long := strings.Repeat("x", 10_000)
+	for i := range 10_000 {
+		c.put("k"+strconv.Itoa(i), Values{schemas.StringAttr(long)}, false, time.Hour, now)
+		if i%100 == 0 {
+			c.put("hot", Values{schemas.StringAttr("h")}, false, time.Hour, now)
+		}
+		if _, fr := c.get([]byte("hot"), now); i > 0 && fr != fresh {
+			t.Fatalf("after %d inserts the entry read after each was evicted", i)
+		}
+	}
+	total, entries := 0, 0
+	for i := range c.shards {
+		for _, gen := range []map[string]cached{c.shards[i].cur, c.shards[i].old} {
+			for k, v := range gen {
+				total += entryBytes(k, v)
+				entries++
+			}
+		}
+	}
+	if maxEntry := entryBytes("k9999", newCached(Values{schemas.StringAttr(long)}, false, 0, 0)); total > maxBytes+2*cacheShards*maxEntry {
+		t.Fatalf("%d entries of %d bytes in a cache of %d bytes", entries, total, maxBytes)
+	}
+	if entries < 50 {
+		t.Fatalf("%d entries kept: the byte bound evicts too much", entries)
+	}
+}
+
 // BenchmarkCacheGet is a hit among 25,000 cached keys (the clickstream
 // benchmark's users), in a random order: the lookup every enriched record
 // makes.
 func BenchmarkCacheGet(b *testing.B) {
 	const keys = 25000
-	c := newCache(200000, time.Second)
+	c := newCache(200000, DefaultCacheMaxBytes, time.Second)
 	names := make([][]byte, keys)
 	for i := range names {
 		names[i] = []byte("u-" + strconv.Itoa(i))

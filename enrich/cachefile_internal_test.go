@@ -19,7 +19,7 @@ func TestCacheFileAcrossClocks(t *testing.T) {
 	h := cacheFileHeader{Version: cacheFileVersion, Key: "user_id", Fields: []Field{{Name: "segment", Type: TypeString, Attribute: "segment"}}}
 	lookedUp := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
 	mono0 := int64(time.Hour) // the first process's clock at the lookups
-	c := newCache(100, time.Second)
+	c := newCache(100, DefaultCacheMaxBytes, time.Second)
 	c.put("ok", Values{schemas.StringAttr("gold")}, false, 10*time.Minute, mono0)
 	c.put("miss", nil, true, 5*time.Minute, mono0)
 	c.put("short", Values{schemas.StringAttr("tin")}, false, 30*time.Second, mono0)
@@ -38,7 +38,7 @@ func TestCacheFileAcrossClocks(t *testing.T) {
 		_, f := c.get([]byte(key), mono1+int64(after))
 		return f
 	}
-	d := newCache(100, time.Second)
+	d := newCache(100, DefaultCacheMaxBytes, time.Second)
 	if n, err := d.load(bytes.NewReader(file), h, loadedAt, mono1, 10*time.Minute, 5*time.Minute, nil); err != nil || n != 3 {
 		t.Fatalf("load: %d entries, %v; want 3", n, err)
 	}
@@ -62,7 +62,7 @@ func TestCacheFileAcrossClocks(t *testing.T) {
 	// cache_ttl lowered to 3 minutes since, counted from each lookup:
 	// "ok", looked up 4 minutes ago, is gone; "later", 2 minutes ago, lives
 	// one more (it lived 3 more, counted from the load).
-	d = newCache(100, time.Second)
+	d = newCache(100, DefaultCacheMaxBytes, time.Second)
 	if n, err := d.load(bytes.NewReader(file), h, loadedAt, mono1, 3*time.Minute, 5*time.Minute, nil); err != nil || n != 2 {
 		t.Fatalf("load with a lower TTL: %d entries, %v; want 2 (the miss and \"later\")", n, err)
 	}
@@ -77,7 +77,7 @@ func TestCacheFileAcrossClocks(t *testing.T) {
 	}
 
 	// A file cut short adds nothing.
-	d = newCache(100, time.Second)
+	d = newCache(100, DefaultCacheMaxBytes, time.Second)
 	if _, err := d.load(bytes.NewReader(file[:len(file)-3]), h, loadedAt, mono1, 10*time.Minute, 5*time.Minute, nil); err == nil || d.len() != 0 {
 		t.Fatalf("truncated file: %v, %d entries added; want an error and none", err, d.len())
 	}
@@ -92,7 +92,7 @@ func TestCacheFileNeedsItsEndMark(t *testing.T) {
 	var file bytes.Buffer
 	enc := gob.NewEncoder(&file)
 	load := func() (int, error) {
-		c := newCache(100, time.Second)
+		c := newCache(100, DefaultCacheMaxBytes, time.Second)
 		n, err := c.load(bytes.NewReader(file.Bytes()), h, now, 0, time.Hour, time.Hour, nil)
 		if err != nil && c.len() != 0 {
 			t.Fatalf("a failed load added %d entries", c.len())
@@ -126,7 +126,7 @@ func TestCacheFileNeedsItsEndMark(t *testing.T) {
 func TestCacheFileSharesStrings(t *testing.T) {
 	h := cacheFileHeader{Version: cacheFileVersion, Key: "user_id", Fields: []Field{{Name: "segment", Type: TypeString, Attribute: "segment"}}}
 	now, mono := time.Now(), int64(time.Hour)
-	c := newCache(100, time.Second)
+	c := newCache(100, DefaultCacheMaxBytes, time.Second)
 	c.put("a", Values{schemas.StringAttr("gold")}, false, time.Hour, mono)
 	var saved bytes.Buffer
 	if _, err := c.save(&saved, h, now, mono, time.Hour, time.Minute); err != nil {
@@ -134,7 +134,7 @@ func TestCacheFileSharesStrings(t *testing.T) {
 	}
 	in := &interner{m: map[string]string{}}
 	gold := in.share(string([]byte("gold"))) // as a response would have made it
-	d := newCache(100, time.Second)
+	d := newCache(100, DefaultCacheMaxBytes, time.Second)
 	if n, err := d.load(&saved, h, now, mono, time.Hour, time.Hour, []*interner{in}); err != nil || n != 1 {
 		t.Fatalf("load: %d, %v", n, err)
 	}

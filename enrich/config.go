@@ -194,6 +194,11 @@ type Config struct {
 	// six attributes (BenchmarkCacheEntryBytes): the default may reach
 	// ~55 MB, a small share of a 1 GiB budget.
 	CacheSize int `yaml:"cache_size"`
+	// CacheMaxBytes bounds the cache's memory, as estimated per entry (its
+	// key, its strings, its attributes, the map's slot): a service that
+	// answers with long strings would otherwise fill the memory long before
+	// CacheSize keys. 0 means DefaultCacheMaxBytes (256 MiB).
+	CacheMaxBytes bytesize.Size `yaml:"cache_max_bytes"`
 	// CacheTTL is how long a result is used. Default 10m. Hot keys are
 	// refreshed in the background after 80% of it, so they never stall a
 	// lane.

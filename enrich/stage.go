@@ -181,7 +181,11 @@ func NewStage(cfg Config, reg prometheus.Registerer, log *slog.Logger) (*Stage, 
 	// A refresh is given as long as a request may take before another hit
 	// asks again.
 	if cfg.CacheSize > 0 {
-		s.cache = newCache(cfg.CacheSize, cfg.RequestSpan())
+		maxBytes := int(cfg.CacheMaxBytes)
+		if maxBytes == 0 {
+			maxBytes = DefaultCacheMaxBytes
+		}
+		s.cache = newCache(cfg.CacheSize, maxBytes, cfg.RequestSpan())
 		s.loadCacheFile()
 	}
 	ratio, minReq := cfg.Breaker.FailureRatio, cfg.Breaker.MinRequests

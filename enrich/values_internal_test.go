@@ -117,7 +117,7 @@ func TestEscapeKey(t *testing.T) {
 }
 
 func TestCacheTTLAndRefresh(t *testing.T) {
-	c := newCache(100, time.Second)
+	c := newCache(100, DefaultCacheMaxBytes, time.Second)
 	now := int64(1000 * time.Second)
 	c.put("k", Values{schemas.StringAttr("v")}, false, 10*time.Second, now)
 	c.put("m", nil, true, 2*time.Second, now)
