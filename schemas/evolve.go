@@ -353,10 +353,11 @@ func SameShape(a, b iceberg.Type) bool {
 
 // PlanTable lists the changes table schema ts needs to hold the rows of s
 // (a schema file edited since the table was created): a column for each
-// field the table lacks, wider types, optional columns. A change Iceberg
-// cannot make — a narrowing (long → int), a type change that is not a
-// promotion (string → int), a nested field added or changed — is an error
-// naming the column and both types.
+// field the table lacks, wider types, optional columns. A column the table
+// holds wider than s declares it (widened by a registry's writer schema, or
+// by an earlier file) needs nothing: s's values fit. A type change that is
+// not a promotion either way (string → int), a nested field added or
+// changed, is an error naming the column and both types.
 func PlanTable(ts *iceberg.Schema, s *Schema) ([]Change, error) {
 	var out []Change
 	for _, f := range s.Iceberg.Fields() {
@@ -373,8 +374,7 @@ func PlanTable(ts *iceberg.Schema, s *Schema) ([]Change, error) {
 		case Promotes(got.Type, f.Type):
 			out = append(out, Change{Kind: WidenColumn, Column: f.Name, Type: f.Type})
 		case Promotes(f.Type, got.Type):
-			return nil, fmt.Errorf("column %q is %s in the table but %s in schema %s: narrowing a column is not allowed; declare it %s",
-				f.Name, got.Type, f.Type, s.Name, got.Type)
+			// The table is wider: kept (WithTable writes s's values so).
 		default:
 			return nil, fmt.Errorf("column %q is %s in the table but %s in schema %s: %s cannot be promoted to %s (allowed: int → long, float → double, a larger decimal precision, a new optional field)",
 				f.Name, got.Type, f.Type, s.Name, got.Type, f.Type)
