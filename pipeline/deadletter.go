@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"time"
+	"unicode/utf8"
 
 	"github.com/segmentio/kafka-go"
 
@@ -52,6 +53,11 @@ const (
 	headerOverhead       = 10 // the two lengths' varints, at most
 )
 
+// maxReasonTextBytes bounds floe's field and detail headers: a detail may
+// quote the record (an enrichment request's URL holds its key), and one
+// record's letter too large for the broker held the flush forever.
+const maxReasonTextBytes = 1 << 10
+
 // maxLetterBytes bounds a dead letter's key and value together. A record
 // dead-lettered as too_large is larger than max_message_bytes (1 MiB by
 // default), and so would be its dead letter: the writer (and a broker at
@@ -83,10 +89,10 @@ func (d deadLetter) message(topic, table string) kafka.Message {
 		{Key: HeaderSourceTimestamp, Value: []byte(d.msg.Time.UTC().Format(time.RFC3339Nano))},
 	}
 	if d.field != "" {
-		h = append(h, kafka.Header{Key: HeaderField, Value: []byte(d.field)})
+		h = append(h, kafka.Header{Key: HeaderField, Value: []byte(clip(d.field, maxReasonTextBytes))})
 	}
 	if d.detail != "" {
-		h = append(h, kafka.Header{Key: HeaderDetail, Value: []byte(d.detail)})
+		h = append(h, kafka.Header{Key: HeaderDetail, Value: []byte(clip(d.detail, maxReasonTextBytes))})
 	}
 	key, value := d.msg.Key, d.msg.Value
 	if len(key)+len(value) > maxLetterBytes {
@@ -111,6 +117,19 @@ func (d deadLetter) message(topic, table string) kafka.Message {
 		h = append(h, kafka.Header{Key: HeaderHeadersDropped, Value: []byte(strconv.Itoa(dropped))})
 	}
 	return kafka.Message{Topic: topic, Key: key, Value: value, Headers: h}
+}
+
+// clip cuts s to at most n bytes, at a character's start, marking the cut.
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	const mark = "…"
+	i := n - len(mark)
+	for i > 0 && !utf8.RuneStart(s[i]) {
+		i--
+	}
+	return s[:i] + mark
 }
 
 // deadLetterWriter produces dead letters and waits for the broker's

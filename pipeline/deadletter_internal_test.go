@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -16,7 +17,8 @@ import (
 // max_message_bytes (1 MiB by default) would be as large, and the writer
 // refused it at every attempt, holding the flush forever; it is written
 // with the value's first bytes and its size, beside a small letter kept
-// whole, and read back from a real broker.
+// whole, and read back from a real broker. So is one whose detail quotes
+// a huge key (an enrichment request's URL): its detail is cut.
 func TestTooLargeDeadLetterIsWritten(t *testing.T) {
 	cl, err := embedded.StartTopic(t.Context(), "clicks.dlq", 1)
 	if err != nil {
@@ -31,6 +33,8 @@ func TestTooLargeDeadLetterIsWritten(t *testing.T) {
 		{msg: kafka.Message{Topic: "clicks", Offset: 7, Key: []byte("s-1"), Value: big, Time: time.Now()}, reason: "too_large",
 			detail: "message is 2097152 bytes; the limit is 1048576"},
 		{msg: kafka.Message{Topic: "clicks", Offset: 8, Key: []byte("s-2"), Value: small, Time: time.Now()}, reason: "malformed_json"},
+		{msg: kafka.Message{Topic: "clicks", Offset: 9, Key: []byte("s-3"), Value: small, Time: time.Now()}, reason: ReasonEnrichFailed,
+			field: "user_id", detail: `Get "http://svc/lookup/` + strings.Repeat("%20", 400_000) + `": timeout`},
 	}
 	if err := w.write(t.Context(), letters); err != nil {
 		t.Fatalf("writing: %v", err)
@@ -61,6 +65,9 @@ func TestTooLargeDeadLetterIsWritten(t *testing.T) {
 				len(m.Value), HeaderValueSize, size, maxLetterBytes-len(m.Key))
 		case i == 1 && (cut || !bytes.Equal(m.Value, small)):
 			t.Fatalf("small letter: value %q, %s %q: want it whole, without the header", m.Value, HeaderValueSize, size)
+		}
+		if detail, _ := header(m, HeaderDetail); i == 2 && (len(detail) > maxReasonTextBytes || !strings.HasPrefix(detail, `Get "http://svc/lookup/`)) {
+			t.Fatalf("letter of a huge detail: %d bytes of detail, want its first ones, at most %d", len(detail), maxReasonTextBytes)
 		}
 	}
 }
