@@ -371,6 +371,22 @@ func keyReader(a arrow.Array) (func(int) (string, bool), error) {
 // anyway), and the rows read are matched against the key set regardless.
 const maxInKeys = 200
 
+// on returns s for the table's current schema sc: its key column may have
+// been widened (int → long) and its event-time column made optional by a
+// writer schema since s was set from the schema file, and a search with
+// the file's types missed the table's copies (keys cut to 32 bits, rows
+// without an event time left out).
+func (s *dedupeSpec) on(sc *iceberg.Schema) *dedupeSpec {
+	c := *s
+	if f, ok := sc.FindFieldByName(s.key); ok {
+		c.typ = f.Type
+	}
+	if f, ok := sc.FindFieldByName(s.eventTime); ok && s.eventTime != "" {
+		c.eventOptional = !f.Required
+	}
+	return &c
+}
+
 // keyFilter selects rows that may have a key in keys: an In of them, or
 // for more than maxInKeys their range (which prunes the files of keys that
 // grow with time, such as ULIDs or sequence numbers; uuids get none).
@@ -444,6 +460,7 @@ func (s *dedupeSpec) timeFilter(lo, hi int64) iceberg.BooleanExpression {
 // it read and pruned. how.incremental restricts it to the files appended
 // after how.since.
 func searchKeys(ctx context.Context, tbl *table.Table, spec *dedupeSpec, keys []string, bounded bool, lo, hi int64, how keySearch) (map[string]struct{}, int, int, error) {
+	spec = spec.on(tbl.Schema())
 	filter, err := spec.keyFilter(keys)
 	if err != nil {
 		return nil, 0, 0, err

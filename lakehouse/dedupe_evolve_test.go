@@ -1,0 +1,135 @@
+package lakehouse_test
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/apache/arrow-go/v18/arrow/memory"
+	"github.com/apache/iceberg-go"
+
+	"github.com/floe-dev/floe/lakehouse"
+	"github.com/floe-dev/floe/schemas"
+)
+
+// TestDedupeFollowsAWidenedKey: an int dedupe key the table widened to
+// long (a registry writer schema with a long id, applied by Evolve) is
+// searched as a long: it was searched with int32 literals, keys beyond 2^31
+// cut in the row filter, the table's copy never found and the duplicate
+// committed.
+func TestDedupeFollowsAWidenedKey(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "pay.avsc")
+	if err := os.WriteFile(path, []byte(`{"type": "record", "name": "Pay", "floe.key": "note", "floe.dedupe-key": "id",
+	  "fields": [{"name": "id", "type": "int"}, {"name": "note", "type": "string"}]}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	sc, err := schemas.LoadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	props := map[string]string{
+		"type": "sql", "uri": "file:" + filepath.Join(dir, "catalog.db"), "sql.dialect": "sqlite", "sql.driver": "sqlite",
+		"warehouse": "file://" + filepath.Join(dir, "warehouse"),
+	}
+	tbl, err := lakehouse.Open(t.Context(), lakehouse.Config{Table: "fin.pay", Catalog: props, Group: "g"}, sc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { tbl.Close() })
+	if d := tbl.Dedupe(); d.Key != "id" {
+		t.Fatalf("dedupe %+v", d)
+	}
+	ts, err := tbl.Evolve(t.Context(), []schemas.Change{{Kind: schemas.WidenColumn, Column: "id", Type: iceberg.PrimitiveTypes.Int64}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wide, err := sc.WithTable(ts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	commit := func(from, to, resume int64) lakehouse.Result {
+		b := wide.NewRecordBuilder(memory.DefaultAllocator, 0)
+		defer b.Release()
+		for i := from; i < to; i++ {
+			v := fmt.Sprintf(`{"id":%d,"note":"n-%d"}`, int64(1)<<32+i%3, i)
+			if err := b.Append([]byte(v), schemas.Meta{Topic: "pay", Partition: 0, Offset: i}, time.Now(), ""); err != nil {
+				t.Fatal(err)
+			}
+		}
+		res, err := tbl.Commit(t.Context(), []lakehouse.Part{{
+			Range: lakehouse.Range{Topic: "pay", Partition: 0, From: from, To: to}, Resume: resume, Rows: b.NewRecord()}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+	r1 := commit(0, 3, lakehouse.NoWatermark)
+	r2 := commit(3, 6, 3) // the same three ids again
+	if r1.Rows != 3 || r1.BusinessDuplicates != 0 {
+		t.Fatalf("first flush: %d rows, %d business duplicates; want 3 and 0", r1.Rows, r1.BusinessDuplicates)
+	}
+	if r2.BusinessDuplicates != 3 || r2.Rows != 0 {
+		t.Errorf("second flush of the same ids %d..%d: %d rows committed, %d skipped; want 0 and 3", int64(1)<<32, int64(1)<<32+2, r2.Rows, r2.BusinessDuplicates)
+	}
+}
+
+// TestDedupeFollowsAnOptionalEventTime: the event-time column made
+// optional by an evolution (a writer schema with ["null", timestamp]) is
+// searched as optional: table rows without an event time match any copy,
+// as the MERGE and verify count them, and the bounded search left them out,
+// the duplicate committed.
+func TestDedupeFollowsAnOptionalEventTime(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "pay.avsc")
+	if err := os.WriteFile(path, []byte(`{"type": "record", "name": "Pay", "floe.key": "id", "floe.dedupe-key": "id",
+	  "floe.event-time": "created_at",
+	  "fields": [{"name": "id", "type": "string"}, {"name": "created_at", "type": {"type": "long", "logicalType": "timestamp-micros"}}]}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	sc, err := schemas.LoadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	props := map[string]string{
+		"type": "sql", "uri": "file:" + filepath.Join(dir, "catalog.db"), "sql.dialect": "sqlite", "sql.driver": "sqlite",
+		"warehouse": "file://" + filepath.Join(dir, "warehouse"),
+	}
+	tbl, err := lakehouse.Open(t.Context(), lakehouse.Config{Table: "fin.pay", Catalog: props, Group: "g"}, sc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { tbl.Close() })
+	ts, err := tbl.Evolve(t.Context(), []schemas.Change{{Kind: schemas.MakeOptional, Column: "created_at"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	opt, err := sc.WithTable(ts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	commit := func(off int64, value string) lakehouse.Result {
+		b := opt.NewRecordBuilder(memory.DefaultAllocator, 0)
+		defer b.Release()
+		if err := b.Append([]byte(value), schemas.Meta{Topic: "pay", Partition: 0, Offset: off}, time.Now(), ""); err != nil {
+			t.Fatal(err)
+		}
+		resume := off
+		if off == 0 {
+			resume = lakehouse.NoWatermark
+		}
+		res, err := tbl.Commit(t.Context(), []lakehouse.Part{{
+			Range: lakehouse.Range{Topic: "pay", Partition: 0, From: off, To: off + 1}, Resume: resume, Rows: b.NewRecord()}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+	commit(0, `{"id":"p-1"}`) // no event time
+	r := commit(1, fmt.Sprintf(`{"id":"p-1","created_at":%d}`, time.Now().UnixMicro()))
+	if r.BusinessDuplicates != 1 {
+		t.Errorf("p-1 again (the table's copy has no event time): %d rows committed, %d skipped; want 0 and 1", r.Rows, r.BusinessDuplicates)
+	}
+}
