@@ -464,6 +464,9 @@ func (m *Member) notePartitionCount(ctx context.Context, n int) {
 // unreachable: giving up would only rejoin the group and rebalance everyone.
 func (m *Member) watermarks(ctx context.Context) (lakehouse.Offsets, error) {
 	backoff := 200 * time.Millisecond
+	// Nothing is fetched or committed meanwhile: not ready (/readyz, it
+	// answered ready with the catalog down).
+	defer m.stats.Stalled.Store(false)
 	for {
 		wm, err := m.table.Watermarks(ctx)
 		if err == nil {
@@ -472,6 +475,7 @@ func (m *Member) watermarks(ctx context.Context) (lakehouse.Offsets, error) {
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
+		m.stats.Stalled.Store(true)
 		m.log.Warn("reading watermarks", "err", err)
 		select {
 		case <-ctx.Done():

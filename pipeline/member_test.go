@@ -757,3 +757,53 @@ func TestStalledMemberHoldsOnlyItsWindow(t *testing.T) {
 		t.Fatalf("%d rows, want %d", n, len(msgs))
 	}
 }
+
+// TestNotReadyWhileWatermarksAreUnreadable: a generation that cannot read
+// its watermarks (the catalog down) fetches and commits nothing, and
+// /readyz says so, then ready once the catalog is back and commits land.
+// It answered ready throughout.
+func TestNotReadyWhileWatermarksAreUnreadable(t *testing.T) {
+	j := newJob(t, 200, fastCommit, nil)
+	tbl, fc := faultyTable(t, j)
+	fc.Outage(true)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	m, err := pipeline.NewMember(j.cfg, tbl, j.sc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	serve, err := pipeline.ListenMetrics(t.Context(), addr, prometheus.NewRegistry(), m.Stats())
+	if err != nil {
+		t.Fatal(err)
+	}
+	go serve()
+	ready := func() int {
+		resp, err := http.Get("http://" + addr + "/readyz")
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	done, stop := startRun(m)
+	defer stop()
+	for deadline := time.Now().Add(30 * time.Second); m.Stats().Assigned.Load() == 0 || fc.FailedLoads() < 3; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("not assigned, or the watermarks not read")
+		}
+	}
+	if code := ready(); code != http.StatusServiceUnavailable {
+		t.Fatalf("/readyz %d while the watermarks cannot be read, want 503", code)
+	}
+	fc.Outage(false)
+	waitCaughtUp(t, tbl, j.end, 60*time.Second)
+	if code := ready(); code != http.StatusOK {
+		t.Fatalf("/readyz %d once committing, want 200", code)
+	}
+	stop()
+	waitRun(t, done, 30*time.Second, "the member did not stop")
+}

@@ -149,7 +149,7 @@ func notReady(s *Stats) string {
 	case s.Assigned.Load() == 0:
 		return "no partitions assigned"
 	case s.Stalled.Load():
-		return "commits are failing (retrying in place)"
+		return "commits or watermark reads are failing (retrying in place)"
 	case s.StoppedPartitions.Load() > 0:
 		return "a partition is stopped on a record it cannot take (retrying in place; see the log)"
 	}
