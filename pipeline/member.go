@@ -332,6 +332,11 @@ func (m *Member) generation(ctx, genCtx context.Context, gen *kafka.Generation, 
 				seek = e
 				pinned[int(p)] = e
 			}
+			if ps := lag[p]; ps != nil && seek >= 0 {
+				// Lag counts from where this job reads, not the log's
+				// start (the whole history, for a job started latest).
+				ps.committed.Store(seek)
+			}
 		}
 		warned := false
 		bufs[i] = newPartitionBuffer(m.evo.schema(), k.Topic, p, resume, int(k.MaxMessageBytes), func(from, to int64) {

@@ -807,3 +807,22 @@ func TestNotReadyWhileWatermarksAreUnreadable(t *testing.T) {
 	stop()
 	waitRun(t, done, 30*time.Second, "the member did not stop")
 }
+
+// TestLagCountsFromWhereTheJobReads: a job started at the latest offsets
+// reports no lag for partitions with nothing new: the lag gauge counted
+// the whole history before its start, for good on a quiet partition.
+func TestLagCountsFromWhereTheJobReads(t *testing.T) {
+	j := newJob(t, 400, fastCommit, nil) // history on all 4 partitions
+	j.cfg.Kafka.StartOffset = "latest"
+	m := runMember(t, j.cfg, j.tbl, j.sc)
+	var lag map[int32]int64
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		lag = m.Stats().Lag()
+		if len(lag) == 4 && lag[0] == 0 && lag[1] == 0 && lag[2] == 0 && lag[3] == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("lag %v with nothing written since the start (end offsets %v), want none", lag, j.end)
+		}
+	}
+}
