@@ -1,6 +1,7 @@
 package pipeline
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -136,7 +137,8 @@ type startState struct {
 // A route the recorded routing does not name, whose table is new (a field
 // route added to the topic), joins at that common offset: its table's
 // watermarks are set there before it runs (join), so that it takes its
-// records from where the routing changes, not from start_offset.
+// records from where the routing changes, not from start_offset. When ov
+// accepts a change from uncommon offsets, it joins where joinAccepted says.
 //
 // Each refusal is a warning instead when ov accepts it.
 func CheckStart(ctx context.Context, jobs []StartTable, ov StartOverrides, log *slog.Logger) error {
@@ -193,6 +195,15 @@ func CheckStart(ctx context.Context, jobs []StartTable, ov StartOverrides, log *
 			}
 			continue
 		}
+		if ov.RoutingChange {
+			for _, j := range joining {
+				if _, ok := joins[j]; !ok {
+					if from := joinAccepted(j, st, states, log); len(from) > 0 {
+						joins[j] = from
+					}
+				}
+			}
+		}
 		if reported[err.Error()] {
 			continue
 		}
@@ -244,7 +255,8 @@ func groupKey(cfg Config, group string) string {
 // checkRoutingChange decides whether the change of st's routing applies
 // from a common offset of every route involved (nil) or not. A route the
 // recorded routing does not name, whose table has no offsets of the topic,
-// is new: it joins at that offset (from) rather than being compared.
+// is new: it joins at that offset (from) rather than being compared; it is
+// returned with the error too, to join where joinAccepted says.
 func checkRoutingChange(st *startState, states []*startState) (joining []*startState, from map[int32]int64, err error) {
 	topic := st.job.Config.Kafka.Topic
 	var oldDoc, newDoc routingDoc
@@ -261,18 +273,23 @@ func checkRoutingChange(st *startState, states []*startState) (joining []*startS
 			ErrRoutingChanged, topic, st.job.Config.Table.Name, st.recorded, st.config, why)
 	}
 	var involved []*startState
+	var missing string
 	for _, name := range names {
 		i := slices.IndexFunc(states, func(s *startState) bool {
 			return s.job.Config.Table.Name == name && s.job.Config.Kafka.Topic == topic
 		})
 		if i < 0 {
-			return nil, nil, fail(fmt.Sprintf("table %s is not a configured route of the topic, so its offsets cannot be compared", name))
+			missing = cmp.Or(missing, name)
+			continue
 		}
 		if s := states[i]; s.recorded == "" && len(s.wm) == 0 && !slices.Contains(oldDoc.tables(), name) {
 			joining = append(joining, s)
 			continue
 		}
 		involved = append(involved, states[i])
+	}
+	if missing != "" {
+		return joining, nil, fail(fmt.Sprintf("table %s is not a configured route of the topic, so its offsets cannot be compared", missing))
 	}
 	// The routes still on their old routing (or new) must share one
 	// watermark per partition; the ones already on the new routing (a
@@ -291,7 +308,7 @@ func checkRoutingChange(st *startState, states []*startState) (joining []*startS
 			continue
 		}
 		if !maps.Equal(common, s.wm) {
-			return nil, nil, fail(fmt.Sprintf("the routes are not at a common offset (%s at %s, %s at %s)",
+			return joining, nil, fail(fmt.Sprintf("the routes are not at a common offset (%s at %s, %s at %s)",
 				commonTable, formatWatermarks(common), s.job.Config.Table.Name, formatWatermarks(s.wm)))
 		}
 	}
@@ -301,17 +318,117 @@ func checkRoutingChange(st *startState, states []*startState) (joining []*startS
 		}
 		for p, w := range s.wm {
 			if c, ok := common[p]; !ok || w < c {
-				return nil, nil, fail(fmt.Sprintf("table %s, already on the new routing, is at %s, behind %s at %s",
+				return joining, nil, fail(fmt.Sprintf("table %s, already on the new routing, is at %s, behind %s at %s",
 					s.job.Config.Table.Name, formatWatermarks(s.wm), commonTable, formatWatermarks(common)))
 			}
 		}
 		for p := range common {
 			if _, ok := s.wm[p]; !ok {
-				return nil, nil, fail(fmt.Sprintf("table %s, already on the new routing, has no watermark of partition %d", s.job.Config.Table.Name, p))
+				return joining, nil, fail(fmt.Sprintf("table %s, already on the new routing, has no watermark of partition %d", s.job.Config.Table.Name, p))
 			}
 		}
 	}
 	return joining, common, nil
+}
+
+// joinAccepted is where route n, new to its topic's routing, starts when
+// the change was accepted from uncommon offsets (there is no common offset
+// to join at): per partition, at the least watermark of the routes that took
+// its values before (the old default route, or the routes its in values
+// move from), which hold those records below their watermarks. The least
+// loses nothing; records of its values between that and the greatest of
+// those watermarks land in two tables, and the warning says where. When no
+// configured route took its values (their route was removed), every
+// configured route of the topic counts. A partition one of them has no
+// watermark of starts as that route starts it, from start_offset.
+//
+// Each route's values are read from the routing its table recorded, or for
+// a route that has not committed yet, from old (the routing st recorded).
+func joinAccepted(n, st *startState, states []*startState, log *slog.Logger) map[int32]int64 {
+	topic, name := n.job.Config.Kafka.Topic, n.job.Config.Table.Name
+	var old, newDoc routingDoc
+	_ = json.Unmarshal([]byte(st.recorded), &old) // decoded by checkRoutingChange
+	_ = json.Unmarshal([]byte(n.config), &newDoc) // made by routingOf
+	var took, all []*startState
+	for _, s := range states {
+		if s.job.Config.Kafka.Topic != topic || s.recorded == "" && !slices.Contains(old.tables(), s.job.Config.Table.Name) {
+			continue // another topic's, or new like n
+		}
+		all = append(all, s)
+		d := old
+		if s.recorded != "" {
+			var own routingDoc
+			if json.Unmarshal([]byte(s.recorded), &own) == nil {
+				d = own
+			}
+		}
+		if tookAny(d, s.job.Config.Table.Name, newDoc, name) {
+			took = append(took, s)
+		}
+	}
+	if len(took) == 0 {
+		took = all
+	}
+	from, greatest := map[int32]int64{}, map[int32]int64{}
+	for _, s := range took {
+		for p, w := range s.wm {
+			if f, ok := from[p]; !ok || w < f {
+				from[p] = w
+			}
+			greatest[p] = max(greatest[p], w)
+		}
+	}
+	var sources []string
+	for _, s := range took {
+		sources = append(sources, s.job.Config.Table.Name+" at "+formatWatermarks(s.wm))
+		for p := range from {
+			if _, ok := s.wm[p]; !ok {
+				delete(from, p) // that route starts p from start_offset
+			}
+		}
+	}
+	var risk []string
+	for _, p := range slices.Sorted(maps.Keys(from)) {
+		if greatest[p] > from[p] {
+			risk = append(risk, fmt.Sprintf("%d:%d-%d", p, from[p], greatest[p]))
+		}
+	}
+	if len(risk) > 0 {
+		log.Warn("a new route joins at the least watermark of the routes that took its values (--accept-routing-change): "+
+			"its records in the ranges at risk may be in two tables", "table", name, "topic", topic,
+			"routes", strings.Join(sources, ", "), "offsets", formatWatermarks(from), "at_risk", "{"+strings.Join(risk, " ")+"}")
+	}
+	return from
+}
+
+// tookAny reports whether the route of table, under routing d, took any
+// record that the route of newTable takes under routing newDoc. Routings
+// of different fields cannot be compared value by value: any route may have.
+func tookAny(d routingDoc, table string, newDoc routingDoc, newTable string) bool {
+	i := slices.IndexFunc(d.Routes, func(e routingEntry) bool { return e.Table == table })
+	j := slices.IndexFunc(newDoc.Routes, func(e routingEntry) bool { return e.Table == newTable })
+	if i < 0 || j < 0 {
+		return false
+	}
+	if d.Field != newDoc.Field {
+		return true // also a route that took the whole topic, or a default one alone
+	}
+	was, now := d.Routes[i], newDoc.Routes[j]
+	switch {
+	case was.Default && now.Default:
+		return true
+	case was.Default: // it took the values no other route had
+		return slices.ContainsFunc(now.In, func(v string) bool { return !inAny(d, v) })
+	case now.Default:
+		return slices.ContainsFunc(was.In, func(v string) bool { return !inAny(newDoc, v) })
+	default:
+		return slices.ContainsFunc(now.In, func(v string) bool { return slices.Contains(was.In, v) })
+	}
+}
+
+// inAny reports whether a field route of d takes value v.
+func inAny(d routingDoc, v string) bool {
+	return slices.ContainsFunc(d.Routes, func(e routingEntry) bool { return slices.Contains(e.In, v) })
 }
 
 // formatWatermarks prints a partition → offset map in partition order.

@@ -354,6 +354,103 @@ func TestRouteAddedJoinsAtTheCommonOffset(t *testing.T) {
 	}
 }
 
+// TestRouteAddedJoinsWhenRoutingChangeAccepted adds a field route while the
+// old routes are at different offsets (shop.orders ahead of shop.other),
+// accepted with the override: the new route's table starts at the
+// watermark of the route that took its values before — the least of them
+// when it takes values from two, with the range that may be in two tables
+// logged. It used to start at start_offset (earliest here): every checkout
+// below shop.other's watermark in two tables.
+func TestRouteAddedJoinsWhenRoutingChangeAccepted(t *testing.T) {
+	for _, c := range []struct {
+		name, old, added string
+		// twice: checkout records between the old routes' watermarks are
+		// in two tables (shop.orders took them before the change).
+		twice bool
+	}{
+		{name: "from the default route", old: routesPurchase, added: `routes:
+  - topic: clicks
+    where: {field: event_type, in: [purchase]}
+    table: {name: shop.orders}
+  - topic: clicks
+    where: {field: event_type, in: [checkout]}
+    table: {name: shop.checkouts}
+  - topic: clicks
+    where: {default: true}
+    table: {name: shop.other}
+`},
+		{name: "from two routes", old: routesCheckout, twice: true, added: `routes:
+  - topic: clicks
+    where: {field: event_type, in: [purchase]}
+    table: {name: shop.orders}
+  - topic: clicks
+    where: {field: event_type, in: [checkout, search]}
+    table: {name: shop.checkouts}
+  - topic: clicks
+    where: {default: true}
+    table: {name: shop.other}
+`},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			r := newRouteRig(t)
+			old := r.config(t, "floe", "", "", c.old)
+			end1 := r.produce(t, 2000)
+			r.run(t, old[0], end1)
+			r.run(t, old[1], end1)
+			end2 := r.produce(t, 500)
+			r.run(t, old[0], end2) // shop.orders ahead of shop.other
+
+			added := r.config(t, "floe", "", "", c.added)
+			if err := r.check(t, added, pipeline.StartOverrides{}); !errors.Is(err, pipeline.ErrRoutingChanged) {
+				t.Fatalf("routes at %v and %v: got %v, want ErrRoutingChanged", end2, end1, err)
+			}
+			st := make([]pipeline.StartTable, len(added))
+			for i, j := range added {
+				tbl, _ := r.table(t, j)
+				st[i] = pipeline.StartTable{Config: j, Table: tbl}
+			}
+			var log strings.Builder
+			if err := pipeline.CheckStart(t.Context(), st, pipeline.StartOverrides{RoutingChange: true}, slog.New(slog.NewTextHandler(&log, nil))); err != nil {
+				t.Fatalf("with the override: %v", err)
+			}
+			checkouts, _ := r.table(t, added[1])
+			if wm, _ := checkouts.Watermarks(t.Context()); !maps.Equal(wm["clicks"], end1) {
+				t.Fatalf("shop.checkouts starts at %v, want shop.other's %v", wm["clicks"], end1)
+			}
+			risk := fmt.Sprintf(`at_risk="{0:%d-%d 1:%d-%d}"`, end1[0], end2[0], end1[1], end2[1])
+			if strings.Contains(log.String(), risk) != c.twice {
+				t.Errorf("log mentions %s: %v, want %v\n%s", risk, !c.twice, c.twice, log.String())
+			}
+
+			end3 := r.produce(t, 500)
+			for _, j := range added {
+				r.run(t, j, end3)
+			}
+			orders, _ := r.table(t, added[0])
+			other, _ := r.table(t, added[2])
+			dl, err := pipeline.ReadDeadLetters(t.Context(), added[0].Kafka, "shop.orders", "shop.checkouts", "shop.other")
+			if err != nil {
+				t.Fatal(err)
+			}
+			rep, err := lakehouse.VerifyRoutes(t.Context(), "clicks", []*lakehouse.Table{orders, checkouts, other}, dl)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, p := range rep.Partitions {
+				if p.GapOffsets > 0 || p.InSeveral > 0 != c.twice || p.Watermark != end3[p.Partition] {
+					t.Errorf("partition %d: %d offsets in two tables, %d in none, watermark %d (want %d; in two tables: %v)",
+						p.Partition, p.InSeveral, p.GapOffsets, p.Watermark, end3[p.Partition], c.twice)
+				}
+			}
+			for _, o := range eventOffsets(t, checkouts, "checkout") {
+				if o.off < end1[o.part] {
+					t.Fatalf("shop.checkouts holds checkout %d@%d, below where it joined (%v)", o.part, o.off, end1)
+				}
+			}
+		})
+	}
+}
+
 func TestRouteGroupChange(t *testing.T) {
 	r := newRouteRig(t)
 	single := r.config(t, "floe-clicks", "clicks", "analytics.clicks", "")
