@@ -20,7 +20,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
+	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -111,10 +114,12 @@ func (m *Member) Stats() *Stats { return m.stats }
 const leaveTimeout = 10 * time.Second
 
 // errCaughtUp ends a generation once the until-offsets are committed;
-// errPartitionStopped ends a scheduled run whose partition cannot go on.
+// errPartitionStopped ends a scheduled run whose partition cannot go on;
+// errLogBehind ends the run: the log is behind the table (beyondEnd).
 var (
 	errCaughtUp         = errors.New("caught up")
 	errPartitionStopped = errors.New("partition stopped")
+	errLogBehind        = errors.New("the topic's log ends below the table's watermark")
 )
 
 // Run joins the group and processes generations until ctx is cancelled
@@ -220,7 +225,7 @@ func (m *Member) Run(ctx context.Context) error {
 		switch {
 		case errors.Is(err, errCaughtUp):
 			return nil
-		case errors.Is(err, errPartitionStopped):
+		case errors.Is(err, errPartitionStopped), errors.Is(err, errLogBehind):
 			return err
 		case ctx.Err() != nil:
 			if err != nil {
@@ -273,6 +278,14 @@ func (m *Member) generation(ctx, genCtx context.Context, gen *kafka.Generation, 
 	if err != nil {
 		return err
 	}
+	// Read after the watermarks: a log that ends below one lost the
+	// records the table holds, then got new ones at the same offsets.
+	ends, endsErr := EndOffsets(stopCtx, k)
+	if endsErr == nil {
+		if err := beyondEnd(k.Topic, wm, ends); err != nil {
+			return err
+		}
+	}
 	if m.caughtUp(wm) {
 		return errCaughtUp
 	}
@@ -285,9 +298,8 @@ func (m *Member) generation(ctx, genCtx context.Context, gen *kafka.Generation, 
 		committed[int32(a.ID)] = w
 	}
 	lag := m.stats.assign(committed)
-	ends, err := EndOffsets(stopCtx, k)
-	if err != nil {
-		m.log.Warn("reading end offsets for the lag gauges", "err", err)
+	if endsErr != nil {
+		m.log.Warn("reading end offsets for the lag gauges", "err", endsErr)
 	} else {
 		for p, e := range ends {
 			if ps := lag[p]; ps != nil {
@@ -513,6 +525,25 @@ func (m *Member) skipEmptied(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// beyondEnd fails with errLogBehind, naming the partitions, when the log
+// of a partition ends below the table's watermark for it: the topic was
+// deleted and created again (or truncated), its offsets restarting at 0.
+// Resuming at the watermark skipped every new record below it, and a
+// scheduled run took itself for caught up: no error anywhere.
+func beyondEnd(topic string, wm lakehouse.Offsets, ends map[int32]int64) error {
+	var parts []string
+	for _, p := range slices.Sorted(maps.Keys(ends)) {
+		if w, ok := wm.Get(topic, p); ok && w > ends[p] {
+			parts = append(parts, fmt.Sprintf("%s/%d ends at %d, the table's watermark is %d", topic, p, ends[p], w))
+		}
+	}
+	if parts == nil {
+		return nil
+	}
+	return fmt.Errorf("%w: %s — the topic was recreated or truncated; to ingest it, use a new kafka.group (its offset map starts empty), or replay its ranges (floe replay)",
+		errLogBehind, strings.Join(parts, "; "))
 }
 
 func (m *Member) caughtUp(wm lakehouse.Offsets) bool {

@@ -2,9 +2,17 @@ package main
 
 import (
 	"context"
+	"errors"
 	"net"
+	"os/exec"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/floe-dev/floe/schemas/clickgen"
 )
 
 // TestSigtermDuringStartup: a SIGTERM (the command's context cancelled, as
@@ -53,6 +61,51 @@ func TestSigtermDuringStartup(t *testing.T) {
 		}
 		if status != tc.status {
 			t.Errorf("floe %v stopped during start-up: %v, status %d; want status %d", tc.args, err, status, tc.status)
+		}
+	}
+}
+
+// TestRecreatedTopicIsRefused: a topic deleted and created again restarts
+// its offsets at 0, below the table's watermarks. A scheduled run took
+// itself for caught up and exited 0, a long-running one resumed past the
+// new log's end and skipped every record below the old watermark, and
+// nothing said so; now the run ends with status 2 naming the partitions
+// and what to do.
+func TestRecreatedTopicIsRefused(t *testing.T) {
+	e := newEnv(t, 2, "")
+	ctx := t.Context()
+	if _, err := e.cluster.ProduceRate(ctx, e.topic, clickgen.New(clickgen.Config{Seed: 1}), 600, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.start("first", "run", "--until-caught-up").wait(t, 60*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kadm.NewClient(mustClient(t, e)).DeleteTopics(ctx, e.topic); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Second)
+	if err := e.cluster.CreateTopic(ctx, e.topic, 2); err != nil {
+		t.Fatal(err)
+	}
+	// A fresh client: the cluster's own caches the old topic id.
+	pcl, err := kgo.NewClient(kgo.SeedBrokers(e.cluster.Addrs()...), kgo.DefaultProduceTopic(e.topic))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pcl.Close()
+	g := clickgen.New(clickgen.Config{Seed: 2})
+	for range 300 {
+		m := g.Next()
+		if err := pcl.ProduceSync(ctx, &kgo.Record{Key: m.Key, Value: m.Value}).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, args := range [][]string{{"run", "--until-caught-up"}, {"run"}} {
+		p := e.start("after the recreation", args...)
+		err := p.wait(t, 60*time.Second)
+		var exit *exec.ExitError
+		if !errors.As(err, &exit) || exit.ExitCode() != 2 || !strings.Contains(p.output(), "the topic was recreated or truncated") {
+			t.Fatalf("floe %s on the recreated topic: %v, want status 2 naming the cause\n%s", strings.Join(args, " "), err, p.output())
 		}
 	}
 }
