@@ -16,6 +16,8 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/iceberg-go"
 	"github.com/apache/iceberg-go/table"
+
+	"github.com/floe-dev/floe/schemas"
 )
 
 // seqColumn is the event's own per-session sequence number. The order check
@@ -26,17 +28,47 @@ const seqColumn = "seq"
 const maxExamples = 10
 
 // DeadLetters is the set of source offsets of one topic that went to the
-// dead-letter topic: partition → offset set. Verify counts them as covered,
-// the same as rows, because the commit protocol advances a watermark past a
-// record once it is either a row or acknowledged by the dead-letter topic.
-type DeadLetters map[int32]map[int64]struct{}
+// dead-letter topic, with the reason of each (its floe.reason header):
+// partition → offset → reason. Verify counts them as covered, the same as
+// rows, because the commit protocol advances a watermark past a record once
+// it is either a row or acknowledged by the dead-letter topic.
+type DeadLetters map[int32]map[int64]string
 
-// Add records that offset off of partition p was dead-lettered.
-func (d DeadLetters) Add(p int32, off int64) {
+// Add records that offset off of partition p was dead-lettered for reason.
+// An offset dead-lettered more than once (a redone flush) keeps a reason
+// that does not depend on the moment (see momentReason) over one that
+// does: only an offset whose every dead letter could have been a row at
+// another moment may be a row without contradiction.
+func (d DeadLetters) Add(p int32, off int64, reason string) {
 	if d[p] == nil {
-		d[p] = make(map[int64]struct{})
+		d[p] = make(map[int64]string)
 	}
-	d[p][off] = struct{}{}
+	if old, ok := d[p][off]; ok && !momentReason(old) {
+		return
+	}
+	d[p][off] = reason
+}
+
+// ReasonEnrichFailed is the dead-letter reason for records the enrichment
+// stage could not enrich under the dlq breaker policy. It is declared here,
+// with the schemas' reasons it is classified with, for Verify.
+const ReasonEnrichFailed = "enrich_failed"
+
+// momentReason reports whether a dead letter's reason depends on the moment
+// the record was read rather than on the record: the enrichment service
+// failing (policy dlq), the registry not knowing the schema id yet, or the
+// writer's schema not fitting the table before it evolved
+// (on_incompatible dlq). A flush writes its dead letters before its table
+// commit (ARCHITECTURE invariant 5); when that commit never lands (a crash,
+// a fence, a catalog failing past commit.grace), the next owner redoes the
+// offsets, and by then the same record may become a row. A missing or
+// unknown reason counts as one that does not depend on the moment.
+func momentReason(reason string) bool {
+	switch reason {
+	case ReasonEnrichFailed, schemas.ReasonUnknownSchema, schemas.ReasonIncompatibleSchema:
+		return true
+	}
+	return false
 }
 
 // Gap is a run of offsets [From, To) below a partition's watermark that are
@@ -78,8 +110,16 @@ type PartitionReport struct {
 	// visible only in the commit that moves the watermark past it.
 	AboveWatermark int64 `json:"above_watermark"`
 	// BothRowAndDeadLetter counts offsets that are a row and were also
-	// dead-lettered.
+	// dead-lettered for a reason that does not depend on the moment
+	// (malformed_json, too_large, missing_field, ...): the same record
+	// cannot have been both.
 	BothRowAndDeadLetter int64 `json:"both_row_and_dead_letter"`
+	// DeadLettersSuperseded counts offsets that are a row and whose dead
+	// letters all have a reason that depends on the moment (enrich_failed,
+	// unknown_schema, incompatible_schema): a flush dead-lettered them and
+	// did not commit, and its redo stored them as rows. Information, not a
+	// problem: nothing was lost or duplicated.
+	DeadLettersSuperseded int64 `json:"dead_letters_superseded_by_row"`
 	// BothRowAndBusinessSkipped counts offsets that are a row although a
 	// snapshot recorded them as skipped business duplicates: the record is
 	// both kept and dropped, a contradiction.
@@ -152,8 +192,9 @@ type Report struct {
 
 // OK reports whether the table honours the commit protocol's invariant and
 // per-session order: no duplicate ids, no duplicate business keys (when a
-// dedupe key is set), no gaps below the watermarks, no rows
-// at or above them, no offset both a row and a dead letter, no session split
+// dedupe key is set), no gaps below the watermarks, no rows at or above
+// them, no offset both a row and a dead letter (unless its dead letters were
+// only for a reason of the moment, see momentReason), no session split
 // across partitions and no seq order violation. A dead-letter topic that was
 // not read makes every dead-lettered record a gap, so OK is then only
 // meaningful for topics without dead letters.
@@ -620,7 +661,9 @@ func (r *Report) reconcile(p int32, w int64, rows []verifyRow, dl DeadLetters, o
 		}
 		pr.MaxOffset = off
 		if isRow && isDead {
-			if _, dead := dl[p][off]; dead {
+			if reason, dead := dl[p][off]; dead && momentReason(reason) {
+				pr.DeadLettersSuperseded++
+			} else if dead {
 				pr.BothRowAndDeadLetter++
 			}
 			if _, skip := slices.BinarySearch(skipped, off); skip {
@@ -703,6 +746,14 @@ func (r *Report) WriteText(w io.Writer) error {
 	if r.KeysBeyondWindow > 0 {
 		ew.printf("  %s repeated beyond the dedupe window (farther apart in event time than the bounded MERGE searches; not a problem)\n",
 			plural(r.KeysBeyondWindow, "key"))
+	}
+	var superseded int64
+	for _, p := range r.Partitions {
+		superseded += p.DeadLettersSuperseded
+	}
+	if superseded > 0 {
+		ew.printf("  %s superseded by a row (dead-lettered for a reason of the moment, such as enrich_failed, by a flush that did not commit; its redo stored the row; not a problem)\n",
+			plural(superseded, "dead letter"))
 	}
 	if len(r.PartitionCounts) > 1 {
 		counts := make([]string, len(r.PartitionCounts))

@@ -76,6 +76,11 @@ type RoutesPartition struct {
 	// one table, or a row and a dead letter; InSeveralExamples shows some.
 	InSeveral         int64    `json:"in_several"`
 	InSeveralExamples []string `json:"in_several_examples"`
+	// DeadLettersSuperseded counts offsets below Watermark in one table
+	// whose dead letters all have a reason of the moment (see
+	// PartitionReport.DeadLettersSuperseded): information, not in
+	// InSeveral.
+	DeadLettersSuperseded int64 `json:"dead_letters_superseded_by_row"`
 }
 
 // VerifyRoutes reconciles the tables of one topic's field routes (each
@@ -208,7 +213,9 @@ func VerifyRoutes(ctx context.Context, topic string, tables []*Table, dl DeadLet
 			if pr.Watermark == NoWatermark || off >= pr.Watermark {
 				continue
 			}
-			if places > 1 {
+			if reason, dead := dl[p][off]; dead && places == 2 && momentReason(reason) {
+				pr.DeadLettersSuperseded++
+			} else if places > 1 {
 				pr.InSeveral++
 				if len(pr.InSeveralExamples) < maxExamples {
 					pr.InSeveralExamples = append(pr.InSeveralExamples, r.places(topic, p, off, tables, rows, skipped, dl))
@@ -317,11 +324,16 @@ func (r *RoutesReport) WriteText(w io.Writer) error {
 	if r.DeadLetters >= 0 {
 		dead = strconv.FormatInt(r.DeadLetters, 10)
 	}
-	var skipped int64
+	var skipped, superseded int64
 	for _, p := range r.Partitions {
 		skipped += p.BusinessSkipped
+		superseded += p.DeadLettersSuperseded
 	}
 	ew.printf("  dead letters %s, business duplicates skipped %d\n", dead, skipped)
+	if superseded > 0 {
+		ew.printf("  %s superseded by a row (dead-lettered for a reason of the moment, such as enrich_failed, by a flush that did not commit; its redo stored the row; not a problem)\n",
+			plural(superseded, "dead letter"))
+	}
 	if len(r.Partitions) > 0 {
 		ew.printf("\n")
 		tw := tabwriter.NewWriter(ew, 0, 0, 2, ' ', tabwriter.AlignRight)

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/floe-dev/floe/lakehouse"
+	"github.com/floe-dev/floe/schemas"
 )
 
 // openNamed opens table name of the fixture's catalog for group.
@@ -82,6 +83,22 @@ func TestVerifyRoutes(t *testing.T) {
 		if !strings.Contains(out, want) {
 			t.Errorf("report lacks %q:\n%s", want, out)
 		}
+	}
+
+	// An offset in one table whose only dead letters are for a reason of
+	// the moment was stored by the redo of a flush that did not commit:
+	// information, not in several places (it was before).
+	dl.Add(0, 7, lakehouse.ReasonEnrichFailed)
+	dl.Add(0, 8, schemas.ReasonUnknownSchema)
+	if rep, err = lakehouse.VerifyRoutes(t.Context(), topic, []*lakehouse.Table{a, b}, dl); err != nil {
+		t.Fatal(err)
+	}
+	buf.Reset()
+	if err := rep.WriteText(&buf); err != nil {
+		t.Fatal(err)
+	}
+	if p := rep.Partitions[0]; p.InSeveral != 2 || p.DeadLettersSuperseded != 2 || !strings.Contains(buf.String(), "2 dead letters superseded by a row") {
+		t.Fatalf("dead letters of the moment superseded by rows: in several %d, superseded %d\n%s", p.InSeveral, p.DeadLettersSuperseded, buf.String())
 	}
 
 	// Without the dead letter of 5 it is a gap.

@@ -105,10 +105,12 @@ func (f *fixture) appendBehindFloe(t *testing.T, tbl *lakehouse.Table, p int32, 
 	}
 }
 
+// dead dead-letters offs of partition p as malformed JSON, a reason that
+// does not depend on the moment.
 func dead(p int32, offs ...int64) lakehouse.DeadLetters {
 	d := lakehouse.DeadLetters{}
 	for _, o := range offs {
-		d.Add(p, o)
+		d.Add(p, o, schemas.ReasonMalformedJSON)
 	}
 	return d
 }
@@ -413,6 +415,51 @@ func TestVerifyFindsProblems(t *testing.T) {
 			}
 			t.Logf("\n%s", s)
 		})
+	}
+}
+
+// TestVerifyRowSupersedingDeadLetterOfTheMoment: a flush dead-letters
+// records for a reason of the moment (the enrichment service down under
+// policy dlq, a schema id the registry does not know yet, a writer schema
+// the table has not evolved for), its commit never lands, and the redo
+// stores them as rows. Each offset is then a row and a dead letter, which
+// verify reported as a problem (NOT OK, exit 1) although nothing was lost
+// or duplicated. Such an offset is now information; one that also has a
+// dead letter for a reason of the record stays a problem, whichever letter
+// was read first.
+func TestVerifyRowSupersedingDeadLetterOfTheMoment(t *testing.T) {
+	f := newFixture(t)
+	tbl := f.open(t, "g")
+	f.commitEvents(t, tbl, 0, 0, 10, lakehouse.NoWatermark, clean(0, 0, 10))
+	dl := lakehouse.DeadLetters{}
+	dl.Add(0, 2, lakehouse.ReasonEnrichFailed)
+	dl.Add(0, 3, schemas.ReasonUnknownSchema)
+	dl.Add(0, 4, schemas.ReasonIncompatibleSchema)
+	dl.Add(0, 4, lakehouse.ReasonEnrichFailed) // dead-lettered by two flushes, neither committed
+	r := verify(t, tbl, dl)
+	s := text(t, r)
+	p := partitionOf(t, r, 0)
+	if !r.OK() || p.DeadLettersSuperseded != 3 || p.BothRowAndDeadLetter != 0 || p.DeadLetters != 3 || p.GapOffsets != 0 {
+		t.Fatalf("rows superseding dead letters of the moment: OK %v, partition %+v\n%s", r.OK(), p, s)
+	}
+	if !strings.Contains(s, "3 dead letters superseded by a row") || strings.Contains(s, "!!") {
+		t.Fatalf("text of rows superseding dead letters of the moment:\n%s", s)
+	}
+
+	// A record that is malformed was never a row, at any moment.
+	dl.Add(0, 6, schemas.ReasonMalformedJSON)
+	dl.Add(0, 7, schemas.ReasonMissingField)
+	dl.Add(0, 7, lakehouse.ReasonEnrichFailed)
+	dl.Add(0, 8, lakehouse.ReasonEnrichFailed)
+	dl.Add(0, 8, schemas.ReasonTooLarge)
+	r = verify(t, tbl, dl)
+	s = text(t, r)
+	p = partitionOf(t, r, 0)
+	if r.OK() || p.BothRowAndDeadLetter != 3 || p.DeadLettersSuperseded != 3 {
+		t.Fatalf("rows also dead-lettered for a reason of the record: OK %v, partition %+v\n%s", r.OK(), p, s)
+	}
+	if !strings.Contains(s, "!! 3 offsets both a row and a dead letter") {
+		t.Fatalf("text does not mark the rows also dead-lettered for a reason of the record:\n%s", s)
 	}
 }
 

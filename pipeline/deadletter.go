@@ -68,8 +68,9 @@ const maxReasonTextBytes = 1 << 10
 const maxLetterBytes = 512 << 10
 
 // ReasonEnrichFailed is the dead-letter reason for records the enrichment
-// stage could not enrich under the dlq breaker policy.
-const ReasonEnrichFailed = "enrich_failed"
+// stage could not enrich under the dlq breaker policy. Verify tells it
+// from the reasons that do not depend on the moment.
+const ReasonEnrichFailed = lakehouse.ReasonEnrichFailed
 
 // deadLetter is a record that cannot become a row, with why.
 type deadLetter struct {
@@ -196,8 +197,10 @@ func (d *deadLetterWriter) close() error {
 }
 
 // ReadDeadLetters reads the dead-letter topic from its start to its current
-// end and returns the source offsets of topic it holds, for reconciliation.
-// A source offset written twice (an aborted flush is redone) counts once.
+// end and returns the source offsets of topic it holds, each with its
+// reason (HeaderReason), for reconciliation. A source offset written twice
+// (an aborted flush is redone) counts once (see lakehouse.DeadLetters.Add
+// for which reason it keeps).
 // With tables given, only the dead letters of those tables' routes count
 // (HeaderTable), and those without the header (written before it existed);
 // without, every dead letter of the topic counts.
@@ -252,13 +255,15 @@ func readDeadLetterPartition(ctx context.Context, dialer *kafka.Dialer, k KafkaC
 		if err != nil {
 			return fmt.Errorf("reading dead-letter topic %s/%d: %w", k.DLQTopic, partition, err)
 		}
-		var topic string
+		var topic, reason string
 		sp, so := int64(-1), int64(-1)
 		mine := true
 		for _, h := range msg.Headers {
 			switch h.Key {
 			case HeaderTable:
 				mine = len(tables) == 0 || slices.Contains(tables, string(h.Value))
+			case HeaderReason:
+				reason = string(h.Value)
 			case HeaderSourceTopic:
 				topic = string(h.Value)
 			case HeaderSourcePartition:
@@ -268,10 +273,7 @@ func readDeadLetterPartition(ctx context.Context, dialer *kafka.Dialer, k KafkaC
 			}
 		}
 		if mine && topic == k.Topic && sp >= 0 && so >= 0 {
-			if out[int32(sp)] == nil {
-				out[int32(sp)] = map[int64]struct{}{}
-			}
-			out[int32(sp)][so] = struct{}{}
+			out.Add(int32(sp), so, reason)
 		}
 		if msg.Offset+1 >= last {
 			return nil

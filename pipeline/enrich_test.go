@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -17,6 +18,7 @@ import (
 
 	"github.com/floe-dev/floe/enrich"
 	"github.com/floe-dev/floe/lakehouse"
+	"github.com/floe-dev/floe/lakehouse/faultcat"
 	"github.com/floe-dev/floe/pipeline"
 	"github.com/floe-dev/floe/schemas/clickgen"
 )
@@ -521,5 +523,71 @@ func TestDeadLettersKeepSourceHeaders(t *testing.T) {
 				t.Fatalf("dead letters by traceparent: %v, want %v", got, want)
 			}
 		})
+	}
+}
+
+// TestEnrichFailedDeadLettersRedoneAsRowsVerify: under policy dlq during
+// an outage, a flush writes its enrich_failed dead letters (acknowledged)
+// and then cannot commit (the catalog refusing until the stop's
+// commit.grace; a crash between the two steps does the same). The next run
+// redoes those offsets with the service answering, and stores them as
+// rows. Each offset is then a row and a dead letter; verify reported the
+// table as not reconciling (exit 1 from `floe verify`) although nothing
+// was lost or duplicated. The dead letters now carry their reason, and
+// verify counts them as superseded by the rows.
+func TestEnrichFailedDeadLettersRedoneAsRowsVerify(t *testing.T) {
+	srv, url := startServer(t, enrich.ServerConfig{P50: enrich.NoLatency})
+	srv.SetOutage(true)
+	j := newJob(t, 200, fastCommit, enrichConfig(url, enrich.PolicyDLQ))
+	j.cfg.Commit.Grace = pipeline.Duration(time.Second)
+	ft, fc := faultyTable(t, j)
+	refused := make([]faultcat.Fault, 10000)
+	for i := range refused {
+		refused[i] = faultcat.Unavailable
+	}
+	fc.Inject(refused...)
+	m, err := pipeline.NewMember(j.cfg, ft, j.sc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done, stop := startRun(m)
+	defer stop()
+	for deadline := time.Now().Add(30 * time.Second); m.Stats().DeadLettered.Load() < 200 || m.Stats().FlushRetries.Load() < 2; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("dead-lettered %d, flush retries %d; want 200 written and their commit refused",
+				m.Stats().DeadLettered.Load(), m.Stats().FlushRetries.Load())
+		}
+	}
+	stop()
+	waitRun(t, done, 20*time.Second, "the member did not stop")
+
+	srv.SetOutage(false)
+	runUntilCaughtUp(t, j)
+	dl, err := pipeline.ReadDeadLetters(t.Context(), j.cfg.Kafka)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for p, offs := range dl {
+		for o, reason := range offs {
+			if reason != pipeline.ReasonEnrichFailed {
+				t.Fatalf("dead letter of %d/%d: reason %q, want %s", p, o, reason, pipeline.ReasonEnrichFailed)
+			}
+		}
+	}
+	rep, err := j.tbl.Verify(t.Context(), "clicks", dl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out strings.Builder
+	if err := rep.WriteText(&out); err != nil {
+		t.Fatal(err)
+	}
+	var superseded int64
+	for _, p := range rep.Partitions {
+		superseded += p.DeadLettersSuperseded
+	}
+	if !rep.OK() || rep.Rows != 200 || rep.DeadLetters == 0 || superseded != rep.DeadLetters {
+		t.Fatalf("verify after the redo: OK %v, %d rows, %d dead letters, %d superseded; want OK, 200 rows, every dead letter superseded\n%s",
+			rep.OK(), rep.Rows, rep.DeadLetters, superseded, out.String())
 	}
 }

@@ -75,8 +75,8 @@ func readDeadLetters(ctx context.Context, j *job, noDLQ bool, tables []string, k
 			return nil
 		}
 		for p, offs := range dl {
-			for o := range offs {
-				out.Add(p, o)
+			for o, reason := range offs {
+				out.Add(p, o, reason)
 			}
 		}
 	}
