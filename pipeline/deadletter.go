@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"time"
@@ -209,40 +210,37 @@ func ReadDeadLetters(ctx context.Context, k KafkaConfig, tables ...string) (lake
 	if err != nil {
 		return nil, err
 	}
-	conn, err := dialer.DialContext(ctx, "tcp", k.Brokers[0])
-	if err != nil {
-		return nil, fmt.Errorf("dead-letter topic %s: %w", k.DLQTopic, err)
+	// Through the client of every other request (any listed broker
+	// answers): it dialed kafka.brokers[0] alone, and with that broker down
+	// verify counted every dead letter as a gap.
+	dk := k
+	dk.Topic = k.DLQTopic
+	first, err := FirstOffsets(ctx, dk)
+	if errors.Is(err, kafka.UnknownTopicOrPartition) {
+		return lakehouse.DeadLetters{}, nil
 	}
-	parts, err := conn.ReadPartitions(k.DLQTopic)
-	conn.Close()
 	if err != nil {
-		if errors.Is(err, kafka.UnknownTopicOrPartition) {
-			return lakehouse.DeadLetters{}, nil
-		}
-		return nil, fmt.Errorf("dead-letter topic %s: %w", k.DLQTopic, err)
+		return nil, fmt.Errorf("dead-letter topic: %w", err)
+	}
+	last, err := EndOffsets(ctx, dk)
+	if err != nil {
+		return nil, fmt.Errorf("dead-letter topic: %w", err)
 	}
 	out := lakehouse.DeadLetters{}
-	for _, p := range parts {
-		if err := readDeadLetterPartition(ctx, dialer, k, p.ID, tables, out); err != nil {
+	for _, p := range slices.Sorted(maps.Keys(last)) {
+		if first[p] >= last[p] {
+			continue
+		}
+		if err := readDeadLetterPartition(ctx, dialer, k, int(p), first[p], last[p], tables, out); err != nil {
 			return nil, err
 		}
 	}
 	return out, nil
 }
 
-func readDeadLetterPartition(ctx context.Context, dialer *kafka.Dialer, k KafkaConfig, partition int, tables []string, out lakehouse.DeadLetters) error {
-	leader, err := dialer.DialLeader(ctx, "tcp", k.Brokers[0], k.DLQTopic, partition)
-	if err != nil {
-		return fmt.Errorf("dead-letter topic %s/%d: %w", k.DLQTopic, partition, err)
-	}
-	first, last, err := leader.ReadOffsets()
-	leader.Close()
-	if err != nil {
-		return fmt.Errorf("dead-letter topic %s/%d offsets: %w", k.DLQTopic, partition, err)
-	}
-	if first >= last {
-		return nil
-	}
+// readDeadLetterPartition reads offsets [first, last) of a partition of the
+// dead-letter topic into out.
+func readDeadLetterPartition(ctx context.Context, dialer *kafka.Dialer, k KafkaConfig, partition int, first, last int64, tables []string, out lakehouse.DeadLetters) error {
 	rk := k
 	rk.Topic = k.DLQTopic
 	r, err := openReader(rk, int32(partition), dialer, first)

@@ -826,3 +826,36 @@ func TestLagCountsFromWhereTheJobReads(t *testing.T) {
 		}
 	}
 }
+
+// TestReadDeadLettersTriesEveryBroker: verify's read of the dead-letter
+// topic asks any listed broker, as every other Kafka request of floe does:
+// it dialed kafka.brokers[0] alone, and with that broker down (a rolling
+// restart) every dead letter counted as a gap.
+func TestReadDeadLettersTriesEveryBroker(t *testing.T) {
+	j := newJob(t, 0, fastCommit, nil)
+	gen := clickgen.New(clickgen.Config{Sessions: 10, Seed: 6, MalformedRate: 0.2})
+	if _, err := j.cl.ProduceRate(t.Context(), "clicks", gen, 200, 0); err != nil {
+		t.Fatal(err)
+	}
+	var err error
+	if j.end, err = j.cl.EndOffsets(t.Context(), "clicks"); err != nil {
+		t.Fatal(err)
+	}
+	runUntilCaughtUp(t, j)
+	count := func(d lakehouse.DeadLetters) (n int) {
+		for _, offs := range d {
+			n += len(offs)
+		}
+		return n
+	}
+	want, err := pipeline.ReadDeadLetters(t.Context(), j.cfg.Kafka)
+	if err != nil || count(want) == 0 {
+		t.Fatalf("dead letters: %d, %v; want some", count(want), err)
+	}
+	k := j.cfg.Kafka
+	k.Brokers = append([]string{"127.0.0.1:1"}, k.Brokers...) // the first broker is down
+	got, err := pipeline.ReadDeadLetters(t.Context(), k)
+	if err != nil || count(got) != count(want) {
+		t.Fatalf("with the first broker down: %d dead letters, %v; want %d", count(got), err, count(want))
+	}
+}
