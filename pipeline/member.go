@@ -130,7 +130,7 @@ func (m *Member) Run(ctx context.Context) error {
 	// Fail fast and clearly on an unreachable cluster or a missing topic;
 	// once running, such errors are retried.
 	checkCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	_, err := EndOffsets(checkCtx, k)
+	ends, err := EndOffsets(checkCtx, k)
 	cancel()
 	if err != nil {
 		if ctx.Err() != nil {
@@ -143,6 +143,20 @@ func (m *Member) Run(ctx context.Context) error {
 			return nil
 		}
 		return err
+	}
+	if m.until != nil {
+		// A scheduled run the table is already caught up for has nothing
+		// to do: it would join the group only to rebalance the members
+		// that own the partitions. (A failed read is retried later.)
+		if wm, err := m.table.Watermarks(ctx); err == nil {
+			if err := beyondEnd(k.Topic, wm, ends); err != nil {
+				return err
+			}
+			if m.caughtUp(wm) {
+				m.log.Info("scheduled run: the table holds every end offset already")
+				return nil
+			}
+		}
 	}
 	start := kafka.FirstOffset
 	if k.StartOffset == "latest" {
@@ -254,13 +268,29 @@ func (m *Member) generation(ctx, genCtx context.Context, gen *kafka.Generation, 
 	defer m.stats.Assigned.Store(0)
 	if len(assigned) == 0 {
 		// Idle member (more members than partitions): wait for the next
-		// rebalance, reporting no partition's lag (their owners do).
+		// rebalance, reporting no partition's lag (their owners do). A
+		// scheduled run ends once the owners have committed its end
+		// offsets: beside a long-running job owning every partition it
+		// waited for ever.
 		m.stats.assign(nil)
-		select {
-		case <-ctx.Done():
-		case <-genCtx.Done():
+		var tick <-chan time.Time
+		if m.until != nil {
+			t := time.NewTicker(m.cfg.Commit.Interval.D())
+			defer t.Stop()
+			tick = t.C
 		}
-		return nil
+		for {
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-genCtx.Done():
+				return nil
+			case <-tick:
+				if wm, err := m.table.Watermarks(ctx); err == nil && m.caughtUp(wm) {
+					return errCaughtUp
+				}
+			}
+		}
 	}
 
 	// stop ends fetching: generation over, shutdown, or a failed worker.

@@ -859,3 +859,23 @@ func TestReadDeadLettersTriesEveryBroker(t *testing.T) {
 		t.Fatalf("with the first broker down: %d dead letters, %v; want %d", count(got), err, count(want))
 	}
 }
+
+// TestScheduledRunAlreadyCaughtUpJoinsNothing: a scheduled run whose end
+// offsets the table holds already ends without joining the group (it
+// joined, rebalancing the members that own the partitions, and when it
+// owned none of them it waited for the next rebalance, for ever beside a
+// long-running job).
+func TestScheduledRunAlreadyCaughtUpJoinsNothing(t *testing.T) {
+	j := newJob(t, 200, fastCommit, nil)
+	runUntilCaughtUp(t, j)
+	m, err := pipeline.NewMember(j.cfg, j.tbl, j.sc, pipeline.UntilOffsets(j.end))
+	if err != nil {
+		t.Fatal(err)
+	}
+	done, stop := startRun(m)
+	defer stop()
+	waitRun(t, done, 10*time.Second, "the scheduled run did not end")
+	if n := m.Stats().Generations.Load(); n != 0 {
+		t.Fatalf("%d generations joined, want none", n)
+	}
+}
