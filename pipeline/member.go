@@ -266,6 +266,10 @@ func (m *Member) generation(ctx, genCtx context.Context, gen *kafka.Generation, 
 	m.log.Info("assigned", "generation", gen.ID, "member", gen.MemberID, "partitions", partitionIDs(assigned))
 	m.stats.Assigned.Store(int32(len(assigned)))
 	defer m.stats.Assigned.Store(0)
+	// Nor their lag: until the next generation assigns partitions (up to
+	// rebalance_timeout) their new owners report it, and sums counted it
+	// twice.
+	defer m.stats.assign(nil)
 	if len(assigned) == 0 {
 		// Idle member (more members than partitions): wait for the next
 		// rebalance, reporting no partition's lag (their owners do). A

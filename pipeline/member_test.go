@@ -879,3 +879,24 @@ func TestScheduledRunAlreadyCaughtUpJoinsNothing(t *testing.T) {
 		t.Fatalf("%d generations joined, want none", n)
 	}
 }
+
+// TestStoppedMemberReportsNoLag: a member whose generation has ended
+// reports no partition's lag (it kept its partitions' gauges until the next
+// generation, while their new owners reported them too).
+func TestStoppedMemberReportsNoLag(t *testing.T) {
+	j := newJob(t, 200, fastCommit, nil)
+	m, err := pipeline.NewMember(j.cfg, j.tbl, j.sc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done, stop := startRun(m)
+	waitCaughtUp(t, j.tbl, j.end, 60*time.Second)
+	if lag := m.Stats().Lag(); len(lag) != 4 {
+		t.Fatalf("lag of %d partitions while running, want 4", len(lag))
+	}
+	stop()
+	waitRun(t, done, 30*time.Second, "the member did not stop")
+	if lag := m.Stats().Lag(); len(lag) != 0 {
+		t.Fatalf("lag %v after the generation ended, want none", lag)
+	}
+}
