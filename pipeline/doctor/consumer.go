@@ -285,7 +285,7 @@ func DiagnoseConsumer(c Consumer) (*ConsumerReport, error) {
 				if r.DrainSeconds < 0 {
 					thr.Math = append(thr.Math, fmt.Sprintf("lag %s never drains at this rate", num(float64(c.Lag))))
 				} else {
-					thr.Math = append(thr.Math, fmt.Sprintf("time to drain: %s / %s = %s", num(float64(c.Lag)), num(-r.LagGrowthPerSecond), dur(time.Duration(r.DrainSeconds*float64(time.Second)))))
+					thr.Math = append(thr.Math, fmt.Sprintf("time to drain: %s / %s = %s", num(float64(c.Lag)), num(-r.LagGrowthPerSecond), dur(sec(r.DrainSeconds))))
 				}
 			}
 		}
@@ -447,7 +447,11 @@ func niceMinutesCeil(d time.Duration) time.Duration {
 func dur(d time.Duration) string {
 	switch {
 	case d < 0:
-		return "-" + dur(-d)
+		// -math.MinInt64 is math.MinInt64 again: negate the saturated value.
+		return "-" + dur(-max(d, -math.MaxInt64))
+	case d == math.MaxInt64:
+		// What sec saturates to: the true value may be any longer.
+		return "292+ years"
 	case d < time.Second:
 		return d.Round(time.Millisecond).String()
 	case d < 10*time.Minute:
@@ -468,6 +472,20 @@ func dur(d time.Duration) string {
 	default:
 		return fmt.Sprintf("%.1f days", d.Hours()/24)
 	}
+}
+
+// sec converts seconds to a Duration for dur, saturating at its ±292 years:
+// a float beyond the range converts to math.MinInt64 on amd64, so a lag
+// draining over centuries became a negative time.
+func sec(s float64) time.Duration {
+	const limit = float64(math.MaxInt64) / float64(time.Second)
+	switch {
+	case s >= limit:
+		return math.MaxInt64
+	case s <= -limit:
+		return -math.MaxInt64
+	}
+	return time.Duration(s * float64(time.Second))
 }
 
 // num prints a number with thousands separators and at most two decimals

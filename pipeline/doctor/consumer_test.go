@@ -3,6 +3,7 @@ package doctor
 import (
 	"bytes"
 	"encoding/json"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -198,6 +199,25 @@ func TestConsumerDrain(t *testing.T) {
 		t.Fatalf("%d active members of 30 on 24 partitions", r.ActiveMembers)
 	}
 	mustContain(t, finding(t, r, "scaling").Conclusion, "6 members idle")
+}
+
+// TestConsumerDrainBeyondDurationRange: 10^10 records of lag drained at 0.5
+// records/s take 634 years, beyond a time.Duration. Printing the drain time
+// recursed forever on the Duration it wrapped to (math.MinInt64): the
+// calculator died of a stack overflow.
+func TestConsumerDrainBeyondDurationRange(t *testing.T) {
+	c := Consumer{MaxPollRecords: 500, MaxPollInterval: 300 * time.Second, SessionTimeout: 45 * time.Second, Heartbeat: 3 * time.Second,
+		PerRecord: time.Second, Partitions: 1, Members: 1, Rate: 0.5, Lag: 10_000_000_000}
+	r, text := diagnose(t, c)
+	if r.DrainSeconds != 2e10 {
+		t.Fatalf("drain %v s, want 2e10", r.DrainSeconds)
+	}
+	mustContain(t, text, "time to drain: 10,000,000,000 / 0.50 = 292+ years")
+	for d, want := range map[time.Duration]string{math.MinInt64: "-292+ years", -90 * time.Second: "-90s"} {
+		if got := dur(d); got != want {
+			t.Errorf("dur(%d) = %q, want %q", int64(d), got, want)
+		}
+	}
 }
 
 func TestConsumerRejectsBadInput(t *testing.T) {

@@ -258,12 +258,12 @@ func (r *LiveReport) lagFinding(before int64, trended bool) {
 		return
 	}
 	f.Math = append(f.Math, fmt.Sprintf("over %s: lag %s → %s; arrivals %s/s − commits %s/s = %s/s",
-		dur(time.Duration(r.SampleSeconds*float64(time.Second))), group(before), group(r.TotalLag), num(r.ArrivalRate), num(r.CommitRate), num(r.LagTrend)))
+		dur(sec(r.SampleSeconds)), group(before), group(r.TotalLag), num(r.ArrivalRate), num(r.CommitRate), num(r.LagTrend)))
 	switch r.Trend {
 	case "caught-up":
 		f.Conclusion = "Caught up: every offset produced is committed to the table."
 	case "draining":
-		d := time.Duration(r.DrainSeconds * float64(time.Second))
+		d := sec(r.DrainSeconds)
 		f.Math = append(f.Math, fmt.Sprintf("time to drain = %s / %s per second = %s", group(r.TotalLag), num(-r.LagTrend), dur(d)))
 		f.Conclusion = fmt.Sprintf("Draining: lag falls by %s records/s; caught up in about %s if rates hold.", num(-r.LagTrend), dur(d))
 	case "growing":
@@ -356,7 +356,7 @@ func (r *LiveReport) commitFinding() {
 		r.Findings = append(r.Findings, f)
 		return
 	}
-	f.Math = append(f.Math, fmt.Sprintf("last commit %s ago; %s commits/min over the last %s of history", dur(time.Duration(r.LastCommitAgeSeconds*float64(time.Second))), num(r.CommitsPerMinute), dur(recentCommits)))
+	f.Math = append(f.Math, fmt.Sprintf("last commit %s ago; %s commits/min over the last %s of history", dur(sec(r.LastCommitAgeSeconds)), num(r.CommitsPerMinute), dur(recentCommits)))
 	if r.DuplicatesSkipped > 0 {
 		f.Conclusion = fmt.Sprintf("%s re-delivered records (rebalances, replays, redone flushes) were skipped by the dedupe MERGE, not duplicated.", group(r.DuplicatesSkipped))
 	} else {
@@ -392,16 +392,15 @@ func (r *LiveReport) metricsFindings(in Live, cur Sample) {
 		// of a running job.
 		excess := max(r.Rebalances-1, 0)
 		if start, ok := m.Values[MetricProcessStart]; ok && start > 0 {
-			up := m.At.Sub(time.Unix(0, int64(start*1e9))).Hours()
-			if up > 0 {
-				r.RebalancesPerHour = excess / up
-				f.Math = append(f.Math, fmt.Sprintf("%s = %s; minus the first join = %s over %s of uptime = %s per hour", name, num(r.Rebalances), num(excess), dur(time.Duration(up*float64(time.Hour))), num(r.RebalancesPerHour)))
+			if up := m.At.Sub(time.Unix(0, int64(start*1e9))); up > 0 {
+				r.RebalancesPerHour = excess / up.Hours()
+				f.Math = append(f.Math, fmt.Sprintf("%s = %s; minus the first join = %s over %s of uptime = %s per hour", name, num(r.Rebalances), num(excess), dur(up), num(r.RebalancesPerHour)))
 			}
 		} else {
 			f.Math = append(f.Math, fmt.Sprintf("%s = %s", name, num(r.Rebalances)))
 		}
 		if prev != nil {
-			f.Math = append(f.Math, fmt.Sprintf("+%s during the %s sample", num(m.Values[name]-prev.Values[name]), dur(time.Duration(r.SampleSeconds*float64(time.Second)))))
+			f.Math = append(f.Math, fmt.Sprintf("+%s during the %s sample", num(m.Values[name]-prev.Values[name]), dur(sec(r.SampleSeconds))))
 		}
 		if excess >= 2 && r.RebalancesPerHour > 6 {
 			f.Conclusion = "Rebalancing more than every 10 minutes: every rebalance revokes every partition (eager protocol), flushes and re-seeks; look for members joining and leaving (deploys, crashes, session expiry)."
@@ -487,8 +486,6 @@ func (r *LiveReport) metricsFindings(in Live, cur Sample) {
 	}
 	r.Findings = append(r.Findings, f)
 }
-
-func sec(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
 
 func sortedKeys(m map[int32]int64) []int32 {
 	ks := make([]int32, 0, len(m))

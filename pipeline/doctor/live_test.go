@@ -92,6 +92,25 @@ func TestLiveCommitRateFromHistory(t *testing.T) {
 	}
 }
 
+// TestLiveDrainBeyondDurationRange: a backlog that drains too slowly for a
+// time.Duration (40 M records at one offset committed every 290 s: 370
+// years) is reported as such. The drain time converted to a Duration wrapped
+// to math.MinInt64, whose negation printing it recursed on forever: `floe
+// doctor` died of a stack overflow.
+func TestLiveDrainBeyondDurationRange(t *testing.T) {
+	cs := []Commit{{At: t0.Add(-300 * time.Second), Offsets: 100}, {At: t0.Add(-10 * time.Second), Offsets: 101}}
+	s1 := Sample{At: t0, End: map[int32]int64{0: 40_000_101}, Watermarks: map[int32]int64{0: 101}}
+	s2 := Sample{At: t0.Add(5 * time.Second), End: map[int32]int64{0: 40_000_101}, Watermarks: map[int32]int64{0: 101}}
+	r, err := DiagnoseLive(Live{Topic: "clicks", First: s1, Second: &s2, Commits: cs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Trend != "draining" || r.DrainSeconds != 40_000_000*290 {
+		t.Fatalf("trend %s, drain %v s; want draining in 1.16e10 s", r.Trend, r.DrainSeconds)
+	}
+	mustContain(t, render(t, r), "time to drain = 40,000,000 / 0.00 per second = 292+ years", "caught up in about 292+ years if rates hold")
+}
+
 const scrape1 = `# TYPE floe_consumer_lag_records gauge
 floe_consumer_lag_records{topic="clicks",partition="0"} 1200
 floe_consumer_lag_records{topic="other",partition="0"} 7
