@@ -60,6 +60,13 @@ func (c Consumer) MarshalJSON() ([]byte, error) {
 		c.PerRecord.Seconds(), c.P99.Seconds(), c.ObservedRebalanceEvery.Seconds()})
 }
 
+// maxBatch bounds a batch at the tail so that every product of the
+// calculator fits in a time.Duration (292 years): the stopgap interval
+// doubles a batch and rounds it up.
+const maxBatch = 100 * yearSeconds * time.Second
+
+const yearSeconds = 365 * 24 * 3600
+
 // TailFactor is the p99/mean ratio assumed when no p99 is given: both case
 // studies' lookup services have a p99 of 4-5 × their mean.
 const TailFactor = 5
@@ -70,8 +77,8 @@ func (c Consumer) Validate() error {
 	bad := func(flag, format string, args ...any) {
 		errs = append(errs, fmt.Errorf("--%s: %s", flag, fmt.Sprintf(format, args...)))
 	}
-	if c.MaxPollRecords < 1 {
-		bad("max-poll-records", "must be at least 1, got %d", c.MaxPollRecords)
+	if c.MaxPollRecords < 1 || c.MaxPollRecords > math.MaxInt32 {
+		bad("max-poll-records", "must be from 1 to %d (a Java int), got %d", math.MaxInt32, c.MaxPollRecords)
 	}
 	if c.MaxPollInterval <= 0 {
 		bad("max-poll-interval", "must be positive, got %s", c.MaxPollInterval)
@@ -89,15 +96,27 @@ func (c Consumer) Validate() error {
 	}
 	if c.P99 < 0 || (c.P99 > 0 && c.P99 < c.PerRecord) {
 		bad("p99", "%s must not be below the mean --per-record %s", c.P99, c.PerRecord)
+	} else if c.PerRecord > 0 && c.MaxPollRecords >= 1 {
+		flag, tail, tailName := "p99", c.P99.Seconds(), fmt.Sprint(c.P99)
+		if c.P99 == 0 {
+			flag, tail, tailName = "per-record", TailFactor*c.PerRecord.Seconds(), fmt.Sprintf("%d × %s (the assumed p99)", TailFactor, c.PerRecord)
+		}
+		if batch := float64(c.MaxPollRecords) * tail; batch > maxBatch.Seconds() {
+			bad(flag, "a batch at the tail, --max-poll-records %d × %s, takes %.0f years; the calculator stops at %.0f",
+				c.MaxPollRecords, tailName, batch/yearSeconds, maxBatch.Seconds()/yearSeconds)
+		}
 	}
 	if c.Partitions < 0 {
 		bad("partitions", "must not be negative, got %d", c.Partitions)
 	}
-	if c.Members < 0 {
-		bad("members", "must not be negative, got %d", c.Members)
+	// Both Java ints, so their product, the duplicates bound, fits an int64.
+	if c.Members < 0 || c.Members > math.MaxInt32 {
+		bad("members", "must be from 0 to %d (a Java int), got %d", math.MaxInt32, c.Members)
 	}
-	if c.Rate < 0 || math.IsNaN(c.Rate) || math.IsInf(c.Rate, 0) {
-		bad("rate", "must be a non-negative number of records per second, got %v", c.Rate)
+	// Offsets are 64-bit: no topic takes more records than that per second,
+	// and the rate times a batch-bounded time stays finite.
+	if !(c.Rate >= 0 && c.Rate <= math.MaxInt64) {
+		bad("rate", "must be a number of records per second from 0 to %d, got %v", int64(math.MaxInt64), c.Rate)
 	}
 	if c.Lag < 0 {
 		bad("lag", "must not be negative, got %d", c.Lag)
@@ -239,7 +258,7 @@ func DiagnoseConsumer(c Consumer) (*ConsumerReport, error) {
 	} else {
 		sess.Conclusion = fmt.Sprintf("session.timeout.ms (%s) is not the cause: heartbeats continue on the background thread during the %s batch, so the session stays alive; raising it does not move the poll deadline.", dur(c.SessionTimeout), dur(loop))
 	}
-	if c.Heartbeat*3 > c.SessionTimeout {
+	if c.Heartbeat > c.SessionTimeout/3 {
 		sess.Math = append(sess.Math, fmt.Sprintf("heartbeat %s > session/3 = %s: one lost heartbeat brings the member close to expiry", dur(c.Heartbeat), dur(c.SessionTimeout/3)))
 	}
 	if c.SessionTimeout < 30*time.Second {
@@ -500,6 +519,9 @@ func num(v float64) string {
 	}
 	var s string
 	switch {
+	case v >= 1e18:
+		// Near int64's end, where group cannot take it: 5.8e+27.
+		s = fmt.Sprintf("%.2g", v)
 	case v == math.Trunc(v) || v >= 100:
 		s = group(int64(math.Round(v)))
 	case v >= 10:

@@ -241,6 +241,43 @@ func TestConsumerRejectsBadInput(t *testing.T) {
 	}
 }
 
+// TestConsumerRejectsInputBeyondItsRange: inputs whose products leave a
+// time.Duration or a float64 are rejected, naming the flag. Before, 3000
+// records × 1000 h each wrapped the poll loop negative (verdict STABLE,
+// "headroom 446744174 %"), and 10^308 records/s × 10 s made the in-flight
+// count +Inf, which --json could not encode.
+func TestConsumerRejectsInputBeyondItsRange(t *testing.T) {
+	for _, tc := range []struct {
+		mut  func(*Consumer)
+		flag string
+	}{
+		{func(c *Consumer) { c.MaxPollRecords, c.PerRecord, c.P99 = 3000, 1000*time.Hour, 0 }, "--per-record"},
+		{func(c *Consumer) { c.MaxPollRecords, c.P99 = 3000, 300*time.Hour }, "--p99"},
+		{func(c *Consumer) { c.MaxPollRecords = 1 << 40 }, "--max-poll-records"},
+		{func(c *Consumer) { c.Members = 1 << 40 }, "--members"},
+		{func(c *Consumer) { c.Rate, c.PerRecord, c.P99 = 1e308, 10*time.Second, 0 }, "--rate"},
+		{func(c *Consumer) { c.Rate = math.NaN() }, "--rate"},
+	} {
+		c := caseStudy001
+		tc.mut(&c)
+		_, err := DiagnoseConsumer(c)
+		if err == nil || !strings.Contains(err.Error(), tc.flag) {
+			t.Errorf("error %v does not name %s", err, tc.flag)
+		}
+	}
+	// Just inside the range every number is finite and printable.
+	c := Consumer{MaxPollRecords: 1, MaxPollInterval: 300 * time.Second, SessionTimeout: 45 * time.Second, Heartbeat: 3 * time.Second,
+		PerRecord: 1000 * time.Hour, Partitions: 3, Members: 3, Rate: 9e18, Lag: math.MaxInt64}
+	r, text := diagnose(t, c)
+	if _, err := json.Marshal(r); err != nil {
+		t.Fatal(err)
+	}
+	if r.Verdict != VerdictRebalances || r.PollLoopSeconds != 3.6e6 {
+		t.Fatalf("verdict %s, poll loop %v s; want rebalances at 3.6e6 s", r.Verdict, r.PollLoopSeconds)
+	}
+	mustContain(t, text, "lag 9.2e+18 never drains", "9e+18 records/s × 41.7 days = 3.2e+25 records in processing")
+}
+
 func TestConsumerJSON(t *testing.T) {
 	r, _ := diagnose(t, caseStudy000)
 	b, err := json.Marshal(r)
