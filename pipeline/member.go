@@ -46,7 +46,8 @@ type Member struct {
 	log    *slog.Logger
 	stats  *Stats
 	until  map[int32]int64
-	idle   sync.Map // partitions with nothing to read before until: int32 → true
+	idle   sync.Map    // partitions with nothing to read before until: int32 → true
+	done   atomic.Bool // Run returned because the table reached until
 	dialer *kafka.Dialer
 	reg    prometheus.Registerer
 	stage  *enrich.Stage // nil without enrichment
@@ -66,6 +67,12 @@ func WithRegisterer(reg prometheus.Registerer) Option { return func(m *Member) {
 // UntilOffsets makes Run return once the table's offset map reaches these
 // end offsets for every partition: scheduled (--until-caught-up) mode.
 func UntilOffsets(end map[int32]int64) Option { return func(m *Member) { m.until = end } }
+
+// CaughtUp reports whether Run returned because the table's offset map
+// reached the UntilOffsets. It may have after ctx was cancelled: a stop
+// that lands during the flush committing the last end offsets caught up
+// all the same.
+func (m *Member) CaughtUp() bool { return m.done.Load() }
 
 // NewMember returns a member that writes to tbl. cfg must have been
 // Finish()ed, and sc extended by WithEnrichment when cfg.Enrich is set.
@@ -238,6 +245,7 @@ func (m *Member) Run(ctx context.Context) error {
 		err = <-done
 		switch {
 		case errors.Is(err, errCaughtUp):
+			m.done.Store(true)
 			return nil
 		case errors.Is(err, errPartitionStopped), errors.Is(err, errLogBehind):
 			return err

@@ -3,9 +3,13 @@ package main
 import (
 	"context"
 	"errors"
+	"io"
+	"maps"
 	"net"
+	"net/http"
 	"os/exec"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -107,5 +111,50 @@ func TestRecreatedTopicIsRefused(t *testing.T) {
 		if !errors.As(err, &exit) || exit.ExitCode() != 2 || !strings.Contains(p.output(), "the topic was recreated or truncated") {
 			t.Fatalf("floe %s on the recreated topic: %v, want status 2 naming the cause\n%s", strings.Join(args, " "), err, p.output())
 		}
+	}
+}
+
+// TestSigtermBeforeTheFlushThatCatchesUp: a scheduled run stopped while it
+// holds every record up to its end offsets, not yet committed, commits them
+// in its final flush and so has caught up: status 0. It exited 3
+// ("interrupted before catching up") although the table held every end
+// offset.
+func TestSigtermBeforeTheFlushThatCatchesUp(t *testing.T) {
+	metrics := freeAddr(t)
+	e := newEnv(t, 2, "")
+	// No flush before the stop: every record waits in the buffers.
+	e.config = writeConfig(t, e.dir, e.cluster.Addrs()[0], "floe-test", "analytics.clicks",
+		"  session_timeout: 6s\n  heartbeat_interval: 500ms\n  rebalance_timeout: 15s\n",
+		"commit:\n  interval: 1h\n  max_records: 100000\n  grace: 5s\nmetrics:\n  listen: "+metrics+"\n")
+	ctx := t.Context()
+	if _, err := e.cluster.ProduceRate(ctx, e.topic, clickgen.New(clickgen.Config{Seed: 5}), 500, 0); err != nil {
+		t.Fatal(err)
+	}
+	end, err := e.endOffsets(ctx, e.topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := e.start("scheduled", "run", "--until-caught-up")
+	consumed := func() bool {
+		resp, err := http.Get("http://" + metrics + "/metrics")
+		if err != nil {
+			return false // not listening yet
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return strings.Contains(string(b), "\nfloe_records_consumed_total 500\n")
+	}
+	for deadline := time.Now().Add(60 * time.Second); !consumed(); time.Sleep(100 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the scheduled run has not fetched the 500 records within 60 s")
+		}
+	}
+	p.signal(t, syscall.SIGTERM)
+	err = p.wait(t, 60*time.Second)
+	if wm := e.watermarks(ctx); !maps.Equal(wm, end) {
+		t.Fatalf("after the final flush the table's watermarks are %v, want the end offsets %v", wm, end)
+	}
+	if err != nil {
+		t.Fatalf("the run whose final flush committed every end offset %v exited with %v\n%s", end, err, tail(p.output(), 2000))
 	}
 }
