@@ -161,6 +161,7 @@ func (m *Member) Run(ctx context.Context) error {
 			}
 			if m.caughtUp(wm) {
 				m.log.Info("scheduled run: the table holds every end offset already")
+				m.done.Store(true)
 				return nil
 			}
 		}
