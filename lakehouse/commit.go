@@ -260,6 +260,15 @@ func (t *Table) CommitAs(ctx context.Context, commitID string, parts []Part) (re
 		})
 		t.routing.Range(func(topic, fp any) bool {
 			props[RoutingKeyPrefix+topic.(string)] = fp.(string)
+			// Always beside the routing, so that an older change's
+			// offsets never pass for this routing's.
+			since := "{}"
+			if v, ok := t.routingSince.Load(topic); ok {
+				since = v.(string)
+			} else if rec, ok := RoutingOf(tbl, topic.(string)); ok && rec == fp {
+				since = routingSinceRaw(tbl, topic.(string))
+			}
+			props[RoutingSinceKeyPrefix+topic.(string)] = since
 			return true
 		})
 		committed, cerr := t.commitOnce(ctx, tbl, files, props)

@@ -613,7 +613,7 @@ func underAny(p string, roots []string) bool {
 // in the ancestry that has them: maintenance snapshots copy them from their
 // base, and expiry keeps the snapshots that hold them. BusinessCarriedKey is
 // carried too, but as a union (businessRuns), not as the newest value.
-var carriedPrefixes = []string{OffsetsKeyPrefix, PartitionsKeyPrefix, RoutingKeyPrefix}
+var carriedPrefixes = []string{OffsetsKeyPrefix, PartitionsKeyPrefix, RoutingKeyPrefix, RoutingSinceKeyPrefix}
 
 // offsetMaps returns the newest value of every carried key (every group's
 // floe.offsets.<group> map, every topic's floe.partitions.<topic> count) in

@@ -1,6 +1,7 @@
 package lakehouse
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"maps"
@@ -51,6 +52,12 @@ const (
 	// field and values): `floe run` refuses a routing change that would not
 	// apply from a common offset (see RoutingOf).
 	RoutingKeyPrefix = "floe.routing."
+	// RoutingSinceKeyPrefix + topic holds, with every RoutingKeyPrefix +
+	// topic, the offsets from which that routing applies to the table, as
+	// JSON {"partition": offset}: its watermarks when the routing changed
+	// ({} when no change is known). Below them the table took records under
+	// an earlier routing, so a replay may not start there (RoutingSinceOf).
+	RoutingSinceKeyPrefix = "floe.routing-since."
 )
 
 // Offsets maps topic → partition → next offset to read: every offset below it
@@ -174,6 +181,37 @@ func PartitionCountOf(tbl *table.Table, topic string) (int, bool) {
 func RoutingOf(tbl *table.Table, topic string) (string, bool) {
 	raw, _, ok := newestProperty(tbl, RoutingKeyPrefix+topic)
 	return raw, ok
+}
+
+// RoutingSinceOf returns the offsets, per partition of topic, from which the
+// routing RoutingOf returns applies to the table (none: since its first
+// commit, or unknown). It is read from the snapshot that recorded that
+// routing, never from an older one, which may hold an earlier change's.
+func RoutingSinceOf(tbl *table.Table, topic string) (map[int32]int64, error) {
+	var since map[int32]int64
+	if err := json.Unmarshal([]byte(routingSinceRaw(tbl, topic)), &since); err != nil {
+		return nil, fmt.Errorf("decoding %s%s: %w", RoutingSinceKeyPrefix, topic, err)
+	}
+	return since, nil
+}
+
+// routingSinceRaw returns the RoutingSinceKeyPrefix value of the newest
+// snapshot in the current ancestry that recorded topic's routing, "{}" when
+// it holds none (it was written before the key existed).
+func routingSinceRaw(tbl *table.Table, topic string) string {
+	meta := tbl.Metadata()
+	for snap := meta.CurrentSnapshot(); snap != nil; {
+		if snap.Summary != nil {
+			if _, ok := snap.Summary.Properties[RoutingKeyPrefix+topic]; ok {
+				return cmp.Or(snap.Summary.Properties[RoutingSinceKeyPrefix+topic], "{}")
+			}
+		}
+		if snap.ParentSnapshotID == nil {
+			break
+		}
+		snap = meta.SnapshotByID(*snap.ParentSnapshotID)
+	}
+	return "{}"
 }
 
 // OffsetMapsOf returns the newest offset map of every group that committed

@@ -8,6 +8,7 @@ package lakehouse
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -102,6 +103,9 @@ type Table struct {
 	// routing holds topic → routing fingerprint, recorded in the summary
 	// of every commit (SetRouting).
 	routing sync.Map
+	// routingSince holds topic → the offsets from which its routing
+	// applies, as recorded (SetRoutingSince).
+	routingSince sync.Map
 	// evolveMu serializes this process's schema evolutions (Evolve), so
 	// that partitions meeting the same new writer schema do not conflict.
 	evolveMu sync.Mutex
@@ -116,6 +120,15 @@ func (t *Table) SetPartitionCount(topic string, n int) { t.partitionCounts.Store
 // SetRouting records the fingerprint of topic's routing; every later commit
 // carries it in its snapshot summary, for RoutingOf.
 func (t *Table) SetRouting(topic, fingerprint string) { t.routing.Store(topic, fingerprint) }
+
+// SetRoutingSince records that the routing SetRouting gives applies to the
+// table from the offsets from (per partition of topic): its watermarks where
+// the routing changed. Every later commit carries them, for RoutingSinceOf;
+// without a call, a commit carries those recorded with the same routing.
+func (t *Table) SetRoutingSince(topic string, from map[int32]int64) {
+	b, _ := json.Marshal(from) // {"partition": offset}
+	t.routingSince.Store(topic, string(b))
+}
 
 // OpenCatalog loads the configured catalog, adding SQLite's WAL mode and busy
 // timeout: without them concurrent commits surface "database is locked" as an

@@ -85,6 +85,9 @@ func Replay(ctx context.Context, cfg Config, tbl *lakehouse.Table, sc *schemas.S
 				k.Topic, r.Partition, start, start, r.From)
 		}
 	}
+	if err := checkReplayRouting(ctx, cfg, tbl, ranges); err != nil {
+		return res, err
+	}
 	if opts.Reenrich {
 		wm, err := tbl.Watermarks(ctx)
 		if err != nil {

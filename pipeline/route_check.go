@@ -217,6 +217,13 @@ func CheckStart(ctx context.Context, jobs []StartTable, ov StartOverrides, log *
 	if len(errs) > 0 {
 		return errors.Join(errs...)
 	}
+	// Where each table's routing changes, for a replay not to re-route the
+	// records below with the new one (checkReplayRouting).
+	for _, st := range states {
+		if st.recorded != "" && st.recorded != st.config && len(st.wm) > 0 {
+			st.job.Table.SetRoutingSince(st.job.Config.Kafka.Topic, st.wm)
+		}
+	}
 	for st, from := range joins {
 		if err := join(ctx, st, from, log); err != nil {
 			return err
@@ -237,10 +244,45 @@ func join(ctx context.Context, st *startState, from map[int32]int64, log *slog.L
 		parts = append(parts, lakehouse.Part{Range: lakehouse.Range{Topic: topic, Partition: p, From: w, To: w}, Resume: lakehouse.NoWatermark})
 	}
 	st.job.Table.SetRouting(topic, st.config)
+	st.job.Table.SetRoutingSince(topic, from)
 	if _, err := st.job.Table.Commit(ctx, parts); err != nil {
 		return fmt.Errorf("table %s, a new route of topic %s: starting it at %s: %w", name, topic, formatWatermarks(from), err)
 	}
 	log.Info("a new route joins its topic's routing where the other routes are", "table", name, "topic", topic, "offsets", formatWatermarks(from))
+	return nil
+}
+
+// checkReplayRouting refuses to replay ranges the configuration's routing
+// did not route: a replay keeps the records the configured where takes, so
+// under another routing it would insert records another route's table holds
+// (the same offset in two tables, which no MERGE dedupes). The table's
+// recorded routing must be the configuration's, and each range start at or
+// after the offset from which it applies (lakehouse.RoutingSinceOf).
+func checkReplayRouting(ctx context.Context, cfg Config, tbl *lakehouse.Table, ranges []ReplayRange) error {
+	t, err := tbl.Load(ctx)
+	if err != nil {
+		return err
+	}
+	topic, name := cfg.Kafka.Topic, cfg.Table.Name
+	rec, ok := lakehouse.RoutingOf(t, topic)
+	if !ok {
+		return nil // written before routing was recorded, or not yet: one routing as far as is known
+	}
+	if config := cfg.RoutingFingerprint(); rec != config {
+		return fmt.Errorf("replay: table %s was written under routing %s, the configuration routes %s: a replay would keep "+
+			"other records than the table's; replay with the configuration it runs under", name, rec, config)
+	}
+	since, err := lakehouse.RoutingSinceOf(t, topic)
+	if err != nil {
+		return fmt.Errorf("table %s: %w", name, err)
+	}
+	for _, r := range ranges {
+		if s, ok := since[r.Partition]; ok && r.From < s {
+			return fmt.Errorf("replay: the routing of table %s applies from offset %d of %s/%d (below it the topic was routed "+
+				"otherwise, and a replay under this routing would put records in two tables): want from >= %d, got %d",
+				name, s, topic, r.Partition, s, r.From)
+		}
+	}
 	return nil
 }
 

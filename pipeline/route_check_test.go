@@ -306,8 +306,9 @@ func scanRows(t *testing.T, tbl *lakehouse.Table, columns ...string) [][]string 
 // only route (the default one) is caught up: the start is accepted, the new
 // route's table starts at the old route's watermarks (it used to be refused
 // at "no watermarks", and with the override to start at start_offset,
-// taking records the old route already held), and every offset ends up in
-// exactly one table.
+// taking records the old route already held), every offset ends up in
+// exactly one table, and a replay of the new route below where it joined is
+// refused.
 func TestRouteAddedJoinsAtTheCommonOffset(t *testing.T) {
 	r := newRouteRig(t)
 	old := r.config(t, "floe", "", "", `routes:
@@ -351,6 +352,14 @@ func TestRouteAddedJoinsAtTheCommonOffset(t *testing.T) {
 		if id[1] < end1[int32(id[0])] {
 			t.Fatalf("shop.orders holds %d/%d, below where it joined (%v)", id[0], id[1], end1)
 		}
+	}
+	// Below where it joined shop.other holds its purchases: a replay from
+	// there is refused (it used to insert them, in two tables).
+	_, sc := r.table(t, added[0])
+	_, err = pipeline.Replay(t.Context(), added[0], orders, sc, []pipeline.ReplayRange{{Partition: 0, From: 0, To: end2[0]}},
+		pipeline.ReplayOptions{}, slog.New(slog.DiscardHandler))
+	if want := fmt.Sprintf("applies from offset %d of clicks/0", end1[0]); err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("a replay of shop.orders from 0: %v, want an error containing %q", err, want)
 	}
 }
 

@@ -651,22 +651,7 @@ routes:
 func TestRoutingChangeRefused(t *testing.T) {
 	cl := clicksCluster(t, 5, 500)
 	dir := t.TempDir()
-	props, _ := json.Marshal(sqliteCatalog(dir))
-	config := func(orderTypes string) string {
-		path := filepath.Join(dir, "floe-"+strings.ReplaceAll(orderTypes, ", ", "-")+".yaml")
-		cfg := fmt.Sprintf(`kafka: {brokers: [%s], group: floe-rc, session_timeout: 6s, heartbeat_interval: 500ms}
-table: {catalog: %s}
-commit: {interval: 300ms, grace: 2s}
-routes:
-  - {topic: clicks, where: {field: event_type, in: [%s]}, table: {name: shop.orders}}
-  - {topic: clicks, where: {default: true}, table: {name: shop.other}}
-`, cl.Addrs()[0], props, orderTypes)
-		if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return path
-	}
-	old, changed := config("purchase"), config("checkout, purchase")
+	old, changed := splitClicksConfig(t, cl, dir, "purchase"), splitClicksConfig(t, cl, dir, "checkout, purchase")
 	if out, err := runFloe(t, "run", "--config", old, "--table", "shop.orders", "--until-caught-up"); err != nil {
 		t.Fatalf("floe run --table shop.orders: %v\n%s", err, out)
 	}
@@ -679,6 +664,94 @@ routes:
 	if out, err := runFloe(t, "run", "--config", changed, "--until-caught-up", "--accept-routing-change"); err != nil {
 		t.Fatalf("floe run --accept-routing-change: %v\n%s", err, out)
 	}
+}
+
+// TestRoutingReplayFromTheRoutingChange changes the routing of topic clicks
+// at a common offset (checkout moves from shop.other to shop.orders), the
+// safe way. A replay of shop.orders is then refused below that offset, where
+// shop.other holds the checkouts, and with the old configuration; from the
+// offset it inserts nothing and the routes still verify (also after
+// maintenance). Before, the replay
+// kept the records of the new where all the way down: every checkout below
+// the change was inserted into shop.orders too, the same offset in two
+// tables.
+func TestRoutingReplayFromTheRoutingChange(t *testing.T) {
+	cl, err := embedded.StartTopic(t.Context(), "clicks", 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Close)
+	gen := clickgen.New(clickgen.Config{Seed: 11}) // one generator: its sessions go on in order
+	if _, err := cl.ProduceRate(t.Context(), "clicks", gen, 600, 0); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	old, changed := splitClicksConfig(t, cl, dir, "purchase"), splitClicksConfig(t, cl, dir, "checkout, purchase")
+	if out, err := runFloe(t, "run", "--config", old, "--until-caught-up"); err != nil {
+		t.Fatalf("floe run (old routing): %v\n%s", err, out)
+	}
+	change, err := cl.EndOffsets(t.Context(), "clicks")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cl.ProduceRate(t.Context(), "clicks", gen, 300, 0); err != nil {
+		t.Fatal(err)
+	}
+	end, err := cl.EndOffsets(t.Context(), "clicks")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, err := runFloe(t, "run", "--config", changed, "--until-caught-up"); err != nil {
+		t.Fatalf("floe run (changed routing, at a common offset): %v\n%s", err, out)
+	}
+	// Maintenance snapshots carry where the routing applies from.
+	if out, err := runFloe(t, "maintain", "--config", changed, "--table", "shop.orders"); err != nil {
+		t.Fatalf("floe maintain: %v\n%s", err, out)
+	}
+	replay := func(config string, from int64) (string, error) {
+		return runFloe(t, "replay", "--config", config, "--table", "shop.orders", "--partition", "0",
+			"--from", strconv.FormatInt(from, 10), "--to", strconv.FormatInt(end[0], 10), "--json")
+	}
+	out, err := replay(changed, 0)
+	if err == nil {
+		t.Fatalf("a replay of shop.orders from 0, below the routing change at %d, ran:\n%s", change[0], out)
+	}
+	wantContains(t, out, fmt.Sprintf("applies from offset %d of clicks/0", change[0]), fmt.Sprintf("want from >= %d, got 0", change[0]))
+	if out, err := replay(old, change[0]); err == nil || !strings.Contains(out, "table shop.orders was written under routing") {
+		t.Errorf("a replay with the configuration of the old routing: %v\n%s", err, out)
+	}
+	out, err = replay(changed, change[0])
+	if err != nil {
+		t.Fatalf("floe replay from the routing change: %v\n%s", err, out)
+	}
+	var replayed struct {
+		Inserted int64 `json:"inserted"`
+	}
+	if err := json.Unmarshal([]byte(jsonTail(out, "{\"ranges\"")), &replayed); err != nil || replayed.Inserted != 0 {
+		t.Errorf("replay of shop.orders [%d, %d) of partition 0: %v, %d inserted, want 0\n%s", change[0], end[0], err, replayed.Inserted, out)
+	}
+	if out, err := runFloe(t, "verify", "--config", changed); err != nil {
+		t.Fatalf("floe verify after the replay: %v\n%s", err, out)
+	}
+}
+
+// splitClicksConfig writes a configuration splitting topic clicks of cl
+// by event_type: the values orderTypes (a YAML list's items) to
+// shop.orders, the rest to shop.other; the catalog is in dir.
+func splitClicksConfig(t *testing.T, cl *embedded.Cluster, dir, orderTypes string) string {
+	props, _ := json.Marshal(sqliteCatalog(dir))
+	path := filepath.Join(dir, "floe-"+strings.ReplaceAll(orderTypes, ", ", "-")+".yaml")
+	cfg := fmt.Sprintf(`kafka: {brokers: [%s], group: floe-rc, session_timeout: 6s, heartbeat_interval: 500ms}
+table: {catalog: %s}
+commit: {interval: 300ms, grace: 2s}
+routes:
+  - {topic: clicks, where: {field: event_type, in: [%s]}, table: {name: shop.orders}}
+  - {topic: clicks, where: {default: true}, table: {name: shop.other}}
+`, cl.Addrs()[0], props, orderTypes)
+	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
 }
 
 // TestRoutingSharedDeadLetters runs two routes that take the whole topic
