@@ -8,11 +8,11 @@ import (
 	"slices"
 	"strconv"
 	"time"
-	"unicode/utf8"
 
 	"github.com/segmentio/kafka-go"
 
 	"github.com/floe-dev/floe/lakehouse"
+	"github.com/floe-dev/floe/schemas"
 )
 
 // Dead-letter record headers. The source coordinates make a dead-lettered
@@ -91,10 +91,10 @@ func (d deadLetter) message(topic, table string) kafka.Message {
 		{Key: HeaderSourceTimestamp, Value: []byte(d.msg.Time.UTC().Format(time.RFC3339Nano))},
 	}
 	if d.field != "" {
-		h = append(h, kafka.Header{Key: HeaderField, Value: []byte(clip(d.field, maxReasonTextBytes))})
+		h = append(h, kafka.Header{Key: HeaderField, Value: []byte(schemas.Truncate(d.field, maxReasonTextBytes))})
 	}
 	if d.detail != "" {
-		h = append(h, kafka.Header{Key: HeaderDetail, Value: []byte(clip(d.detail, maxReasonTextBytes))})
+		h = append(h, kafka.Header{Key: HeaderDetail, Value: []byte(schemas.Truncate(d.detail, maxReasonTextBytes))})
 	}
 	key, value := d.msg.Key, d.msg.Value
 	if len(key)+len(value) > maxLetterBytes {
@@ -119,19 +119,6 @@ func (d deadLetter) message(topic, table string) kafka.Message {
 		h = append(h, kafka.Header{Key: HeaderHeadersDropped, Value: []byte(strconv.Itoa(dropped))})
 	}
 	return kafka.Message{Topic: topic, Key: key, Value: value, Headers: h}
-}
-
-// clip cuts s to at most n bytes, at a character's start, marking the cut.
-func clip(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	const mark = "…"
-	i := n - len(mark)
-	for i > 0 && !utf8.RuneStart(s[i]) {
-		i--
-	}
-	return s[:i] + mark
 }
 
 // deadLetterWriter produces dead letters and waits for the broker's

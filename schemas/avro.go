@@ -65,7 +65,7 @@ const maxZeroSizeItems = 1 << 16
 // incompatible reports a writer schema whose field cannot be stored in the
 // table's column (ReasonIncompatibleSchema).
 func incompatible(detail string) *DecodeError {
-	return &DecodeError{Reason: ReasonIncompatibleSchema, Detail: truncate(detail, maxDetailBytes)}
+	return &DecodeError{Reason: ReasonIncompatibleSchema, Detail: Truncate(detail, maxDetailBytes)}
 }
 
 func malformed(detail string) *DecodeError {
@@ -313,7 +313,7 @@ func (r *avroReader) value(w avro.Schema, t *node, b array.Builder, depth int) *
 				}
 				put(t.key, kb, &scalar{b: key})
 				if err := r.value(vals, t.val, vb, depth+1); err != nil {
-					return fieldErr("["+strconv.Quote(truncate(string(key), 32))+"]", err)
+					return fieldErr("["+strconv.Quote(Truncate(string(key), 32))+"]", err)
 				}
 			}
 		}

@@ -490,7 +490,7 @@ func (p *avscParser) transform(prop string, i int, expr string, sc *iceberg.Sche
 	}
 	m := transformExpr.FindStringSubmatch(strings.ToLower(strings.TrimSpace(expr)))
 	if m == nil {
-		return iceberg.NestedField{}, nil, "", bad("want identity(col), year|month|day|hour(col), bucket(N, col), truncate(N, col) or col")
+		return iceberg.NestedField{}, nil, "", bad("want identity(col), year|month|day|hour(col), bucket(N, col), Truncate(N, col) or col")
 	}
 	name, width, col := m[1], m[2], m[3]
 	if col == "" {

@@ -464,8 +464,9 @@ func decodeTS(v *fastjson.Value, nums *NumberReader) (int64, *DecodeError) {
 // headers and log lines.
 const maxDetailBytes = 256
 
-// truncate shortens s to at most n bytes without splitting a UTF-8 sequence.
-func truncate(s string, n int) string {
+// Truncate shortens s to at most n bytes without splitting a UTF-8
+// sequence, marking the cut.
+func Truncate(s string, n int) string {
 	if len(s) <= n {
 		return s
 	}
@@ -507,11 +508,11 @@ func parseObject(p *fastjson.Parser, value []byte) (v *fastjson.Value, ascii boo
 		if !json.Valid(value) {
 			var x any
 			err := json.Unmarshal(value, &x) // for the reason, rarely
-			return nil, false, &DecodeError{Reason: ReasonMalformedJSON, Detail: truncate(err.Error(), maxDetailBytes)}
+			return nil, false, &DecodeError{Reason: ReasonMalformedJSON, Detail: Truncate(err.Error(), maxDetailBytes)}
 		}
 	case escapes:
 		if err := fastjson.ValidateBytes(value); err != nil {
-			return nil, false, &DecodeError{Reason: ReasonMalformedJSON, Detail: truncate(err.Error(), maxDetailBytes)}
+			return nil, false, &DecodeError{Reason: ReasonMalformedJSON, Detail: Truncate(err.Error(), maxDetailBytes)}
 		}
 	}
 	if escapes {
@@ -523,7 +524,7 @@ func parseObject(p *fastjson.Parser, value []byte) (v *fastjson.Value, ascii boo
 	v, err := p.ParseBytes(value)
 	if err != nil {
 		// fastjson's messages can quote the whole rest of the input.
-		return nil, false, &DecodeError{Reason: ReasonMalformedJSON, Detail: truncate(err.Error(), maxDetailBytes)}
+		return nil, false, &DecodeError{Reason: ReasonMalformedJSON, Detail: Truncate(err.Error(), maxDetailBytes)}
 	}
 	if t := v.Type(); t != fastjson.TypeObject {
 		return nil, false, &DecodeError{Reason: ReasonMalformedJSON, Detail: "the message is a JSON " + t.String() + ", want an object"}

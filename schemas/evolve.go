@@ -87,7 +87,7 @@ func (e *EvolveRequest) Refuse(field, detail string) error {
 	if e.stop {
 		return &IncompatibleSchemaError{SchemaID: e.SchemaID, Field: field, Detail: detail}
 	}
-	return &DecodeError{Reason: ReasonIncompatibleSchema, Field: field, Detail: truncate(detail, maxDetailBytes)}
+	return &DecodeError{Reason: ReasonIncompatibleSchema, Field: field, Detail: Truncate(detail, maxDetailBytes)}
 }
 
 // Evolving returns a copy of s whose wire-format Builders return an

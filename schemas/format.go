@@ -276,7 +276,7 @@ func (r *registry) get(id int, kind string) (*writerSchema, error) {
 
 func parseWriterSchema(id int, s sr.Schema, kind string) *writerSchema {
 	bad := func(detail string) *writerSchema {
-		return &writerSchema{err: &DecodeError{Reason: ReasonUnknownSchema, Detail: truncate("schema id "+strconv.Itoa(id)+": "+detail, maxDetailBytes)}}
+		return &writerSchema{err: &DecodeError{Reason: ReasonUnknownSchema, Detail: Truncate("schema id "+strconv.Itoa(id)+": "+detail, maxDetailBytes)}}
 	}
 	typ := s.Type
 	if typ == 0 {

@@ -290,7 +290,7 @@ func fieldErr(name string, err *DecodeError) *DecodeError {
 }
 
 func invalid(detail string) *DecodeError {
-	return &DecodeError{Reason: ReasonInvalidField, Detail: truncate(detail, maxDetailBytes)}
+	return &DecodeError{Reason: ReasonInvalidField, Detail: Truncate(detail, maxDetailBytes)}
 }
 
 // wrongLength is a bytes value of n bytes for a column of fixed size.

@@ -191,7 +191,7 @@ func (d *jsonDecoder) value(n *node, v *fastjson.Value, b array.Builder) *Decode
 			}
 			put(n.key, kb, &scalar{b: m.key})
 			if err := d.value(n.val, m.value, vb); err != nil {
-				return fieldErr("["+strconv.Quote(truncate(string(m.key), 32))+"]", err)
+				return fieldErr("["+strconv.Quote(Truncate(string(m.key), 32))+"]", err)
 			}
 		}
 		return nil

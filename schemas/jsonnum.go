@@ -148,7 +148,7 @@ func (r *NumberReader) members(obj *fastjson.Object, slot func(key []byte) int, 
 // notNumber is the dead-letter reason of a number token the JSON grammar
 // refuses.
 func notNumber(text string) *DecodeError {
-	return &DecodeError{Reason: ReasonMalformedJSON, Detail: "not a JSON number: " + truncate(text, 64)}
+	return &DecodeError{Reason: ReasonMalformedJSON, Detail: "not a JSON number: " + Truncate(text, 64)}
 }
 
 // badNumber reports the first number token in v, depth first, that RFC

@@ -90,7 +90,7 @@ func protoMessageDescriptor(fd protoreflect.FileDescriptor, b []byte) (protorefl
 func decodeProto(md protoreflect.MessageDescriptor, value []byte, record *node, cols []array.Builder) (int, *DecodeError) {
 	m := dynamicpb.NewMessage(md)
 	if err := (proto.UnmarshalOptions{RecursionLimit: maxAvroDepth}).Unmarshal(value, m); err != nil {
-		return 0, &DecodeError{Reason: ReasonMalformedValue, Detail: truncate("not a valid "+string(md.FullName())+": "+err.Error(), maxDetailBytes)}
+		return 0, &DecodeError{Reason: ReasonMalformedValue, Detail: Truncate("not a valid "+string(md.FullName())+": "+err.Error(), maxDetailBytes)}
 	}
 	var p protoFill
 	err := p.record(m, record, nil, cols)
@@ -156,7 +156,7 @@ func (p *protoFill) value(fd protoreflect.FieldDescriptor, v protoreflect.Value,
 			}
 			put(t.key, kb, &scalar{b: []byte(key)})
 			if err := p.scalar(fd.MapValue(), e, t.val, vb); err != nil {
-				derr = fieldErr("["+strconv.Quote(truncate(key, 32))+"]", err)
+				derr = fieldErr("["+strconv.Quote(Truncate(key, 32))+"]", err)
 				return false
 			}
 			return true
