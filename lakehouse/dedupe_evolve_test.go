@@ -20,25 +20,8 @@ import (
 // cut in the row filter, the table's copy never found and the duplicate
 // committed.
 func TestDedupeFollowsAWidenedKey(t *testing.T) {
-	dir := t.TempDir()
-	path := filepath.Join(dir, "pay.avsc")
-	if err := os.WriteFile(path, []byte(`{"type": "record", "name": "Pay", "floe.key": "note", "floe.dedupe-key": "id",
-	  "fields": [{"name": "id", "type": "int"}, {"name": "note", "type": "string"}]}`), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	sc, err := schemas.LoadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	props := map[string]string{
-		"type": "sql", "uri": "file:" + filepath.Join(dir, "catalog.db"), "sql.dialect": "sqlite", "sql.driver": "sqlite",
-		"warehouse": "file://" + filepath.Join(dir, "warehouse"),
-	}
-	tbl, err := lakehouse.Open(t.Context(), lakehouse.Config{Table: "fin.pay", Catalog: props, Group: "g"}, sc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { tbl.Close() })
+	tbl, sc := payTable(t, `{"type": "record", "name": "Pay", "floe.key": "note", "floe.dedupe-key": "id",
+	  "fields": [{"name": "id", "type": "int"}, {"name": "note", "type": "string"}]}`)
 	if d := tbl.Dedupe(); d.Key != "id" {
 		t.Fatalf("dedupe %+v", d)
 	}
@@ -82,26 +65,9 @@ func TestDedupeFollowsAWidenedKey(t *testing.T) {
 // as the MERGE and verify count them, and the bounded search left them out,
 // the duplicate committed.
 func TestDedupeFollowsAnOptionalEventTime(t *testing.T) {
-	dir := t.TempDir()
-	path := filepath.Join(dir, "pay.avsc")
-	if err := os.WriteFile(path, []byte(`{"type": "record", "name": "Pay", "floe.key": "id", "floe.dedupe-key": "id",
+	tbl, sc := payTable(t, `{"type": "record", "name": "Pay", "floe.key": "id", "floe.dedupe-key": "id",
 	  "floe.event-time": "created_at",
-	  "fields": [{"name": "id", "type": "string"}, {"name": "created_at", "type": {"type": "long", "logicalType": "timestamp-micros"}}]}`), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	sc, err := schemas.LoadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	props := map[string]string{
-		"type": "sql", "uri": "file:" + filepath.Join(dir, "catalog.db"), "sql.dialect": "sqlite", "sql.driver": "sqlite",
-		"warehouse": "file://" + filepath.Join(dir, "warehouse"),
-	}
-	tbl, err := lakehouse.Open(t.Context(), lakehouse.Config{Table: "fin.pay", Catalog: props, Group: "g"}, sc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { tbl.Close() })
+	  "fields": [{"name": "id", "type": "string"}, {"name": "created_at", "type": {"type": "long", "logicalType": "timestamp-micros"}}]}`)
 	ts, err := tbl.Evolve(t.Context(), []schemas.Change{{Kind: schemas.MakeOptional, Column: "created_at"}})
 	if err != nil {
 		t.Fatal(err)
@@ -132,4 +98,29 @@ func TestDedupeFollowsAnOptionalEventTime(t *testing.T) {
 	if r.BusinessDuplicates != 1 {
 		t.Errorf("p-1 again (the table's copy has no event time): %d rows committed, %d skipped; want 0 and 1", r.Rows, r.BusinessDuplicates)
 	}
+}
+
+// payTable opens table fin.pay, in a SQLite catalog of its own, with the
+// schema file avsc.
+func payTable(t *testing.T, avsc string) (*lakehouse.Table, *schemas.Schema) {
+	t.Helper()
+	dir := t.TempDir()
+	path := filepath.Join(dir, "pay.avsc")
+	if err := os.WriteFile(path, []byte(avsc), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	sc, err := schemas.LoadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	props := map[string]string{
+		"type": "sql", "uri": "file:" + filepath.Join(dir, "catalog.db"), "sql.dialect": "sqlite", "sql.driver": "sqlite",
+		"warehouse": "file://" + filepath.Join(dir, "warehouse"),
+	}
+	tbl, err := lakehouse.Open(t.Context(), lakehouse.Config{Table: "fin.pay", Catalog: props, Group: "g"}, sc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { tbl.Close() })
+	return tbl, sc
 }
