@@ -137,7 +137,7 @@ func (m *Member) Run(ctx context.Context) error {
 	// Fail fast and clearly on an unreachable cluster or a missing topic;
 	// once running, such errors are retried.
 	checkCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	ends, err := EndOffsets(checkCtx, k)
+	_, err := EndOffsets(checkCtx, k)
 	cancel()
 	if err != nil {
 		if ctx.Err() != nil {
@@ -156,8 +156,12 @@ func (m *Member) Run(ctx context.Context) error {
 		// to do: it would join the group only to rebalance the members
 		// that own the partitions. (A failed read is retried later.)
 		if wm, err := m.table.Watermarks(ctx); err == nil {
-			if err := beyondEnd(k.Topic, wm, ends); err != nil {
-				return err
+			// The end offsets read after the watermarks (other members
+			// may have committed past those read above meanwhile).
+			if ends, err := EndOffsets(ctx, k); err == nil {
+				if err := beyondEnd(k.Topic, wm, ends); err != nil {
+					return err
+				}
 			}
 			if m.caughtUp(wm) {
 				m.log.Info("scheduled run: the table holds every end offset already")
