@@ -13,11 +13,13 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/apache/arrow-go/v18/arrow/array"
+	"github.com/apache/iceberg-go/catalog"
 	"github.com/apache/iceberg-go/table"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -898,5 +900,80 @@ func TestStoppedMemberReportsNoLag(t *testing.T) {
 	waitRun(t, done, 30*time.Second, "the member did not stop")
 	if lag := m.Stats().Lag(); len(lag) != 0 {
 		t.Fatalf("lag %v after the generation ended, want none", lag)
+	}
+}
+
+// loadHookCat runs hook (once, when armed) before a LoadTable reaches the
+// real catalog: another member's commit landing just before this read.
+type loadHookCat struct {
+	catalog.Catalog
+	mu   sync.Mutex
+	hook func()
+}
+
+func (c *loadHookCat) LoadTable(ctx context.Context, ident table.Identifier) (*table.Table, error) {
+	c.mu.Lock()
+	h := c.hook
+	c.hook = nil
+	c.mu.Unlock()
+	if h != nil {
+		h()
+	}
+	return c.Catalog.LoadTable(ctx, ident)
+}
+
+// TestScheduledRunBesideALiveJob: a scheduled run started beside a
+// long-running job of the same table, whose commit lands just before the
+// run reads the watermarks (holding records produced after the run read
+// the end offsets), is caught up, not a log behind the table: the end
+// offsets it compares with the watermarks are read after them. Read
+// before, the run failed as if the topic had been recreated.
+func TestScheduledRunBesideALiveJob(t *testing.T) {
+	j := newJob(t, 200, fastCommit, nil)
+	runUntilCaughtUp(t, j)
+	until := j.end
+
+	cat, err := lakehouse.OpenCatalog(t.Context(), j.cfg.Table.Catalog)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hc := &loadHookCat{Catalog: cat}
+	tbl, err := lakehouse.OpenIn(t.Context(), hc, lakehouse.Config{Table: j.cfg.Table.Name, Group: "g"}, j.sc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { tbl.Close() })
+	m, err := pipeline.NewMember(j.cfg, tbl, j.sc, pipeline.UntilOffsets(until))
+	if err != nil {
+		t.Fatal(err)
+	}
+	hc.mu.Lock()
+	hc.hook = func() {
+		// The live job's next commit: new records, ingested and committed.
+		if _, err := j.cl.ProduceRate(context.Background(), "clicks", clickgen.New(clickgen.Config{Sessions: 100, Seed: 9}), 100, 0); err != nil {
+			t.Error(err)
+			return
+		}
+		end, err := j.cl.EndOffsets(context.Background(), "clicks")
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		j.end = end
+		runUntilCaughtUp(t, j)
+	}
+	hc.mu.Unlock()
+	done, stop := startRun(m)
+	defer stop()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("scheduled run beside a live job's commit: %v", err)
+		}
+	case <-time.After(90 * time.Second):
+		t.Fatal("the scheduled run did not end")
+	}
+	if !m.CaughtUp() {
+		t.Fatal("not caught up")
 	}
 }
