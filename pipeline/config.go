@@ -62,10 +62,11 @@ type Config struct {
 	// where is the record filter of a route with where (set by Jobs).
 	where *routeFilter
 	// routing is the fingerprint of the routing of a route's topic (set by
-	// Jobs; see RoutingFingerprint), and route the route's index + 1 (0: the
+	// Jobs; see RoutingFingerprint), legacyRouting the form floe recorded
+	// before (see sameRouting), and route the route's index + 1 (0: the
 	// single-table form).
-	routing string
-	route   int
+	routing, legacyRouting string
+	route                  int
 }
 
 // DedupeConfig is the business-key MERGE: a record whose key is already in

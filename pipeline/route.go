@@ -211,6 +211,7 @@ func (c Config) expand(i int) Config {
 		rc.where = newRouteFilter(*r.Where, field, values)
 	}
 	rc.routing = c.routingOf(i)
+	rc.legacyRouting = c.legacyRoutingOf(i)
 	rc.route = i + 1
 	rc.defaults()
 	return rc

@@ -30,7 +30,10 @@ var (
 // lakehouse.RoutingKeyPrefix+topic): the field and each field route's table
 // and values, or for a route that takes the whole topic only its table.
 type routingDoc struct {
-	Field  string         `json:"field,omitempty"`
+	Field string `json:"field,omitempty"`
+	// Exact: the in values are as written (see routingOf); a routing
+	// recorded without it has them normalized.
+	Exact  bool           `json:"exact,omitempty"`
 	Routes []routingEntry `json:"routes"`
 }
 
@@ -60,14 +63,29 @@ func wholeTopic(table string) string {
 }
 
 // routingOf returns the fingerprint of route i's routing: with where, every
-// field route of its topic (tables sorted, values normalized and sorted);
-// without, its table alone.
+// field route of its topic (tables sorted, values as written, sorted);
+// without, its table alone. The values are kept as written because the
+// filter matches a string field by its text: in ["1.0"] and in ["1"] take
+// different records. (Fingerprints recorded before recorded them
+// normalized, "1.0" as "1": see legacyRoutingOf.)
 func (c Config) routingOf(i int) string {
+	return c.fingerprint(i, true)
+}
+
+// legacyRoutingOf is routingOf as floe recorded it before it kept the
+// values as written: numbers normalized. A table that recorded it is taken
+// to be on the configuration's routing (the forms cannot be told apart).
+func (c Config) legacyRoutingOf(i int) string {
+	return c.fingerprint(i, false)
+}
+
+// fingerprint is routingOf, or with exact false legacyRoutingOf.
+func (c Config) fingerprint(i int, exact bool) string {
 	r := c.Routes[i]
 	if r.Where == nil {
 		return wholeTopic(r.Table.Name)
 	}
-	var d routingDoc
+	d := routingDoc{Exact: exact}
 	for _, o := range c.Routes {
 		if o.Topic != r.Topic || o.Where == nil {
 			continue
@@ -76,7 +94,10 @@ func (c Config) routingOf(i int) string {
 		if !o.Where.Default {
 			d.Field = o.Where.Field
 			for _, v := range o.Where.In {
-				e.In = append(e.In, normalizeValue(v)[2:]) // "1.0" as "1"; without the type tag
+				if !exact {
+					v = normalizeValue(v)[2:] // "1.0" as "1", without the type tag
+				}
+				e.In = append(e.In, v)
 			}
 			slices.Sort(e.In)
 			e.In = slices.Compact(e.In)
@@ -85,6 +106,16 @@ func (c Config) routingOf(i int) string {
 	}
 	slices.SortFunc(d.Routes, func(a, b routingEntry) int { return strings.Compare(a.Table, b.Table) })
 	return d.String()
+}
+
+// sameRouting returns rec, a routing recorded by a table, or this job's
+// own fingerprint when rec is that fingerprint in the form floe recorded
+// before it kept in values as written (legacyRoutingOf).
+func (c Config) sameRouting(rec string) string {
+	if c.legacyRouting != "" && rec == c.legacyRouting {
+		return c.RoutingFingerprint()
+	}
+	return rec
 }
 
 // RoutingFingerprint describes which records of its topic the job takes, in
@@ -156,7 +187,7 @@ func CheckStart(ctx context.Context, jobs []StartTable, ov StartOverrides, log *
 		topic, group := j.Config.Kafka.Topic, j.Config.Kafka.Group
 		st := &startState{job: j, config: j.Config.RoutingFingerprint(), wm: groups[group][topic]}
 		if rec, ok := lakehouse.RoutingOf(tbl, topic); ok {
-			st.recorded = rec
+			st.recorded = j.Config.sameRouting(rec)
 		} else if len(st.wm) > 0 {
 			st.recorded = wholeTopic(j.Config.Table.Name) // written before routing was recorded
 		}
@@ -265,6 +296,7 @@ func checkReplayRouting(ctx context.Context, cfg Config, tbl *lakehouse.Table, r
 	}
 	topic, name := cfg.Kafka.Topic, cfg.Table.Name
 	rec, ok := lakehouse.RoutingOf(t, topic)
+	rec = cfg.sameRouting(rec)
 	if !ok {
 		return nil // written before routing was recorded, or not yet: one routing as far as is known
 	}

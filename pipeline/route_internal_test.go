@@ -108,3 +108,32 @@ func TestRouteFilterTakesItsOwnNumber(t *testing.T) {
 		}
 	}
 }
+
+// TestRoutingFingerprintKeepsValuesAsWritten: in ["1.0"] and in ["1"]
+// take different records (a string field matches by its text), so their
+// routings differ; they were recorded alike ("1"), and the change went
+// unseen. A table that recorded the old, normalized form of the
+// configuration's routing is taken to be on it.
+func TestRoutingFingerprintKeepsValuesAsWritten(t *testing.T) {
+	config := func(v string) Config {
+		return Config{Routes: []RouteConfig{
+			{Topic: "events", Where: &WhereConfig{Field: "kind", In: []string{v}}, Table: TableConfig{Name: "s.a"}},
+			{Topic: "events", Where: &WhereConfig{Default: true}, Table: TableConfig{Name: "s.b"}},
+		}}
+	}
+	written, plain := config("1.0"), config("1")
+	if written.routingOf(0) == plain.routingOf(0) {
+		t.Fatalf("in [\"1.0\"] and in [\"1\"] both record %s", plain.routingOf(0))
+	}
+	f := newRouteFilter(*written.Routes[0].Where, "", nil)
+	if f.takes([]byte(`{"kind":"1"}`)) {
+		t.Fatal(`in ["1.0"] takes {"kind":"1"}: the routings would be the same`)
+	}
+	job := Config{routing: written.routingOf(0), legacyRouting: written.legacyRoutingOf(0)}
+	if got := job.sameRouting(plain.legacyRoutingOf(0)); got != job.routing {
+		t.Fatalf("a table recording the old form %s: taken as %s, want the configuration's %s", plain.legacyRoutingOf(0), got, job.routing)
+	}
+	if got := job.sameRouting(plain.routingOf(0)); got == job.routing {
+		t.Fatal("a table on another routing taken as this one's")
+	}
+}
