@@ -192,6 +192,19 @@ func newJob(t *testing.T, n int, commit pipeline.CommitConfig, enrichCfg *enrich
 	return &job{cl: cl, cfg: cfg, tbl: tbl, sc: sc, end: end}
 }
 
+// waitFor polls cond until it holds, failing the test with what (what did
+// not happen) once within has passed.
+func waitFor(t *testing.T, within time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal(what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
 // waitCaughtUp polls the table until its watermarks reach end.
 func waitCaughtUp(t *testing.T, tbl *lakehouse.Table, end map[int32]int64, within time.Duration) {
 	t.Helper()
@@ -474,12 +487,9 @@ func TestAmbiguousCommitNotTakenForAFence(t *testing.T) {
 	// The applied attempt caught the table up: wait for the retry to
 	// succeed or be fenced.
 	s := m.Stats()
-	for deadline := time.Now().Add(30 * time.Second); s.Commits.Load() == 0 && s.Fenced.Load() == 0 && s.Generations.Load() < 2; {
-		if time.Now().After(deadline) {
-			t.Fatal("the failed commit was not retried")
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	waitFor(t, 30*time.Second, "the failed commit was not retried", func() bool {
+		return s.Commits.Load() > 0 || s.Fenced.Load() > 0 || s.Generations.Load() >= 2
+	})
 	time.Sleep(500 * time.Millisecond) // a fence ends the generation just after
 	if got := fc.Injected(faultcat.Ambiguous); got != 1 {
 		t.Fatalf("ambiguous commits injected: %d, want 1", got)
@@ -513,11 +523,7 @@ func TestScheduledIdleTickSurvivesAFailedLoad(t *testing.T) {
 	done, stop := startRun(m)
 	defer stop()
 	// Once the generation has started, the next load (the first tick's) fails.
-	for deadline := time.Now().Add(30 * time.Second); m.Stats().Assigned.Load() == 0; time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("no partitions assigned")
-		}
-	}
+	waitFor(t, 30*time.Second, "no partitions assigned", func() bool { return m.Stats().Assigned.Load() > 0 })
 	time.Sleep(500 * time.Millisecond)
 	fc.InjectLoads(faultcat.Unavailable)
 	waitRun(t, done, 30*time.Second, "the scheduled run did not end")
@@ -676,11 +682,7 @@ func TestUnansweredDeadLetterWriteHoldsNoStop(t *testing.T) {
 	}
 	done, stop := startRun(m)
 	defer stop()
-	for deadline := time.Now().Add(30 * time.Second); swallowed.Load() == 0; time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("no dead-letter write reached the broker")
-		}
-	}
+	waitFor(t, 30*time.Second, "no dead-letter write reached the broker", func() bool { return swallowed.Load() > 0 })
 	stop()
 	// commit.grace (1 s), closing the dead-letter writer (5 s) and 5 s.
 	waitRun(t, done, 11*time.Second, "the member did not stop")
@@ -735,17 +737,9 @@ func TestStalledMemberHoldsOnlyItsWindow(t *testing.T) {
 	}
 	done, stop := startRun(m)
 	defer stop()
-	for deadline := time.Now().Add(30 * time.Second); m.Stats().Consumed.Load() == 0; time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("nothing consumed")
-		}
-	}
+	waitFor(t, 30*time.Second, "nothing consumed", func() bool { return m.Stats().Consumed.Load() > 0 })
 	fc.Outage(true)
-	for deadline := time.Now().Add(30 * time.Second); m.Stats().FlushRetries.Load() < 3; time.Sleep(50 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("the member's commits did not fail")
-		}
-	}
+	waitFor(t, 30*time.Second, "the member's commits did not fail", func() bool { return m.Stats().FlushRetries.Load() >= 3 })
 	time.Sleep(time.Second) // past pauseAfter: the reader is closed
 	if grew := int64(heap()) - int64(before); grew > 24<<20 {
 		t.Errorf("a stalled member holding %d records grew the heap by %d MiB", m.Stats().Consumed.Load(), grew>>20)
@@ -793,11 +787,7 @@ func TestNotReadyWhileWatermarksAreUnreadable(t *testing.T) {
 	}
 	done, stop := startRun(m)
 	defer stop()
-	for deadline := time.Now().Add(30 * time.Second); m.Stats().Assigned.Load() == 0 || fc.FailedLoads() < 3; time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("not assigned, or the watermarks not read")
-		}
-	}
+	waitFor(t, 30*time.Second, "not assigned, or the watermarks not read", func() bool { return m.Stats().Assigned.Load() > 0 && fc.FailedLoads() >= 3 })
 	if code := ready(); code != http.StatusServiceUnavailable {
 		t.Fatalf("/readyz %d while the watermarks cannot be read, want 503", code)
 	}
