@@ -138,7 +138,8 @@ type Config struct {
 
 	// BatchSize is the most keys in one batch request. Default 500.
 	BatchSize int `yaml:"batch_size"`
-	// Linger is how long a partial batch waits for more keys. Default 5ms.
+	// Linger is how long a partial batch waits for more keys. Default 5ms;
+	// -1 sends each partial batch at once.
 	Linger Duration `yaml:"linger"`
 	// MaxInFlightRecords bounds the records one lane (partition) holds
 	// between Submit and Out; Submit blocks beyond it. Default 100000.
@@ -327,8 +328,8 @@ func (c *Config) validate() error {
 	if c.BatchSize < 1 {
 		bad("batch_size", "must be positive")
 	}
-	if c.Linger < 0 {
-		bad("linger", "must not be negative")
+	if c.Linger < 0 && c.Linger != -1 {
+		bad("linger", "%s: want a duration, or -1 for none", c.Linger)
 	}
 	if c.MaxInFlightBytes < -1 {
 		bad("max_in_flight_bytes", "must be >= 0, or -1 for no byte bound; got %d", c.MaxInFlightBytes)

@@ -94,6 +94,14 @@ breaker: {policy: dlq, failure_ratio: 0.25, min_requests: 20, open_timeout: 30s,
 	if _, err := decode(t, minimalYAML+"linger_ms: 5\n"); err == nil {
 		t.Fatal("an unknown key was accepted")
 	}
+	// linger: -1 sends partial batches at once; it is not the default.
+	cfg, err = decode(t, minimalYAML+"linger: -1\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cfg.Finish(); err != nil || cfg.Linger != -1 {
+		t.Fatalf("linger: -1: %v, %s", err, cfg.Linger)
+	}
 }
 
 func TestConfigErrorsNameTheKey(t *testing.T) {
@@ -111,6 +119,7 @@ func TestConfigErrorsNameTheKey(t *testing.T) {
 		{"field without type", "url: http://h/lookup\nkey: k\nfields: [{name: a}]", "enrich.fields[0].type: required"},
 		{"duplicate field", "url: http://h/lookup\nkey: k\nfields: [{name: a, type: long}, {name: a, type: double}]", `enrich.fields[1].name: "a" appears twice`},
 		{"batch size", minimalYAML + "batch_size: -5", "enrich.batch_size"},
+		{"linger", minimalYAML + "linger: -2ms", "enrich.linger: -2ms: want a duration, or -1 for none"},
 		{"backoff", minimalYAML + "backoff_min: 3s\nbackoff_max: 1s", "enrich.backoff_max: 1s is below enrich.backoff_min 3s"},
 		{"retries", minimalYAML + "retries: -3", "enrich.retries"},
 		{"cache size", minimalYAML + "cache_size: -2", "enrich.cache_size"},
