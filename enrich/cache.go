@@ -163,7 +163,10 @@ func (c *cache) store(key string, v cached) {
 func (sh *cacheShard) addLocked(key string, v cached) {
 	n := entryBytes(key, v)
 	if _, ok := sh.cur[key]; !ok && len(sh.cur) > 0 && (len(sh.cur) >= sh.gen || sh.curBytes+n > sh.genBytes) {
-		sh.old, sh.cur = sh.cur, make(map[string]cached, sh.gen)
+		// The new generation is sized by the one just filled: by sh.gen
+		// it would reserve room for the count bound, far beyond the byte
+		// bound when cache_size is large.
+		sh.old, sh.cur = sh.cur, make(map[string]cached, len(sh.cur))
 		sh.curBytes = 0
 	}
 	sh.cur[key] = v

@@ -1,6 +1,7 @@
 package enrich
 
 import (
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -76,6 +77,27 @@ func TestCacheBoundedByBytes(t *testing.T) {
 	if entries < 50 {
 		t.Fatalf("%d entries kept: the byte bound evicts too much", entries)
 	}
+}
+
+// TestCacheMemoryBoundedByBytesWithLargeCount: with a large cache_size the
+// byte bound is what holds the cache, and its memory stays near it. Each
+// rotation used to make the new generation's map with room for the count
+// bound: 20,000 small entries under a 1 MiB bound took 319 MiB of heap.
+func TestCacheMemoryBoundedByBytesWithLargeCount(t *testing.T) {
+	const maxBytes = 1 << 20
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	c := newCache(2_000_000, maxBytes, time.Second)
+	for i := range 20_000 { // ≈ 2.5 MB of entries: every shard rotates
+		c.put("k"+strconv.Itoa(i), Values{schemas.StringAttr("gold")}, false, time.Hour, int64(time.Second))
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	if grew := int64(after.HeapAlloc) - int64(before.HeapAlloc); grew > 8*maxBytes {
+		t.Fatalf("the heap grew by %d MiB for a cache of %d entries bounded to %d MiB", grew>>20, c.len(), maxBytes>>20)
+	}
+	runtime.KeepAlive(c)
 }
 
 // BenchmarkCacheGet is a hit among 25,000 cached keys (the clickstream
