@@ -12,7 +12,7 @@ import (
 // that got no answer.
 func TestKeysAtFault(t *testing.T) {
 	for code, want := range map[int]bool{
-		400: true, 413: true, 422: true, 500: true,
+		200: true, 400: true, 413: true, 422: true, 500: true,
 		0: false, 401: false, 403: false, 404: false, 429: false, 501: false, 502: false, 503: false, 504: false,
 	} {
 		err := fmt.Errorf("wrapped: %w", &RequestError{StatusCode: code})

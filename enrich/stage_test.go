@@ -445,6 +445,56 @@ func TestPauseIsolatesKeysWhileTheBreakerIsOpen(t *testing.T) {
 	}
 }
 
+// TestPauseSplitsAnAnswerTooLargeForOneResponse: a service whose answer
+// for one key is large answers a full batch with more than a response may
+// hold; the batch is split until its halves fit, as for a 413. The failure,
+// a 200 floe could not use, was not one a batch split on: under pause
+// every record waited for good.
+func TestPauseSplitsAnAnswerTooLargeForOneResponse(t *testing.T) {
+	big := strings.Repeat("x", 1<<20)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var req struct{ Keys []string }
+		if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		results := make(map[string]map[string]string, len(req.Keys))
+		for _, k := range req.Keys {
+			results[k] = map[string]string{"segment": big}
+		}
+		_ = json.NewEncoder(w).Encode(map[string]any{"results": results})
+	}))
+	t.Cleanup(srv.Close)
+	cfg := testConfig(srv.URL)
+	cfg.Fields = []enrich.Field{{Name: "segment", Type: enrich.TypeString}}
+	cfg.BatchSize = 80 // 80 MiB: more than a response may hold
+	cfg.Linger = enrich.Duration(time.Second)
+	cfg.CacheMaxBytes = 1 << 30
+	h := startStage(t, cfg)
+	q := h.st.NewQueue()
+	t.Cleanup(q.Abort)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for i := range cfg.BatchSize {
+		if err := q.Submit(ctx, key(i), i); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for n := 0; n < cfg.BatchSize; {
+		got, err := q.Take(ctx, nil)
+		if err != nil {
+			t.Fatalf("%d of %d records answered after 30 s (%v); batches split %v", n, cfg.BatchSize, err,
+				h.metric(t, "floe_enrich_batch_splits_total"))
+		}
+		for _, c := range got {
+			if c.Result.Status != enrich.StatusOK || c.Result.Values[0].Str != big {
+				t.Fatalf("record %v: %v", c.Item, c.Result)
+			}
+		}
+		n += len(got)
+	}
+}
+
 // TestAKeyAloneFreesItsRequestSlot: a request for nothing but a key the
 // service cannot answer, which no split can help, still moves off its
 // request slot: with a single slot, the keys asked for after it are
