@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"flag"
+	"fmt"
 	"math/rand/v2"
 	"net"
 	"net/http"
@@ -149,6 +150,49 @@ func TestSingleModeCoalescesWithoutCache(t *testing.T) {
 	checkLanes(t, srv, recs, out)
 	if n := srv.Requests(); n > 5 {
 		t.Fatalf("%d requests for one key submitted 1000 times within one latency", n)
+	}
+}
+
+// TestSingleModeDotSegmentKeys: a key "." or ".." cannot stand in a URL
+// path — servers resolve it away — so it is not sent, and its error says
+// to put {key} in the query string. It used to be sent: the reference
+// server answered with a redirect, and the error told the operator to
+// point enrich.url elsewhere.
+func TestSingleModeDotSegmentKeys(t *testing.T) {
+	srv, url := startServer(t, enrich.ServerConfig{P50: enrich.NoLatency})
+	cfg := testConfig(url)
+	cfg.Mode, cfg.URL = enrich.ModeSingle, url+"/lookup/{key}"
+	cfg.Breaker.Policy = enrich.PolicyPassthrough
+	h := startStage(t, cfg)
+	q := h.st.NewQueue()
+	t.Cleanup(q.Abort)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	keys := []string{"u-1", ".", "..", ".x"}
+	for _, k := range keys {
+		if err := q.Submit(ctx, k, k); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var got []enrich.Completed
+	for len(got) < len(keys) {
+		b, err := q.Take(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, b...)
+	}
+	for _, c := range got {
+		dot := c.Item == "." || c.Item == ".."
+		switch {
+		case dot && (c.Result.Status != enrich.StatusError || !strings.Contains(fmt.Sprint(c.Result.Err), "put {key} in the query string")):
+			t.Errorf("key %q: %s, %v; want an error naming the query string", c.Item, c.Result.Status, c.Result.Err)
+		case !dot && c.Result.Status != enrich.StatusOK:
+			t.Errorf("key %q: %s, %v", c.Item, c.Result.Status, c.Result.Err)
+		}
+	}
+	if n := srv.Requests(); n != 2 {
+		t.Errorf("%d requests for the two keys a path can carry", n)
 	}
 }
 
