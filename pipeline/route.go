@@ -62,6 +62,11 @@ type WhereConfig struct {
 	In []string `yaml:"in"`
 	// Default takes what the topic's other routes do not.
 	Default bool `yaml:"default"`
+	// rewritten: a YAML number of In was written otherwise than in the
+	// decimal it is kept as (01, 1.50, 0x1F), so it matches string fields
+	// by another text than floe did before it rewrote them: see
+	// legacyRoutingOf.
+	rewritten bool
 }
 
 // UnmarshalYAML refuses a value of in that is neither a string nor a
@@ -103,6 +108,7 @@ func (w *WhereConfig) UnmarshalYAML(n *yaml.Node) error {
 			if value, err = yamlNumber(&v); err != nil {
 				return fmt.Errorf("line %d: where.in: %s: %w", v.Line, v.Value, err)
 			}
+			w.rewritten = w.rewritten || value != v.Value
 		default:
 			return fmt.Errorf("line %d: where.in: %s is a %s, not a string or number: quote it to match the string", v.Line, v.Value, strings.TrimPrefix(v.ShortTag(), "!!"))
 		}

@@ -74,8 +74,17 @@ func (c Config) routingOf(i int) string {
 
 // legacyRoutingOf is routingOf as floe recorded it before it kept the
 // values as written: numbers normalized. A table that recorded it is taken
-// to be on the configuration's routing (the forms cannot be told apart).
+// to be on the configuration's routing (the forms cannot be told apart) —
+// unless a YAML number of the topic's routes is written otherwise than in
+// decimal (01, 1.50): floe then matched string fields by that text, and
+// now matches them by the decimal, so it is "" and the table's routing
+// differs.
 func (c Config) legacyRoutingOf(i int) string {
+	for _, o := range c.Routes {
+		if o.Topic == c.Routes[i].Topic && o.Where != nil && o.Where.rewritten {
+			return ""
+		}
+	}
 	return c.fingerprint(i, false)
 }
 

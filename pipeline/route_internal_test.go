@@ -137,3 +137,34 @@ func TestRoutingFingerprintKeepsValuesAsWritten(t *testing.T) {
 		t.Fatal("a table on another routing taken as this one's")
 	}
 }
+
+// TestRoutingRewrittenNumbersAreARoutingChange: floe used to match a string
+// field by an unquoted number's YAML text (in: [01, 1.50] took "01" and
+// "1.50") and now by its decimal ("1", "1.5"), while the fingerprint it
+// recorded was the same normalized one: a table recorded by the older floe
+// was taken to be on the configuration's routing, and records went to
+// another table unseen. Such a configuration now sees a routing change; one
+// whose numbers are written in decimal still matches the older record.
+func TestRoutingRewrittenNumbersAreARoutingChange(t *testing.T) {
+	config := func(in string) Config {
+		var routes []RouteConfig
+		src := "- {topic: events, where: {field: code, in: " + in + "}, table: {name: s.a}}\n" +
+			"- {topic: events, where: {default: true}, table: {name: s.b}}\n"
+		if err := yaml.Unmarshal([]byte(src), &routes); err != nil {
+			t.Fatal(err)
+		}
+		c := Config{Routes: routes}
+		return Config{routing: c.routingOf(0), legacyRouting: c.legacyRoutingOf(0)}
+	}
+	// What the older floe recorded for either: the values normalized.
+	recorded := Config{Routes: []RouteConfig{
+		{Topic: "events", Where: &WhereConfig{Field: "code", In: []string{"1", "1.5"}}, Table: TableConfig{Name: "s.a"}},
+		{Topic: "events", Where: &WhereConfig{Default: true}, Table: TableConfig{Name: "s.b"}},
+	}}.legacyRoutingOf(0)
+	if job := config("[01, 1.50]"); job.sameRouting(recorded) == job.routing {
+		t.Error("in: [01, 1.50], which took the strings \"01\" and \"1.50\" before, is taken to be on the table's recorded routing")
+	}
+	if job := config("[1, 1.5]"); job.sameRouting(recorded) != job.routing {
+		t.Error("in: [1, 1.5] is not taken to be on the routing the table recorded for it")
+	}
+}
