@@ -42,7 +42,7 @@ func (c *offsetCommitter) add(offsets map[int]int64) {
 }
 
 // run sends what add queued until stop ends, then what is left, and
-// returns. The caller waits for it no longer than it may (close).
+// returns; offsets whose commit failed go with the next send. The caller waits for it no longer than it may (close).
 func (c *offsetCommitter) run(stop context.Context) {
 	defer close(c.stopped)
 	for {
@@ -66,6 +66,15 @@ func (c *offsetCommitter) send() {
 	}
 	if err := c.commit(map[string]map[int]int64{c.topic: offsets}); err != nil {
 		c.failed(err)
+		// Sent again with the next: a start_offset "latest" pinned at
+		// the generation's start has no flush to carry it otherwise.
+		c.mu.Lock()
+		for p, o := range offsets {
+			if _, newer := c.pending[p]; !newer {
+				c.pending[p] = o
+			}
+		}
+		c.mu.Unlock()
 	}
 }
 

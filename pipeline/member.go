@@ -468,7 +468,7 @@ func (m *Member) generation(ctx, genCtx context.Context, gen *kafka.Generation, 
 	// ones after the final flush, until commit.grace.
 	kafkaOffsets := newOffsetCommitter(gen, k.Topic, func(err error) {
 		m.stats.KafkaCommitErrors.Add(1)
-		m.log.Warn("kafka offset commit failed (the table holds every committed offset; a partition it has nothing of would start from start_offset again)", "err", err)
+		m.log.Warn("kafka offset commit failed (retried with the next; the table holds every committed offset, but a partition it has nothing of would start from start_offset again, or from the log start if the table holds others of the topic)", "err", err)
 	})
 	flushed, flushesDone := context.WithCancel(context.WithoutCancel(ctx))
 	go kafkaOffsets.run(flushed)
