@@ -22,6 +22,7 @@ import (
 	"github.com/apache/iceberg-go/catalog"
 	"github.com/apache/iceberg-go/table"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/floe-dev/floe/enrich"
@@ -572,6 +573,60 @@ func TestUnansweredOffsetCommitHoldsNothing(t *testing.T) {
 	waitRun(t, done, 16*time.Second, "the member did not stop")
 	if n := distinctIDs(t, j.tbl); n != 900 {
 		t.Fatalf("%d distinct ids, want 900", n)
+	}
+}
+
+// TestLatestPinSurvivesAFailedOffsetCommit: the pin of start_offset
+// "latest" (the group's Kafka offsets at the first start) is committed
+// again when its commit fails, as a coordinator busy rebalancing makes it.
+// It was sent once: the next scheduled run resolved "latest" anew and
+// skipped what had been written since the job first started.
+func TestLatestPinSurvivesAFailedOffsetCommit(t *testing.T) {
+	j := newJob(t, 400, fastCommit, nil) // history on all 4 partitions
+	j.cfg.Kafka.StartOffset = "latest"
+	var commits atomic.Int32
+	j.cl.Kfake().ControlKey(kmsg.OffsetCommit.Int16(), func(r kmsg.Request) (kmsg.Response, error, bool) {
+		commits.Add(1) // the first only: kfake drops a control function once it answers
+		req := r.(*kmsg.OffsetCommitRequest)
+		resp := req.ResponseKind().(*kmsg.OffsetCommitResponse)
+		for _, rt := range req.Topics {
+			st := kmsg.NewOffsetCommitResponseTopic()
+			st.Topic = rt.Topic
+			for _, rp := range rt.Partitions {
+				sp := kmsg.NewOffsetCommitResponseTopicPartition()
+				sp.Partition = rp.Partition
+				sp.ErrorCode = kerr.RebalanceInProgress.Code
+				st.Partitions = append(st.Partitions, sp)
+			}
+			resp.Topics = append(resp.Topics, st)
+		}
+		return resp, nil, true
+	})
+	scheduled := func(what string) {
+		t.Helper()
+		end, err := j.cl.EndOffsets(t.Context(), "clicks")
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, err := pipeline.NewMember(j.cfg, j.tbl, j.sc, pipeline.UntilOffsets(end))
+		if err != nil {
+			t.Fatal(err)
+		}
+		done, stop := startRun(m)
+		defer stop()
+		waitRun(t, done, 60*time.Second, what+" did not end")
+	}
+	scheduled("the first run") // nothing to read: it only pins the job's start
+	if commits.Load() != 1 {
+		t.Fatalf("%d offset commits failed, want the pin's", commits.Load())
+	}
+	gen := clickgen.New(clickgen.Config{Sessions: 5, Seed: 9})
+	if _, err := j.cl.ProduceRate(t.Context(), "clicks", gen, 50, 0); err != nil {
+		t.Fatal(err)
+	}
+	scheduled("the second run")
+	if n := distinctIDs(t, j.tbl); n != 50 {
+		t.Fatalf("after the second run: %d rows, want the 50 written since the job first started", n)
 	}
 }
 
