@@ -163,6 +163,7 @@ func (m *Member) Run(ctx context.Context) error {
 					return err
 				}
 			}
+			m.markPinned(ctx, wm)
 			if m.caughtUp(wm) {
 				m.log.Info("scheduled run: the table holds every end offset already")
 				m.done.Store(true)
@@ -303,8 +304,10 @@ func (m *Member) generation(ctx, genCtx context.Context, gen *kafka.Generation, 
 			case <-genCtx.Done():
 				return nil
 			case <-tick:
-				if wm, err := m.table.Watermarks(ctx); err == nil && m.caughtUp(wm) {
-					return errCaughtUp
+				if wm, err := m.table.Watermarks(ctx); err == nil {
+					if m.markPinned(ctx, wm); m.caughtUp(wm) {
+						return errCaughtUp
+					}
 				}
 			}
 		}
@@ -593,6 +596,42 @@ func beyondEnd(topic string, wm lakehouse.Offsets, ends map[int32]int64) error {
 		errLogBehind, strings.Join(parts, "; "))
 }
 
+// markPinned marks idle, for a scheduled run of a start_offset "latest"
+// job, each partition the table has no watermark for whose group offset
+// is at or past the run's end: the pin of where the job first started,
+// committed by the member that owns the partition, with nothing below it
+// to ingest. Only the owner marked it otherwise, so a run that did not own
+// it, beside a long-running job that did, waited for ever. A failed read is
+// asked again at the next check.
+func (m *Member) markPinned(ctx context.Context, wm lakehouse.Offsets) {
+	k := m.cfg.Kafka
+	if m.until == nil || k.StartOffset != "latest" {
+		return
+	}
+	var unknown []int
+	for p, end := range m.until {
+		if _, idle := m.idle.Load(p); idle || end <= 0 {
+			continue
+		}
+		if _, ok := wm.Get(k.Topic, p); !ok {
+			unknown = append(unknown, int(p))
+		}
+	}
+	if len(unknown) == 0 {
+		return
+	}
+	at, err := GroupOffsets(ctx, k, unknown)
+	if err != nil {
+		m.log.Warn("reading the group's offsets failed; asking again at the next check", "err", err)
+		return
+	}
+	for p, o := range at {
+		if o >= m.until[p] {
+			m.idle.Store(p, true)
+		}
+	}
+}
+
 func (m *Member) caughtUp(wm lakehouse.Offsets) bool {
 	if m.until == nil {
 		return false
@@ -835,6 +874,7 @@ func (f *flusher) flush(ctx context.Context) error {
 				m.log.Warn("reading the table's watermarks failed; asking again at the next flush", "err", err)
 				return nil
 			}
+			m.markPinned(ctx, wm)
 			f.caughtUp = m.caughtUp(wm)
 		}
 		return nil

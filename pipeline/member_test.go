@@ -967,6 +967,34 @@ func (c *loadHookCat) LoadTable(ctx context.Context, ident table.Identifier) (*t
 	return c.Catalog.LoadTable(ctx, ident)
 }
 
+// TestScheduledRunBesideALiveLatestJob: a long-running job started with
+// start_offset "latest" on a topic with history pins its start in the
+// group's Kafka offsets; with nothing written since, the table holds no
+// watermark of its partitions. A scheduled run of the group beside it ends
+// caught up: nothing below its end offsets is to be ingested. It waited for
+// ever for watermarks of the partitions the live job owned, which never
+// come.
+func TestScheduledRunBesideALiveLatestJob(t *testing.T) {
+	j := newJob(t, 200, fastCommit, nil)
+	j.cfg.Kafka.StartOffset = "latest"
+	live := runMember(t, j.cfg, j.tbl, j.sc)
+	waitFor(t, 30*time.Second, "the live job to own every partition", func() bool { return live.Stats().Assigned.Load() == 4 })
+	waitFor(t, 30*time.Second, "the live job's pins to reach the group", func() bool {
+		at, err := pipeline.GroupOffsets(t.Context(), j.cfg.Kafka, []int{0, 1, 2, 3})
+		return err == nil && len(at) == 4
+	})
+	m, err := pipeline.NewMember(j.cfg, j.tbl, j.sc, pipeline.UntilOffsets(j.end))
+	if err != nil {
+		t.Fatal(err)
+	}
+	done, stop := startRun(m)
+	defer stop()
+	waitRun(t, done, 30*time.Second, "the scheduled run beside the live job did not end")
+	if !m.CaughtUp() {
+		t.Fatal("the scheduled run ended, not caught up")
+	}
+}
+
 // TestScheduledRunBesideALiveJob: a scheduled run started beside a
 // long-running job of the same table, whose commit lands just before the
 // run reads the watermarks (holding records produced after the run read

@@ -60,3 +60,30 @@ func listOffsets(ctx context.Context, k KafkaConfig, what string, of func(partit
 	}
 	return out, nil
 }
+
+// GroupOffsets returns the offsets k.Group committed for partitions of
+// k.Topic; a partition without one is absent.
+func GroupOffsets(ctx context.Context, k KafkaConfig, partitions []int) (map[int32]int64, error) {
+	c, done, err := k.Client()
+	if err != nil {
+		return nil, err
+	}
+	defer done()
+	res, err := c.OffsetFetch(ctx, &kafka.OffsetFetchRequest{GroupID: k.Group, Topics: map[string][]int{k.Topic: partitions}})
+	if err == nil {
+		err = res.Error
+	}
+	if err != nil {
+		return nil, fmt.Errorf("offsets of group %s: %w", k.Group, err)
+	}
+	out := make(map[int32]int64, len(partitions))
+	for _, p := range res.Topics[k.Topic] {
+		if p.Error != nil {
+			return nil, fmt.Errorf("offset of group %s on %s/%d: %w", k.Group, k.Topic, p.Partition, p.Error)
+		}
+		if p.CommittedOffset >= 0 {
+			out[int32(p.Partition)] = p.CommittedOffset
+		}
+	}
+	return out, nil
+}
