@@ -64,7 +64,7 @@ func TestDedupeEmptyKeyIsNoKey(t *testing.T) {
 
 func verifyPay(t *testing.T, tbl *lakehouse.Table) *lakehouse.Report {
 	t.Helper()
-	rep, err := tbl.Verify(t.Context(), payTopic, lakehouse.DeadLetters{})
+	rep, err := tbl.Verify(t.Context(), payTopic, lakehouse.DeadLetters{}.Read)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -371,7 +371,7 @@ func TestVerifyRoutesChecksBusinessKeys(t *testing.T) {
 	if err := eur.SetDedupe(lakehouse.SchemaDedupe(f.schema)); err != nil {
 		t.Fatal(err)
 	}
-	rep, err := lakehouse.VerifyRoutes(t.Context(), payTopic, []*lakehouse.Table{eur, usd}, lakehouse.DeadLetters{})
+	rep, err := lakehouse.VerifyRoutes(t.Context(), payTopic, []*lakehouse.Table{eur, usd}, lakehouse.DeadLetters{}.Read)
 	if err != nil {
 		t.Fatal(err)
 	}

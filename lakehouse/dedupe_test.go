@@ -188,7 +188,7 @@ func TestDedupeWithinFlush(t *testing.T) {
 		t.Fatalf("watermark of partition 1 = %d, want 3", w1)
 	}
 	// Verify: no duplicate keys, and the skipped offsets are no gaps.
-	rep, err := tbl.Verify(t.Context(), payTopic, lakehouse.DeadLetters{})
+	rep, err := tbl.Verify(t.Context(), payTopic, lakehouse.DeadLetters{}.Read)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -374,7 +374,7 @@ func TestDedupeConcurrentCommitRace(t *testing.T) {
 	if n, want := dataFiles(t, f.dir), it.CurrentSnapshot().Summary.Properties["total-data-files"]; fmt.Sprint(n) != want {
 		t.Fatalf("%d Parquet files in the warehouse, the table references %s", n, want)
 	}
-	rep, err := a.Verify(t.Context(), payTopic, lakehouse.DeadLetters{})
+	rep, err := a.Verify(t.Context(), payTopic, lakehouse.DeadLetters{}.Read)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -403,7 +403,7 @@ func TestVerifyReportsDuplicateBusinessKeys(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Without a dedupe key, verify does not look at business keys.
-	rep, err := tbl.Verify(t.Context(), payTopic, lakehouse.DeadLetters{})
+	rep, err := tbl.Verify(t.Context(), payTopic, lakehouse.DeadLetters{}.Read)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -413,7 +413,7 @@ func TestVerifyReportsDuplicateBusinessKeys(t *testing.T) {
 	if err := tbl.SetDedupe(lakehouse.SchemaDedupe(f.schema)); err != nil {
 		t.Fatal(err)
 	}
-	rep, err = tbl.Verify(t.Context(), payTopic, lakehouse.DeadLetters{})
+	rep, err = tbl.Verify(t.Context(), payTopic, lakehouse.DeadLetters{}.Read)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -85,11 +85,13 @@ type RoutesPartition struct {
 
 // VerifyRoutes reconciles the tables of one topic's field routes (each
 // opened with its route's group) with one another and the dead-letter
-// topics: dl holds the topic's dead-lettered offsets from every route's
+// topics: readDL reads the topic's dead-lettered offsets from every route's
 // dead-letter topic (only those these tables' routes wrote, when routes of
-// other tables share it: pipeline.ReadDeadLetters with their names), or is nil when they were not read (dead letters are
-// then gaps). It reads the same columns as Verify and keeps 24 bytes per row.
-func VerifyRoutes(ctx context.Context, topic string, tables []*Table, dl DeadLetters) (*RoutesReport, error) {
+// other tables share it: pipeline.ReadDeadLetters with their names) once
+// every table is loaded, or is nil or returns nil when they are not read
+// (dead letters are then gaps). It reads the same columns as Verify and keeps
+// 24 bytes per row.
+func VerifyRoutes(ctx context.Context, topic string, tables []*Table, readDL DeadLetterReader) (*RoutesReport, error) {
 	r := &RoutesReport{Topic: topic, DeadLetters: -1, Tables: make([]RouteTableReport, len(tables)), Partitions: []RoutesPartition{}}
 	rows := make([][]verifyRow, len(tables))
 	wms := make([]Offsets, len(tables))
@@ -150,6 +152,10 @@ func VerifyRoutes(ctx context.Context, topic string, tables []*Table, dl DeadLet
 			parts[p] = struct{}{}
 		}
 		r.Tables[i] = tr
+	}
+	dl, err := readDL.read(ctx)
+	if err != nil {
+		return nil, err
 	}
 	for p := range dl {
 		parts[p] = struct{}{}

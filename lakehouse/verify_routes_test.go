@@ -2,6 +2,7 @@ package lakehouse_test
 
 import (
 	"bytes"
+	"context"
 	"strings"
 	"testing"
 
@@ -39,7 +40,7 @@ func TestVerifyRoutes(t *testing.T) {
 	f.commitEvents(t, a, 0, 0, 12, lakehouse.NoWatermark, even)
 	f.commitEvents(t, b, 0, 0, 10, lakehouse.NoWatermark, odd[:4]) // 1 3 7 9; 11 not committed yet
 	dl := dead(0, 5)
-	rep, err := lakehouse.VerifyRoutes(t.Context(), topic, []*lakehouse.Table{a, b}, dl)
+	rep, err := lakehouse.VerifyRoutes(t.Context(), topic, []*lakehouse.Table{a, b}, dl.Read)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -63,7 +64,7 @@ func TestVerifyRoutes(t *testing.T) {
 	f.appendBehindFloe(t, b, 0, []ev{{off: 4, sess: "p0-s4", seq: 4}, {off: 3, sess: "p0-s3", seq: 3}})
 	dl = dead(0, 5, 2)
 	f.commitEvents(t, b, 0, 10, 12, 10, []ev{{off: 11, sess: "p0-s1", seq: 11}})
-	rep, err = lakehouse.VerifyRoutes(t.Context(), topic, []*lakehouse.Table{a, b}, dl)
+	rep, err = lakehouse.VerifyRoutes(t.Context(), topic, []*lakehouse.Table{a, b}, dl.Read)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,7 +91,7 @@ func TestVerifyRoutes(t *testing.T) {
 	// information, not in several places (it was before).
 	dl.Add(0, 7, lakehouse.ReasonEnrichFailed)
 	dl.Add(0, 8, schemas.ReasonUnknownSchema)
-	if rep, err = lakehouse.VerifyRoutes(t.Context(), topic, []*lakehouse.Table{a, b}, dl); err != nil {
+	if rep, err = lakehouse.VerifyRoutes(t.Context(), topic, []*lakehouse.Table{a, b}, dl.Read); err != nil {
 		t.Fatal(err)
 	}
 	buf.Reset()
@@ -108,5 +109,55 @@ func TestVerifyRoutes(t *testing.T) {
 	}
 	if p := rep.Partitions[0]; p.GapOffsets != 1 || p.Gaps[0] != (lakehouse.Gap{From: 5, To: 6}) || rep.DeadLetters != -1 {
 		t.Fatalf("without dead letters: gaps %v, dead letters %d", p.Gaps, rep.DeadLetters)
+	}
+}
+
+// TestVerifyRoutesBesideAFlushWithDeadLetters is
+// TestVerifyBesideAFlushWithDeadLetters for field routes: the route of odd
+// offsets dead-letters 7 and commits its watermark over it while the
+// dead-letter topic is read. VerifyRoutes read the dead letters before
+// loading the tables and reported 7 as a gap; it now reads them once every
+// table is loaded.
+func TestVerifyRoutesBesideAFlushWithDeadLetters(t *testing.T) {
+	f := newFixture(t)
+	a := f.openNamed(t, "shop.a", "g.a")
+	b := f.openNamed(t, "shop.b", "g.b")
+	split := func(from, to, deadOdd int64) (even, odd []ev) {
+		for _, e := range clean(0, from, to, deadOdd) {
+			if e.off%2 == 0 {
+				even = append(even, e)
+			} else {
+				odd = append(odd, e)
+			}
+		}
+		return even, odd
+	}
+	even, odd := split(0, 6, 5)
+	f.commitEvents(t, a, 0, 0, 6, lakehouse.NoWatermark, even)
+	f.commitEvents(t, b, 0, 0, 6, lakehouse.NoWatermark, odd)
+	read := func(context.Context) (lakehouse.DeadLetters, error) {
+		letters := dead(0, 5) // the dead-letter topic up to its end offsets
+		even, odd := split(6, 10, 7)
+		f.commitEvents(t, a, 0, 6, 10, 6, even)
+		f.commitEvents(t, b, 0, 6, 10, 6, odd)
+		return letters, nil
+	}
+	rep, err := lakehouse.VerifyRoutes(t.Context(), topic, []*lakehouse.Table{a, b}, read)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	if err := rep.WriteText(&buf); err != nil {
+		t.Fatal(err)
+	}
+	if p := rep.Partitions[0]; !rep.OK() || p.Watermark != 6 || p.GapOffsets != 0 {
+		t.Fatalf("verify beside a flush with dead letters: least watermark %d, gaps %v\n%s", p.Watermark, p.Gaps, buf.String())
+	}
+	// The tables themselves are whole.
+	if rep, err = lakehouse.VerifyRoutes(t.Context(), topic, []*lakehouse.Table{a, b}, dead(0, 5, 7).Read); err != nil {
+		t.Fatal(err)
+	}
+	if p := rep.Partitions[0]; !rep.OK() || p.Watermark != 10 || p.DeadLetters != 2 {
+		t.Fatalf("after the flush: least watermark %d, dead letters %d", p.Watermark, p.DeadLetters)
 	}
 }

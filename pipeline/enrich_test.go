@@ -574,7 +574,7 @@ func TestEnrichFailedDeadLettersRedoneAsRowsVerify(t *testing.T) {
 			}
 		}
 	}
-	rep, err := j.tbl.Verify(t.Context(), "clicks", dl)
+	rep, err := j.tbl.Verify(t.Context(), "clicks", dl.Read)
 	if err != nil {
 		t.Fatal(err)
 	}

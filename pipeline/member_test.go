@@ -748,7 +748,7 @@ func TestUnansweredDeadLetterWriteHoldsNoStop(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rep, err := j.tbl.Verify(t.Context(), "clicks", dl)
+	rep, err := j.tbl.Verify(t.Context(), "clicks", dl.Read)
 	if err != nil {
 		t.Fatal(err)
 	}

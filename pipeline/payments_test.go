@@ -644,7 +644,7 @@ func TestPaymentsRetriedProducerDedupe(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rep, err := tbl.Verify(t.Context(), "payments", dl)
+	rep, err := tbl.Verify(t.Context(), "payments", dl.Read)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -664,7 +664,7 @@ func TestPaymentsRetriedProducerDedupe(t *testing.T) {
 	if int64(mrep.SnapshotsExpired) < a.Stats().Commits.Load() {
 		t.Fatalf("maintenance expired %d snapshots, want at least member a's %d flushes", mrep.SnapshotsExpired, a.Stats().Commits.Load())
 	}
-	if rep, err = tbl.Verify(t.Context(), "payments", dl); err != nil {
+	if rep, err = tbl.Verify(t.Context(), "payments", dl.Read); err != nil {
 		t.Fatal(err)
 	}
 	if !rep.OK() || rep.BusinessSkipped != int64(copies) {
@@ -694,7 +694,7 @@ func TestPaymentsRetriedProducerDedupe(t *testing.T) {
 	if err := tbl.SetDedupe(saved); err != nil {
 		t.Fatal(err)
 	}
-	rep, err = tbl.Verify(t.Context(), "payments", dl)
+	rep, err = tbl.Verify(t.Context(), "payments", dl.Read)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -749,7 +749,7 @@ floe_business_duplicates_skipped_total 10
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "floe_business_duplicates_skipped_total"); err != nil {
 		t.Fatal(err)
 	}
-	rep, err := tbl.Verify(t.Context(), "clicks", lakehouse.DeadLetters{})
+	rep, err := tbl.Verify(t.Context(), "clicks", lakehouse.DeadLetters{}.Read)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -210,7 +210,7 @@ func TestRouteRoutingChange(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rep, err := lakehouse.VerifyRoutes(t.Context(), "clicks", []*lakehouse.Table{orders, other}, dl)
+	rep, err := lakehouse.VerifyRoutes(t.Context(), "clicks", []*lakehouse.Table{orders, other}, dl.Read)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -338,7 +338,7 @@ func TestRouteAddedJoinsAtTheCommonOffset(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rep, err := lakehouse.VerifyRoutes(t.Context(), "clicks", []*lakehouse.Table{orders, other}, dl)
+	rep, err := lakehouse.VerifyRoutes(t.Context(), "clicks", []*lakehouse.Table{orders, other}, dl.Read)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -441,7 +441,7 @@ func TestRouteAddedJoinsWhenRoutingChangeAccepted(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			rep, err := lakehouse.VerifyRoutes(t.Context(), "clicks", []*lakehouse.Table{orders, checkouts, other}, dl)
+			rep, err := lakehouse.VerifyRoutes(t.Context(), "clicks", []*lakehouse.Table{orders, checkouts, other}, dl.Read)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -553,7 +553,7 @@ func TestRouteDeadLettersByTable(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rep, err := clicks.Verify(t.Context(), "clicks", own)
+	rep, err := clicks.Verify(t.Context(), "clicks", own.Read)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -565,7 +565,7 @@ func TestRouteDeadLettersByTable(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rep, err = clicks.Verify(t.Context(), "clicks", all); err != nil {
+	if rep, err = clicks.Verify(t.Context(), "clicks", all.Read); err != nil {
 		t.Fatal(err)
 	}
 	if rep.OK() {

@@ -239,11 +239,9 @@ func reached(wm lakehouse.Offsets, topic string, end map[int32]int64) bool {
 }
 
 func demoVerify(ctx context.Context, cfg pipeline.Config, tbl *lakehouse.Table, asJSON bool) error {
-	dl, err := pipeline.ReadDeadLetters(ctx, cfg.Kafka)
-	if err != nil {
-		return err
-	}
-	rep, err := tbl.Verify(ctx, cfg.Kafka.Topic, dl)
+	rep, err := tbl.Verify(ctx, cfg.Kafka.Topic, func(ctx context.Context) (lakehouse.DeadLetters, error) {
+		return pipeline.ReadDeadLetters(ctx, cfg.Kafka)
+	})
 	if err != nil {
 		return err
 	}

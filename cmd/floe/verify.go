@@ -40,7 +40,7 @@ of them or a dead letter.`,
 			}()
 			if !jobs[0].routed {
 				j := jobs[0]
-				rep, err := j.tbl.Verify(ctx, j.cfg.Kafka.Topic, readDeadLetters(ctx, j, noDLQ, []string{j.cfg.Table.Name}, j.cfg.Kafka))
+				rep, err := j.tbl.Verify(ctx, j.cfg.Kafka.Topic, deadLetterReader(j, noDLQ, []string{j.cfg.Table.Name}, j.cfg.Kafka))
 				if err != nil {
 					return err
 				}
@@ -54,33 +54,36 @@ of them or a dead letter.`,
 	return cmd
 }
 
-// readDeadLetters reads the dead-letter topics of ks for j's topic, or
-// returns nil (not read) with --no-dlq or when they cannot be read. Only
+// deadLetterReader returns the reader of the dead-letter topics of ks for
+// j's topic, which Verify calls once it has loaded the tables, or nil (not
+// read) with --no-dlq; the reader returns nil when they cannot be read. Only
 // the dead letters of tables count (and those written without a table
 // header): routes of one topic share its dead-letter topic by default.
-func readDeadLetters(ctx context.Context, j *job, noDLQ bool, tables []string, ks ...pipeline.KafkaConfig) lakehouse.DeadLetters {
+func deadLetterReader(j *job, noDLQ bool, tables []string, ks ...pipeline.KafkaConfig) lakehouse.DeadLetterReader {
 	if noDLQ {
 		return nil
 	}
-	out := lakehouse.DeadLetters{}
-	read := map[string]bool{}
-	for _, k := range ks {
-		if read[k.DLQTopic] {
-			continue
-		}
-		read[k.DLQTopic] = true
-		dl, err := pipeline.ReadDeadLetters(ctx, k, tables...)
-		if err != nil {
-			j.log.Warn("dead-letter topic not read; gaps may be dead letters", "dlq_topic", k.DLQTopic, "err", err)
-			return nil
-		}
-		for p, offs := range dl {
-			for o, reason := range offs {
-				out.Add(p, o, reason)
+	return func(ctx context.Context) (lakehouse.DeadLetters, error) {
+		out := lakehouse.DeadLetters{}
+		read := map[string]bool{}
+		for _, k := range ks {
+			if read[k.DLQTopic] {
+				continue
+			}
+			read[k.DLQTopic] = true
+			dl, err := pipeline.ReadDeadLetters(ctx, k, tables...)
+			if err != nil {
+				j.log.Warn("dead-letter topic not read; gaps may be dead letters", "dlq_topic", k.DLQTopic, "err", err)
+				return nil, nil
+			}
+			for p, offs := range dl {
+				for o, reason := range offs {
+					out.Add(p, o, reason)
+				}
 			}
 		}
+		return out, nil
 	}
-	return out
 }
 
 // routesVerdict is what `floe verify --json` prints for a job with routes.
@@ -102,7 +105,7 @@ func verifyRoutes(ctx context.Context, jobs []*job, noDLQ, asJSON bool) error {
 	var topics []string
 	for _, j := range jobs {
 		if !j.cfg.FieldRouted() {
-			rep, err := j.tbl.Verify(ctx, j.cfg.Kafka.Topic, readDeadLetters(ctx, j, noDLQ, []string{j.cfg.Table.Name}, j.cfg.Kafka))
+			rep, err := j.tbl.Verify(ctx, j.cfg.Kafka.Topic, deadLetterReader(j, noDLQ, []string{j.cfg.Table.Name}, j.cfg.Kafka))
 			if err != nil {
 				return fmt.Errorf("verifying %s: %w", j.cfg.Table.Name, err)
 			}
@@ -123,7 +126,7 @@ func verifyRoutes(ctx context.Context, jobs []*job, noDLQ, asJSON bool) error {
 		for i, j := range siblings {
 			tables[i], ks[i], names[i] = j.tbl, j.cfg.Kafka, j.cfg.Table.Name
 		}
-		rep, err := lakehouse.VerifyRoutes(ctx, t, tables, readDeadLetters(ctx, siblings[0], noDLQ, names, ks...))
+		rep, err := lakehouse.VerifyRoutes(ctx, t, tables, deadLetterReader(siblings[0], noDLQ, names, ks...))
 		if err != nil {
 			return fmt.Errorf("verifying the routes of topic %s: %w", t, err)
 		}
