@@ -127,9 +127,6 @@ func (c *client) lookup(ctx context.Context, keys []string) (map[string]Values, 
 	var req *http.Request
 	var err error
 	if c.mode == ModeSingle {
-		if dotSegment(c.url, keys[0]) {
-			return nil, c.fail(0, false, "key %q cannot be looked up in a URL path: servers resolve it away as a dot-segment; put {key} in the query string of enrich.url (…?key={key})", keys[0])
-		}
 		req, err = http.NewRequestWithContext(ctx, http.MethodGet, strings.ReplaceAll(c.url, "{key}", escapeKey(keys[0])), nil)
 	} else {
 		var body []byte
@@ -301,17 +298,6 @@ func (c *client) closeIdle() { c.transport.CloseIdleConnections() }
 // drain reads what is left of a body (bounded) so the connection can be
 // reused.
 func drain(r io.Reader) { _, _ = io.Copy(io.Discard, io.LimitReader(r, 64<<10)) }
-
-// dotSegment reports whether key is "." or "..", which url's path cannot
-// carry where it holds {key}: servers resolve such a segment away (even
-// percent-encoded, RFC 3986 §6.2.2.2), and the request would go elsewhere.
-func dotSegment(url, key string) bool {
-	if key != "." && key != ".." {
-		return false
-	}
-	at, query := strings.Index(url, "{key}"), strings.IndexAny(url, "?#")
-	return query < 0 || at < query
-}
 
 // escapeKey percent-encodes everything but RFC 3986 unreserved characters,
 // so a key is safe both in a path segment and in a query string.

@@ -249,10 +249,10 @@ func (q *Queue) Cached(key []byte) (res Result, ok bool) {
 	return res, q.tookDirect(res, hit)
 }
 
-// cachedOutcome is key's cached Result (an empty key is a miss); ok is
+// cachedOutcome is key's cached Result (an empty or unaskable key is a miss); ok is
 // false when none is cached. A stale entry is refreshed in the background.
 func (s *Stage) cachedOutcome(key []byte) (res Result, hit, ok bool) {
-	if len(key) == 0 {
+	if len(key) == 0 || s.unaskable(key) {
 		return Result{Status: StatusMiss}, false, true
 	}
 	v, fr := s.cache.get(key, monoNow())
@@ -330,7 +330,8 @@ func (q *Queue) Pass(ctx context.Context, item any, size int) error {
 // always admits a record when it holds none, however large. It returns
 // ctx.Err() if ctx ends meanwhile, ErrClosed after Close or Abort,
 // ErrStopped once the stage's Run has returned. A record without a key
-// (empty) completes at once with StatusMiss.
+// (empty), or with one that cannot be looked up (Stage.unaskable), completes
+// at once with StatusMiss.
 func (q *Queue) SubmitSized(ctx context.Context, key []byte, item any, size int) error {
 	return q.submit(ctx, key, item, size, false)
 }
@@ -342,7 +343,7 @@ func (q *Queue) submit(ctx context.Context, key []byte, item any, size int, pass
 	immediate, hit := true, false
 	switch {
 	case pass:
-	case len(key) == 0:
+	case len(key) == 0 || s.unaskable(key):
 		res = Result{Status: StatusMiss}
 	default:
 		v, fr := s.cache.get(key, monoNow())

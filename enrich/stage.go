@@ -26,7 +26,8 @@ const (
 	// StatusOK: the service knew the key; Values holds its attributes.
 	StatusOK Status = "ok"
 	// StatusMiss: the service does not know the key, or the record has no
-	// key. Not an error.
+	// key, or one a URL path cannot carry (see Stage.unaskable). Not an
+	// error.
 	StatusMiss Status = "miss"
 	// StatusSkipped: the breaker was open under policy passthrough; the
 	// record is written with null enrichment.
@@ -93,6 +94,10 @@ type Stage struct {
 	cb     *gobreaker.TwoStepCircuitBreaker[struct{}]
 	batch  int           // keys per request: BatchSize, or 1 in single mode
 	linger time.Duration // 0 in single mode
+	// keySegment: single mode with {key} a whole segment of the URL's
+	// path, which cannot carry the keys . and .. (see unaskable).
+	keySegment bool
+	dotKeyWarn sync.Once
 
 	mu           sync.Mutex
 	flights      map[string]*flight // keys being looked up
@@ -169,6 +174,7 @@ func NewStage(cfg Config, reg prometheus.Registerer, log *slog.Logger) (*Stage, 
 	}
 	if cfg.Mode == ModeSingle {
 		s.batch, s.linger = 1, 0
+		s.keySegment = keyIsSegment(cfg.URL)
 	}
 	s.budget.max = int64(cfg.MaxInFlightBytesTotal)
 	if s.budget.max == 0 {
@@ -361,6 +367,34 @@ func (s *Stage) enqueueLocked(key string) {
 		default:
 		}
 	}
+}
+
+// unaskable reports whether key cannot be looked up: a key . or .. where
+// {key} is a segment of the URL's path, which servers resolve away (even
+// percent-encoded, RFC 3986 §6.2.2.2): the request would ask for another
+// resource. Such a key is a miss, as an empty one is, and the first is
+// logged. It is never sent: retried under pause, its failures would open
+// the breaker against a healthy service.
+func (s *Stage) unaskable(key []byte) bool {
+	if !s.keySegment || (string(key) != "." && string(key) != "..") {
+		return false
+	}
+	s.dotKeyWarn.Do(func() {
+		s.log.Warn("a key cannot be looked up in a URL path: servers resolve it away; its records get _enrich_status miss. "+
+			"To look such keys up, put {key} in the query string of enrich.url (…?key={key})", "key", string(key))
+	})
+	return true
+}
+
+// keyIsSegment reports whether {key} is a whole segment of url's path.
+func keyIsSegment(url string) bool {
+	at := strings.Index(url, "{key}")
+	query := strings.IndexAny(url, "?#")
+	if at < 0 || (query >= 0 && at > query) || at == 0 || url[at-1] != '/' {
+		return false
+	}
+	rest := url[at+len("{key}"):]
+	return rest == "" || strings.ContainsRune("/?#", rune(rest[0]))
 }
 
 func cachedResult(v cached) Result {

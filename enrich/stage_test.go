@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"flag"
-	"fmt"
 	"math/rand/v2"
 	"net"
 	"net/http"
@@ -153,46 +152,62 @@ func TestSingleModeCoalescesWithoutCache(t *testing.T) {
 	}
 }
 
-// TestSingleModeDotSegmentKeys: a key "." or ".." cannot stand in a URL
-// path — servers resolve it away — so it is not sent, and its error says
-// to put {key} in the query string. It used to be sent: the reference
-// server answered with a redirect, and the error told the operator to
-// point enrich.url elsewhere.
+// TestSingleModeDotSegmentKeys: a key "." or ".." cannot stand as a
+// segment of a URL path — servers resolve it away — so it is not sent: it
+// is a miss, as an empty key is, and neither its request nor the breaker
+// sees it. It used to be sent (the reference server answered with a
+// redirect, and the error told the operator to change enrich.url), and
+// then refused with an error that, retried under pause, opened the breaker
+// against a healthy service. Where {key} is only part of a segment, the key
+// is looked up.
 func TestSingleModeDotSegmentKeys(t *testing.T) {
-	srv, url := startServer(t, enrich.ServerConfig{P50: enrich.NoLatency})
-	cfg := testConfig(url)
-	cfg.Mode, cfg.URL = enrich.ModeSingle, url+"/lookup/{key}"
-	cfg.Breaker.Policy = enrich.PolicyPassthrough
-	h := startStage(t, cfg)
-	q := h.st.NewQueue()
-	t.Cleanup(q.Abort)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	keys := []string{"u-1", ".", "..", ".x"}
-	for _, k := range keys {
-		if err := q.Submit(ctx, k, k); err != nil {
-			t.Fatal(err)
-		}
-	}
-	var got []enrich.Completed
-	for len(got) < len(keys) {
-		b, err := q.Take(ctx, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		got = append(got, b...)
-	}
-	for _, c := range got {
-		dot := c.Item == "." || c.Item == ".."
-		switch {
-		case dot && (c.Result.Status != enrich.StatusError || !strings.Contains(fmt.Sprint(c.Result.Err), "put {key} in the query string")):
-			t.Errorf("key %q: %s, %v; want an error naming the query string", c.Item, c.Result.Status, c.Result.Err)
-		case !dot && c.Result.Status != enrich.StatusOK:
-			t.Errorf("key %q: %s, %v", c.Item, c.Result.Status, c.Result.Err)
-		}
-	}
-	if n := srv.Requests(); n != 2 {
-		t.Errorf("%d requests for the two keys a path can carry", n)
+	for _, tc := range []struct {
+		path     string
+		requests int64
+	}{
+		{"/lookup/{key}", 2}, // u-1 and .x
+		{"/lookup/id-{key}", 4},
+	} {
+		t.Run(tc.path, func(t *testing.T) {
+			srv, url := startServer(t, enrich.ServerConfig{P50: enrich.NoLatency})
+			cfg := testConfig(url)
+			cfg.Mode, cfg.URL = enrich.ModeSingle, url+tc.path
+			h := startStage(t, cfg)
+			q := h.st.NewQueue()
+			t.Cleanup(q.Abort)
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			keys := []string{"u-1", ".", "..", ".x"}
+			for range 20 { // enough failures to open the breaker, were they failures
+				for _, k := range keys {
+					if err := q.Submit(ctx, k, k); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			for n := 0; n < 20*len(keys); {
+				got, err := q.Take(ctx, nil)
+				if err != nil {
+					t.Fatalf("%d of %d records out: %v", n, 20*len(keys), err)
+				}
+				for _, c := range got {
+					want := enrich.StatusOK
+					if tc.requests == 2 && (c.Item == "." || c.Item == "..") {
+						want = enrich.StatusMiss
+					}
+					if c.Result.Status != want {
+						t.Fatalf("key %q: %s, %v; want %s", c.Item, c.Result.Status, c.Result.Err, want)
+					}
+				}
+				n += len(got)
+			}
+			if n := srv.Requests(); n != tc.requests {
+				t.Errorf("%d requests, want %d", n, tc.requests)
+			}
+			if n := h.metric(t, "floe_enrich_breaker_transitions_total", "to", "open"); n != 0 {
+				t.Errorf("the breaker opened %v times", n)
+			}
+		})
 	}
 }
 
