@@ -967,6 +967,19 @@ func (c *loadHookCat) LoadTable(ctx context.Context, ident table.Identifier) (*t
 	return c.Catalog.LoadTable(ctx, ident)
 }
 
+// TestGroupOffsetsOfAnUnknownGroup: a group the broker does not know has
+// no offsets. kfake's GROUP_ID_NOT_FOUND was an error, and the first
+// scheduled run of every start_offset latest job warned that reading the
+// group's offsets had failed.
+func TestGroupOffsetsOfAnUnknownGroup(t *testing.T) {
+	j := newJob(t, 0, fastCommit, nil)
+	k := j.cfg.Kafka
+	k.Group = "never-used"
+	if at, err := pipeline.GroupOffsets(t.Context(), k, []int{0, 1, 2, 3}); err != nil || len(at) != 0 {
+		t.Fatalf("offsets of an unknown group: %v, %v; want none", at, err)
+	}
+}
+
 // TestScheduledRunBesideALiveLatestJob: a long-running job started with
 // start_offset "latest" on a topic with history pins its start in the
 // group's Kafka offsets; with nothing written since, the table holds no

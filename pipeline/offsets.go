@@ -2,6 +2,7 @@ package pipeline
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/segmentio/kafka-go"
@@ -62,7 +63,8 @@ func listOffsets(ctx context.Context, k KafkaConfig, what string, of func(partit
 }
 
 // GroupOffsets returns the offsets k.Group committed for partitions of
-// k.Topic; a partition without one is absent.
+// k.Topic; a partition without one is absent, as every one is for a group
+// the broker does not know.
 func GroupOffsets(ctx context.Context, k KafkaConfig, partitions []int) (map[int32]int64, error) {
 	c, done, err := k.Client()
 	if err != nil {
@@ -73,11 +75,17 @@ func GroupOffsets(ctx context.Context, k KafkaConfig, partitions []int) (map[int
 	if err == nil {
 		err = res.Error
 	}
+	if errors.Is(err, kafka.GroupIdNotFound) {
+		return map[int32]int64{}, nil // not yet: kfake says so where Kafka answers no offsets
+	}
 	if err != nil {
 		return nil, fmt.Errorf("offsets of group %s: %w", k.Group, err)
 	}
 	out := make(map[int32]int64, len(partitions))
 	for _, p := range res.Topics[k.Topic] {
+		if errors.Is(p.Error, kafka.GroupIdNotFound) {
+			continue
+		}
 		if p.Error != nil {
 			return nil, fmt.Errorf("offset of group %s on %s/%d: %w", k.Group, k.Topic, p.Partition, p.Error)
 		}
