@@ -283,8 +283,13 @@ func LoadConfig(path string) (Config, error) {
 	}
 	text, refs := placeholders(raw)
 	var doc yaml.Node
-	if err := yaml.Unmarshal(text, &doc); err != nil {
+	docs := yaml.NewDecoder(bytes.NewReader(text))
+	if err := docs.Decode(&doc); err != nil && !errors.Is(err, io.EOF) {
 		return cfg, fmt.Errorf("config %s: %w", path, err)
+	}
+	// A second document (after ---) would be dropped without a word.
+	if err := docs.Decode(new(yaml.Node)); !errors.Is(err, io.EOF) {
+		return cfg, fmt.Errorf("config %s: more than one YAML document (a --- line): floe reads one", path)
 	}
 	var missing []string
 	refs.interpolate(&doc, &missing)
@@ -379,6 +384,17 @@ func (c *Config) Finish() error {
 
 func (c *Config) defaults() {
 	k := &c.Kafka
+	// One entry may hold a comma-separated list, as a variable such as
+	// ${KAFKA_BROKERS} usually does (kafka-go crashed on such an address).
+	var brokers []string
+	for _, b := range k.Brokers {
+		for part := range strings.SplitSeq(b, ",") {
+			if part = strings.TrimSpace(part); part != "" {
+				brokers = append(brokers, part)
+			}
+		}
+	}
+	k.Brokers = brokers
 	if k.StartOffset == "" {
 		k.StartOffset = "earliest"
 	}

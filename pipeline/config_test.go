@@ -11,6 +11,7 @@ import (
 	"math/big"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -107,6 +108,37 @@ func TestConfigInterpolatesEnvironment(t *testing.T) {
 	_, err = pipeline.LoadConfig(writeConfig(t, strings.Replace(validConfig, "clicks\n", "${FLOE_TEST_NOT_SET}\n", 1)))
 	if err == nil || !strings.Contains(err.Error(), "FLOE_TEST_NOT_SET") {
 		t.Fatalf("unset variable: %v, want an error naming it", err)
+	}
+}
+
+// TestConfigBrokersListInOneEntry: a broker entry holding a
+// comma-separated list, as ${KAFKA_BROKERS} usually does, is that list.
+// It passed validation as one address, and kafka-go crashed on it.
+func TestConfigBrokersListInOneEntry(t *testing.T) {
+	t.Setenv("FLOE_TEST_BROKERS", "h1:9092, h2:9092,")
+	cfg, err := pipeline.LoadConfig(writeConfig(t, strings.Replace(validConfig, "127.0.0.1:9092", "${FLOE_TEST_BROKERS}", 1)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cfg.Finish(); err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"h1:9092", "h2:9092"}; !slices.Equal(cfg.Kafka.Brokers, want) {
+		t.Fatalf("brokers %q, want %q", cfg.Kafka.Brokers, want)
+	}
+}
+
+// TestConfigRefusesASecondDocument: a config file of two YAML documents
+// is refused; the second (after ---) was dropped without a word.
+func TestConfigRefusesASecondDocument(t *testing.T) {
+	_, err := pipeline.LoadConfig(writeConfig(t, validConfig+"---\ncommit: {interval: 1s}\n"))
+	if err == nil || !strings.Contains(err.Error(), "more than one YAML document") {
+		t.Fatalf("a config of two documents: %v", err)
+	}
+	for _, body := range []string{"", "# only a comment\n", "---\n" + validConfig} {
+		if _, err := pipeline.LoadConfig(writeConfig(t, body)); err != nil {
+			t.Errorf("%q: %v", body, err)
+		}
 	}
 }
 
