@@ -727,7 +727,7 @@ func statsOf(ctx context.Context, tbl *table.Table) (TableStats, error) {
 	if err != nil {
 		return s, fmt.Errorf("planning files: %w", err)
 	}
-	for _, task := range tasks {
+	for _, task := range wholeFiles(tasks) { // a split file counts once
 		s.DataFiles++
 		s.DataBytes += task.File.FileSizeBytes()
 		s.Rows += task.File.Count()

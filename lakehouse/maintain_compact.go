@@ -396,13 +396,15 @@ func planCompaction(ctx context.Context, tbl *table.Table, opts MaintainOptions)
 		}
 		ids[i] = f.ID
 	}
-	tasks, err := tbl.Scan().PlanFiles(ctx)
+	planned, err := tbl.Scan().PlanFiles(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("planning files: %w", err)
 	}
 	small := opts.TargetFileBytes * 3 / 4
 	buckets := map[string][]table.FileScanTask{}
-	for _, t := range tasks {
+	// Whole files: a file split into several tasks would be an input
+	// several times over, and its rows counted once a split.
+	for _, t := range wholeFiles(planned) {
 		f := t.File
 		if f.ContentType() != iceberg.EntryContentData || f.FileSizeBytes() >= small || hasDeletes(t) {
 			continue

@@ -216,6 +216,52 @@ func TestMaintainLeavesFilesWithDeletes(t *testing.T) {
 	}
 }
 
+// setProps commits table properties, as another engine's ALTER TABLE
+// SET TBLPROPERTIES would.
+func setProps(t *testing.T, tbl *lakehouse.Table, props map[string]string) {
+	t.Helper()
+	it, err := tbl.Load(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	tx := it.NewTransaction()
+	if err := tx.SetProperties(props); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Commit(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestMaintainCompactsSplitFiles: a small file larger than
+// read.split.target-size with several row groups is planned as several
+// split tasks, and is still one input file. Before, each split was taken
+// for a file: the group listed the file once a split and counted its rows
+// once a split while only the split's rows were read, so the row check
+// failed and every Maintain run stopped before expiry and orphan removal;
+// the report counted a file once a split too.
+func TestMaintainCompactsSplitFiles(t *testing.T) {
+	f := newFixture(t)
+	tbl := f.open(t, "g")
+	setProps(t, tbl, map[string]string{table.ParquetRowGroupLimitKey: "10", table.ReadSplitTargetSizeKey: "2048"})
+	commitRounds(t, f, tbl, []int32{0}, 0, 4, 100)
+	idsBefore := ids(t, tbl)
+	rep, err := tbl.Maintain(t.Context(), lakehouse.MaintainOptions{MinInputFiles: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Before.DataFiles != 4 || rep.Before.Rows != 400 {
+		t.Fatalf("before: %d files, %d rows; want 4 files, 400 rows", rep.Before.DataFiles, rep.Before.Rows)
+	}
+	if rep.CompactedGroups != 1 || rep.FilesRewritten != 4 || rep.FilesWritten != 1 || rep.After.DataFiles != 1 {
+		t.Fatalf("compacted %d groups, %d files into %d (%d after); want 1, 4 into 1",
+			rep.CompactedGroups, rep.FilesRewritten, rep.FilesWritten, rep.After.DataFiles)
+	}
+	if !maps.Equal(ids(t, tbl), idsBefore) || len(idsBefore) != 400 {
+		t.Fatal("compaction changed the table's ids")
+	}
+}
+
 // TestMaintainCompactsExpiresAndCleans: many small commits, then Maintain:
 // fewer files holding the same ids, every group's watermarks unchanged (also
 // a group whose map is deep in the history), old snapshots expired but the
