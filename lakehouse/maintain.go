@@ -61,6 +61,12 @@ const maintainAttempts = 20
 // still ran. Nothing is wrong with the table: run maintenance again later.
 var ErrContended = fmt.Errorf("gave up after %d conflicting attempts with concurrent commits", maintainAttempts)
 
+// ErrGroupsFailed means compaction could not rewrite some groups of small
+// files (each logged, with its error): their outputs were deleted and their
+// files left as they were, while the other groups were committed and the
+// later steps ran. Maintain returns it wrapped with the first group's error.
+var ErrGroupsFailed = errors.New("compaction groups failed")
+
 // MaintainOptions tunes Maintain. The zero value means the defaults above.
 type MaintainOptions struct {
 	// TargetFileBytes is the compacted file size: files below 3/4 of it are
@@ -141,6 +147,9 @@ type MaintainReport struct {
 	FilesWritten    int   `json:"files_written"`
 	BytesRewritten  int64 `json:"bytes_rewritten"`
 	BytesWritten    int64 `json:"bytes_written"`
+	// FailedGroups could not be rewritten and were left as they were
+	// (Maintain then returns ErrGroupsFailed).
+	FailedGroups int `json:"failed_groups,omitempty"`
 	// ManifestsRewritten were merged into ManifestsWritten.
 	ManifestsRewritten int `json:"manifests_rewritten"`
 	ManifestsWritten   int `json:"manifests_written"`
@@ -178,6 +187,9 @@ func (r *MaintainReport) WriteText(w io.Writer) error {
 	ew.printf("compaction: %s in %s rewritten (%d bytes) into %s (%d bytes)\n",
 		plural(r.FilesRewritten, "file"), plural(r.CompactedGroups, "group"), r.BytesRewritten,
 		plural(r.FilesWritten, "file"), r.BytesWritten)
+	if r.FailedGroups > 0 {
+		ew.printf("compaction: %s failed and left as they were (see the log)\n", plural(r.FailedGroups, "group"))
+	}
 	ew.printf("manifests: %d merged into %d\n", r.ManifestsRewritten, r.ManifestsWritten)
 	ew.printf("snapshots expired: %d (offset maps of %s kept)\n", r.SnapshotsExpired, plural(r.OffsetMaps, "group"))
 	ew.printf("orphan files removed: %d (%d bytes)\n", r.OrphansRemoved, r.OrphanBytes)
@@ -205,7 +217,9 @@ func (r *MaintainReport) WriteText(w io.Writer) error {
 //     every snapshot that was the head less than ExpireOlderThan ago.
 //   - Compaction only rewrites files of one Kafka partition together (so the
 //     offset statistics the MERGE prunes on stay tight) and checks that the
-//     row counts match before it commits.
+//     row counts match before it commits. A group that fails is left as it
+//     was: the other groups and the later steps still run, and Maintain
+//     then returns ErrGroupsFailed.
 //   - Orphan files must be older than OrphanOlderThan (at least an hour), so
 //     files of a commit in flight are never taken for orphans; compaction
 //     commits what it wrote every 10 minutes, and refuses outputs older than
@@ -265,9 +279,17 @@ func (t *Table) Maintain(ctx context.Context, opts MaintainOptions) (*MaintainRe
 		"snapshots_before", rep.Before.Snapshots, "snapshots_after", rep.After.Snapshots,
 		"files_rewritten", rep.FilesRewritten, "files_written", rep.FilesWritten,
 		"snapshots_expired", rep.SnapshotsExpired, "orphans_removed", rep.OrphansRemoved,
-		"conflicts", rep.Conflicts, "contended", contended, "elapsed", rep.Elapsed.Round(time.Millisecond))
+		"failed_groups", rep.FailedGroups, "conflicts", rep.Conflicts, "contended", contended,
+		"elapsed", rep.Elapsed.Round(time.Millisecond))
+	var errs []error
+	if rep.FailedGroups > 0 {
+		errs = append(errs, fmt.Errorf("%w (%d, the first: %w)", ErrGroupsFailed, rep.FailedGroups, m.groupErr))
+	}
 	if len(contended) > 0 {
-		return rep, fmt.Errorf("maintaining %s: %w: %s skipped", t.Name(), ErrContended, strings.Join(contended, ", "))
+		errs = append(errs, fmt.Errorf("%w: %s skipped", ErrContended, strings.Join(contended, ", ")))
+	}
+	if len(errs) > 0 {
+		return rep, fmt.Errorf("maintaining %s: %w", t.Name(), errors.Join(errs...))
 	}
 	return rep, nil
 }
@@ -279,6 +301,8 @@ type maintenance struct {
 	rep     *MaintainReport
 	id      string
 	commits int // props made so far
+	// groupErr is the first compaction group's error (see FailedGroups).
+	groupErr error
 }
 
 // props are the summary properties of a maintenance snapshot based on tbl:

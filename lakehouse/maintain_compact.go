@@ -73,11 +73,28 @@ func (m *maintenance) compact(ctx context.Context) (err error) {
 		if err == nil {
 			err = sameRows(gr)
 		}
-		batch = append(batch, gr)
 		if err != nil {
-			m.deleteOutputs(tbl, batch)
-			return err
+			// Never committed: its outputs go. A group that cannot be
+			// rewritten (a file the storage does not serve) must not
+			// keep the other groups, expiry and orphan removal from
+			// running on every run; Maintain reports it at the end.
+			m.deleteOutputs(tbl, []table.CompactionGroupResult{gr})
+			if ctx.Err() != nil {
+				m.deleteOutputs(tbl, batch)
+				return err
+			}
+			m.t.log.Warn("compaction group failed; its files are left as they are",
+				"table", m.t.Name(), "group", g.PartitionKey, "files", len(g.Tasks), "err", err)
+			m.rep.FailedGroups++
+			if m.groupErr == nil {
+				m.groupErr = err
+			}
+			continue
 		}
+		batch = append(batch, gr)
+	}
+	if len(batch) == 0 {
+		return nil
 	}
 	return m.commitCompaction(ctx, tbl, base, batch, oldest)
 }
@@ -214,9 +231,17 @@ func compactGroup(ctx context.Context, tbl *table.Table, g table.CompactionTaskG
 			}
 		}
 	}
-	// A group holds one table partition: its rows arrive clustered.
-	for df, err := range table.WriteRecords(ctx, tbl, want, records,
-		table.WithClusteredWrite(), table.WithTargetFileSize(targetBytes)) {
+	// A group holds one partition of its spec: under the current spec its
+	// rows arrive clustered. Files of an older spec (a partition field
+	// added since) hold rows of several current partitions each, which
+	// the clustered writer refuses; the fanout writer takes them.
+	opts := []table.WriteRecordOption{table.WithTargetFileSize(targetBytes)}
+	if int(g.Tasks[0].File.SpecID()) == tbl.Metadata().DefaultPartitionSpec() {
+		opts = append(opts, table.WithClusteredWrite())
+	} else {
+		opts = append(opts, table.WithMaxWriteWorkers(1))
+	}
+	for df, err := range table.WriteRecords(ctx, tbl, want, records, opts...) {
 		if err != nil {
 			return res, fmt.Errorf("writing compaction group %s: %w", g.PartitionKey, err)
 		}

@@ -262,6 +262,123 @@ func TestMaintainCompactsSplitFiles(t *testing.T) {
 	}
 }
 
+// TestMaintainCompactsAcrossPartitionSpecChange: small files written
+// before a partition field was added (Spark's ALTER TABLE ... ADD PARTITION
+// FIELD bucket(4, session_id)) are rewritten into the current spec. Before,
+// they were written with the clustered writer, and each input file holds
+// rows of every new bucket: it refused the second file's rows ("violate the
+// clustering assumption"), and every Maintain run failed.
+func TestMaintainCompactsAcrossPartitionSpecChange(t *testing.T) {
+	f := newFixture(t)
+	tbl := f.open(t, "g")
+	commitRounds(t, f, tbl, []int32{0, 1}, 0, 4, 20)
+	idsBefore := ids(t, tbl)
+	it, err := tbl.Load(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	tx := it.NewTransaction()
+	if err := tx.UpdateSpec(true).AddField("session_id", iceberg.BucketTransform{NumBuckets: 4}, "session_bucket").Commit(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Commit(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := tbl.Maintain(t.Context(), lakehouse.MaintainOptions{MinInputFiles: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.CompactedGroups != 2 || rep.FilesRewritten != 8 || rep.FailedGroups != 0 {
+		t.Fatalf("compacted %d groups (%d failed), %d files; want 2 groups of 4", rep.CompactedGroups, rep.FailedGroups, rep.FilesRewritten)
+	}
+	if !maps.Equal(ids(t, tbl), idsBefore) {
+		t.Fatal("compaction changed the table's ids")
+	}
+	it, err = tbl.Load(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	tasks, err := it.Scan().PlanFiles(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, task := range tasks {
+		if int(task.File.SpecID()) != it.Metadata().DefaultPartitionSpec() {
+			t.Fatalf("%s is of spec %d after compaction, want the current one", task.File.FilePath(), task.File.SpecID())
+		}
+	}
+}
+
+// TestMaintainCarriesOnPastAFailedGroup: a compaction group that cannot be
+// rewritten (here a file the storage does not serve while the run reads it)
+// is left as it was, with no output of it kept; the other groups are
+// compacted, snapshots expired and orphans removed, and Maintain reports
+// the failed group and returns ErrGroupsFailed. Before, the first failed
+// group ended the run: the groups written with it were dropped and expiry
+// and orphan removal never ran while it kept failing.
+func TestMaintainCarriesOnPastAFailedGroup(t *testing.T) {
+	f := newFixture(t)
+	tbl := f.open(t, "g")
+	commitRounds(t, f, tbl, []int32{0}, 0, 4, 20)
+	before := dataFilesOnDisk(t, f)
+	commitRounds(t, f, tbl, []int32{1}, 0, 4, 20)
+	idsBefore := ids(t, tbl)
+	var gone string // a file of partition 1
+	for _, p := range dataFilesOnDisk(t, f) {
+		if !slices.Contains(before, p) {
+			gone = p
+			break
+		}
+	}
+	aside := filepath.Join(t.TempDir(), "aside.parquet")
+	if err := os.Rename(gone, aside); err != nil {
+		t.Fatal(err)
+	}
+	orphan := filepath.Join(warehousePath(t, tbl), "data", "orphan.parquet")
+	if err := os.WriteFile(orphan, []byte("left by a crashed writer"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	old := time.Now().Add(-2 * time.Hour)
+	if err := os.Chtimes(orphan, old, old); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(20 * time.Millisecond) // every snapshot is older than ExpireOlderThan
+
+	rep, err := tbl.Maintain(t.Context(), lakehouse.MaintainOptions{MinInputFiles: 2,
+		ExpireOlderThan: time.Millisecond, OrphanOlderThan: time.Hour})
+	if !errors.Is(err, lakehouse.ErrGroupsFailed) || !strings.Contains(err.Error(), "kafka clicks/1") {
+		t.Fatalf("maintain: %v, want partition 1's group reported as failed", err)
+	}
+	if err := os.Rename(aside, gone); err != nil {
+		t.Fatal(err)
+	}
+	if rep.FailedGroups != 1 || rep.CompactedGroups != 1 || rep.FilesRewritten != 4 {
+		t.Fatalf("%d groups failed, %d compacted from %d files; want 1, and 1 from 4", rep.FailedGroups, rep.CompactedGroups, rep.FilesRewritten)
+	}
+	if rep.SnapshotsExpired == 0 || rep.OrphansRemoved != 1 {
+		t.Fatalf("%d snapshots expired, %d orphans removed: the steps after compaction did not run", rep.SnapshotsExpired, rep.OrphansRemoved)
+	}
+	if !maps.Equal(ids(t, tbl), idsBefore) {
+		t.Fatal("the table's ids changed")
+	}
+	it, err := tbl.Load(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	tasks, err := it.Scan().PlanFiles(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var live []string
+	for _, task := range tasks {
+		live = append(live, strings.TrimPrefix(task.File.FilePath(), "file://"))
+	}
+	slices.Sort(live)
+	if onDisk := dataFilesOnDisk(t, f); !slices.Equal(onDisk, live) || len(live) != 5 {
+		t.Fatalf("data files on disk %v, want the table's 5 %v", onDisk, live)
+	}
+}
+
 // TestMaintainCompactsExpiresAndCleans: many small commits, then Maintain:
 // fewer files holding the same ids, every group's watermarks unchanged (also
 // a group whose map is deep in the history), old snapshots expired but the
