@@ -239,6 +239,9 @@ func (m *Member) Run(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return nil
 		}
+		if err := joinRefused(err, k); err != nil {
+			return err
+		}
 		if err != nil {
 			m.log.Warn("joining group", "group", k.Group, "err", err)
 			continue
@@ -594,6 +597,23 @@ func beyondEnd(topic string, wm lakehouse.Offsets, ends map[int32]int64) error {
 	}
 	return fmt.Errorf("%w: %s — the topic was recreated or truncated; to ingest it, use a new kafka.group (its offset map starts empty), or replay its ranges (floe replay)",
 		errLogBehind, strings.Join(parts, "; "))
+}
+
+// joinRefused returns an error naming the setting at fault when err, a
+// failed join, is one no retry clears; nil for any other (a coordinator
+// moving, a rebalance) and for nil. Retried, these held the member joining
+// for ever, a scheduled run included.
+func joinRefused(err error, k KafkaConfig) error {
+	switch {
+	case errors.Is(err, kafka.InvalidSessionTimeout):
+		return fmt.Errorf("joining group %s: kafka.session_timeout %s is outside what the broker allows (its group.min.session.timeout.ms and group.max.session.timeout.ms; Kafka's defaults: 6s to 30m): %w",
+			k.Group, k.SessionTimeout, err)
+	case errors.Is(err, kafka.GroupAuthorizationFailed):
+		return fmt.Errorf("joining group %s: not authorized (the broker's ACLs must allow this principal to read the group): %w", k.Group, err)
+	case errors.Is(err, kafka.InconsistentGroupProtocol):
+		return fmt.Errorf("joining group %s: its members use another protocol (a client other than floe in kafka.group?): %w", k.Group, err)
+	}
+	return nil
 }
 
 // markPinned marks idle, for a scheduled run of a start_offset "latest"

@@ -967,6 +967,30 @@ func (c *loadHookCat) LoadTable(ctx context.Context, ident table.Identifier) (*t
 	return c.Catalog.LoadTable(ctx, ident)
 }
 
+// TestSessionTimeoutTheBrokerRefuses: a kafka.session_timeout outside the
+// broker's bounds (Kafka's and kfake's minimum is 6 s) ends the run with an
+// error naming it. Every join was refused and retried: a scheduled run never
+// ended and never said why.
+func TestSessionTimeoutTheBrokerRefuses(t *testing.T) {
+	j := newJob(t, 50, fastCommit, nil)
+	j.cfg.Kafka.SessionTimeout = pipeline.Duration(5 * time.Second)
+	j.cfg.Kafka.HeartbeatInterval = pipeline.Duration(500 * time.Millisecond)
+	m, err := pipeline.NewMember(j.cfg, j.tbl, j.sc, pipeline.UntilOffsets(j.end))
+	if err != nil {
+		t.Fatal(err)
+	}
+	done, stop := startRun(m)
+	defer stop()
+	select {
+	case err := <-done:
+		if err == nil || !strings.Contains(err.Error(), "kafka.session_timeout 5s") {
+			t.Fatalf("run ended with %v, want an error naming kafka.session_timeout", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the run still joins after 30 s")
+	}
+}
+
 // TestGroupOffsetsOfAnUnknownGroup: a group the broker does not know has
 // no offsets. kfake's GROUP_ID_NOT_FOUND was an error, and the first
 // scheduled run of every start_offset latest job warned that reading the
