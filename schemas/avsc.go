@@ -167,6 +167,7 @@ func ParseAvsc(name string, data []byte) (*Schema, error) {
 	var fields []iceberg.NestedField
 	seen := map[string]bool{}
 	for _, af := range rec.Fields() {
+		p.nodes = 0
 		n, err := p.field(af, "")
 		if err != nil {
 			return nil, err
@@ -241,7 +242,19 @@ type avscParser struct {
 	// open holds the records being mapped, innermost last: a reference to
 	// one of them is a recursive type, which no column can hold.
 	open []string
+	// depth is the nesting of the type being mapped, counted as the Avro
+	// decoder counts it (1: a top-level column); nodes counts the types
+	// mapped for the current column. See maxColumnNodes.
+	depth, nodes int
 }
+
+// maxColumnNodes bounds the types (struct fields, list elements, map
+// values) of one column. A named type used again is mapped again in full,
+// so a schema of a few kilobytes that uses a record twice at each level
+// describes a column of 2^levels fields: mapping it would hang, and
+// evolution would commit it to the table for good. Nesting is bounded by
+// maxAvroDepth, past which the decoders refuse values.
+const maxColumnNodes = 1000
 
 func (p *avscParser) id() int {
 	p.nextID++
@@ -297,6 +310,14 @@ func (p *avscParser) typ(s avro.Schema, fp string) (*node, error) {
 			return nil, p.errf(fp, "the recursive reference to %s is not supported: a column cannot contain itself", name)
 		}
 		return p.typ(r.Schema(), fp)
+	}
+	p.depth++
+	defer func() { p.depth-- }()
+	if p.depth > maxAvroDepth {
+		return nil, p.errf(fp, "the column nests deeper than %d levels", maxAvroDepth)
+	}
+	if p.nodes++; p.nodes > maxColumnNodes {
+		return nil, p.errf(fp, "the column has more than %d nested fields (a named type used again counts again)", maxColumnNodes)
 	}
 	n := &node{required: true}
 	var logical avro.LogicalSchema

@@ -264,6 +264,16 @@ func TestSchemaFileErrors(t *testing.T) {
 		return `{"type":"record","name":"R",` + props + `"fields":[` + fields + `]}`
 	}
 	const ts = `{"name":"ts","type":{"type":"long","logicalType":"timestamp-micros"}}`
+	// twice: L11{a: L10, b: L10}, ..., L0{v: string}, a column of 6,142
+	// fields; nested: 65 levels, one more than the decoders read.
+	twice := `{"type":"record","name":"L0","fields":[{"name":"v","type":"string"}]}`
+	for i := 1; i <= 11; i++ {
+		twice = fmt.Sprintf(`{"type":"record","name":"L%d","fields":[{"name":"a","type":%s},{"name":"b","type":"L%d"}]}`, i, twice, i-1)
+	}
+	nested := `"string"`
+	for i := range 64 {
+		nested = fmt.Sprintf(`{"type":"record","name":"N%d","fields":[{"name":"x","type":%s}]}`, i, nested)
+	}
 	cases := []struct{ name, schema, want string }{
 		{"not JSON", `{"type":`, "not a valid Avro schema"},
 		{"not a record", `"string"`, "want a record"},
@@ -287,6 +297,11 @@ func TestSchemaFileErrors(t *testing.T) {
 		{"fixed of no bytes", record("", `{"name":"f","type":{"type":"fixed","name":"F","size":0}}`), `field "f": fixed F has size 0; it must hold at least one byte`},
 		{"list of fixed of no bytes", record("", `{"name":"f","type":{"type":"array","items":{"type":"fixed","name":"F","size":0}}}`), `field "f[]": fixed F has size 0`},
 		{"recursive record", record("", `{"name":"a","type":{"type":"record","name":"N","fields":[{"name":"next","type":["null","N"]}]}}`), `field "a.next": the recursive reference to N is not supported`},
+		// A named type used again was mapped again in full, without a
+		// bound: a small file could describe a column of billions of
+		// fields.
+		{"named type used twice at each level", record("", `{"name":"t","type":`+twice+`}`), `the column has more than 1000 nested fields`},
+		{"nested too deep", record("", `{"name":"n","type":`+nested+`}`), `the column nests deeper than 64 levels`},
 		{"unknown key", record(`"floe.key":"nope"`, `{"name":"a","type":"long"}`), `floe.key: no top-level column "nope" (columns: a)`},
 		{"key not a string", record(`"floe.key":["a"]`, `{"name":"a","type":"long"}`), `floe.key must be a column name`},
 		{"key column not a string", record(`"floe.key":"a"`, `{"name":"a","type":"long"}`), `floe.key: column "a" is long; want a string`},

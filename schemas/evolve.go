@@ -122,7 +122,8 @@ func (d *wireDecoder) request(id int, key any, plan func() []Change) *EvolveRequ
 
 // avroPlan lists the changes the Avro writer schema w needs of the columns
 // of record: a column for each top-level writer field the table lacks (a
-// field whose type no column can hold is skipped, as Avro schema resolution
+// field whose type no column can hold — a recursive record, a type past
+// maxColumnNodes or maxAvroDepth — is skipped, as Avro schema resolution
 // skips it), a wider type where the writer's is a promotion of the
 // column's, and an optional column where the writer's field is a union
 // with null. Anything else that does not fit is left to the decoder, which
@@ -212,8 +213,8 @@ func protoPlan(md protoreflect.MessageDescriptor, record *node) []Change {
 			if isMetadataColumn(name) || record.hasColumn(name) {
 				continue // not addable: the name is a column's, of another field
 			}
-			ids := 0 // nested field ids, unique within the type as Iceberg needs
-			if typ := protoType(fd, 0, &ids); typ != nil {
+			var c protoColumn
+			if typ := c.protoType(fd, 0); typ != nil {
 				out = append(out, Change{Kind: AddColumn, Column: name, Type: typ})
 			}
 			continue
@@ -237,36 +238,50 @@ func protoPlan(md protoreflect.MessageDescriptor, record *node) []Change {
 	return out
 }
 
-// maxProtoTypeDepth bounds the nesting of a column made from a message.
-const maxProtoTypeDepth = 16
+// protoColumn numbers the nested fields of a column made from a Protobuf
+// field, unique within its type as Iceberg needs, and bounds them as
+// avscParser does a writer's Avro type (maxColumnNodes, maxAvroDepth): a
+// message type used twice at each level, or one that contains itself,
+// would make a column of exponential size.
+type protoColumn struct {
+	ids, nodes int
+	// tooLarge is set once the bounds are passed: no column holds the field.
+	tooLarge bool
+}
+
+func (c *protoColumn) nextID() int {
+	c.ids++
+	return c.ids
+}
 
 // protoType is the column type of a new Protobuf field, as decodeProto
 // stores it; nil if none (a map with non-string keys, a message with no
-// storable field, nesting too deep).
-func protoType(fd protoreflect.FieldDescriptor, depth int, ids *int) iceberg.Type {
+// storable field, past c's bounds).
+func (c *protoColumn) protoType(fd protoreflect.FieldDescriptor, depth int) iceberg.Type {
+	if c.nodes++; c.nodes > maxColumnNodes || depth >= maxAvroDepth {
+		c.tooLarge = true
+	}
+	if c.tooLarge {
+		return nil
+	}
 	if fd.IsMap() {
 		if fd.MapKey().Kind() != protoreflect.StringKind {
 			return nil
 		}
-		v := protoScalarType(fd.MapValue(), depth, ids)
+		v := c.protoScalarType(fd.MapValue(), depth)
 		if v == nil {
 			return nil
 		}
-		return &iceberg.MapType{KeyID: nextID(ids), KeyType: iceberg.PrimitiveTypes.String, ValueID: nextID(ids), ValueType: v, ValueRequired: false}
+		return &iceberg.MapType{KeyID: c.nextID(), KeyType: iceberg.PrimitiveTypes.String, ValueID: c.nextID(), ValueType: v, ValueRequired: false}
 	}
-	e := protoScalarType(fd, depth, ids)
+	e := c.protoScalarType(fd, depth)
 	if e == nil || !fd.IsList() {
 		return e
 	}
-	return &iceberg.ListType{ElementID: nextID(ids), Element: e, ElementRequired: false}
+	return &iceberg.ListType{ElementID: c.nextID(), Element: e, ElementRequired: false}
 }
 
-func nextID(ids *int) int {
-	*ids++
-	return *ids
-}
-
-func protoScalarType(fd protoreflect.FieldDescriptor, depth int, ids *int) iceberg.Type {
+func (c *protoColumn) protoScalarType(fd protoreflect.FieldDescriptor, depth int) iceberg.Type {
 	switch fd.Kind() {
 	case protoreflect.BoolKind:
 		return iceberg.PrimitiveTypes.Bool
@@ -287,15 +302,16 @@ func protoScalarType(fd protoreflect.FieldDescriptor, depth int, ids *int) icebe
 		if fd.Message().FullName() == "google.protobuf.Timestamp" {
 			return iceberg.PrimitiveTypes.TimestampTz
 		}
-		if depth >= maxProtoTypeDepth {
-			return nil
-		}
 		st := &iceberg.StructType{}
 		fields := fd.Message().Fields()
 		for i := range fields.Len() {
 			f := fields.Get(i)
-			if t := protoType(f, depth+1, ids); t != nil {
-				st.FieldList = append(st.FieldList, iceberg.NestedField{ID: nextID(ids), Name: string(f.Name()), Type: t})
+			t := c.protoType(f, depth+1)
+			if c.tooLarge {
+				return nil
+			}
+			if t != nil {
+				st.FieldList = append(st.FieldList, iceberg.NestedField{ID: c.nextID(), Name: string(f.Name()), Type: t})
 			}
 		}
 		if len(st.FieldList) == 0 {

@@ -242,6 +242,128 @@ func TestEvolveReusedNamedType(t *testing.T) {
 	}
 }
 
+// TestEvolveSkipsAWriterFieldNoColumnCanHold: a new writer field whose
+// column would pass maxColumnNodes or maxAvroDepth is skipped like a
+// recursive record, and the writer's other new fields still evolve the
+// table. A named type used again was mapped again in full and depth was
+// not bounded: a 1.5 KB Avro writer type using a record twice at each
+// of 14 levels planned a column of 49,150 fields (18 levels: 786,430; 30
+// would hang), a Protobuf message holding itself twice one of 131,069
+// fields, and an Avro field nested 65 levels deep became a column whose
+// every value the decoder then refused as malformed.
+func TestEvolveSkipsAWriterFieldNoColumnCanHold(t *testing.T) {
+	reg, cl := testRegistry(t)
+	// tree: L14{a: L13, b: L13}, ..., L1{a: L0, b: L0}, L0{v: string}.
+	tree := `{"type": "record", "name": "L0", "fields": [{"name": "v", "type": "string"}]}`
+	for i := 1; i <= 14; i++ {
+		tree = fmt.Sprintf(`{"type": "record", "name": "L%d", "fields": [{"name": "a", "type": %s}, {"name": "b", "type": "L%d"}]}`, i, tree, i-1)
+	}
+	writer := `{"type": "record", "name": "Order", "fields": [
+	  {"name": "id", "type": "string"},
+	  {"name": "tree", "type": ["null", ` + tree + `], "default": null},
+	  {"name": "deep", "type": ["null", ` + nestedRecord("D", maxAvroDepth-1) + `], "default": null},
+	  {"name": "too_deep", "type": ["null", ` + nestedRecord("E", maxAvroDepth) + `], "default": null}]}`
+	var deep any = "bottom"
+	for i := maxAvroDepth - 1; i >= 1; i-- {
+		deep = map[string]any{"x": deep}
+	}
+	avroID := register(t, cl, "a", writer, sr.TypeAvro)
+	avroValue, err := avro.Marshal(avro.MustParse(writer), map[string]any{"id": "o-1", "tree": nil, "deep": map[string]any{"D1": deep}, "too_deep": nil})
+	if err != nil {
+		t.Fatal(err)
+	}
+	protoID := register(t, cl, "p", `syntax = "proto3";
+message Tree { Tree a = 1; Tree b = 2; string v = 3; }
+message Order { string id = 1; Tree tree = 2; string coupon = 3; }`, sr.TypeProtobuf)
+	file, err := ParseAvsc("orders", []byte(`{"type": "record", "name": "Order", "fields": [{"name": "id", "type": "string"}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		kind string
+		msg  []byte
+		want []string
+	}{
+		{FormatAvro, wire(avroID, nil, avroValue), []string{"add column deep " + nestedType(maxAvroDepth-1)}},
+		{FormatProtobuf, wire(protoID, []int{1}, nil), []string{"add column coupon string"}},
+	} {
+		t.Run(tc.kind, func(t *testing.T) {
+			sc, err := file.WithFormat(Format{Kind: tc.kind, Registry: &RegistryConfig{URL: reg.URL()}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ev := sc.Evolving()
+			b := ev.NewRecordBuilder(memory.DefaultAllocator, 0)
+			defer b.Release()
+			var req *EvolveRequest
+			if err := b.Append(tc.msg, Meta{Topic: "o"}, time.Time{}, ""); !errors.As(err, &req) {
+				t.Fatalf("append: %v, want an EvolveRequest", err)
+			}
+			var got []string
+			for _, c := range req.Changes {
+				got = append(got, c.String())
+			}
+			if !slices.Equal(got, tc.want) {
+				t.Fatalf("changes:\n %.300q\nwant\n %.300q", got, tc.want)
+			}
+			evolved, err := ev.WithTable(evolvedTable(t, ev, req.Changes))
+			if err != nil {
+				t.Fatal(err)
+			}
+			b2 := evolved.NewRecordBuilder(memory.DefaultAllocator, 0)
+			defer b2.Release()
+			if err := b2.Append(tc.msg, Meta{Topic: "o"}, time.Time{}, ""); err != nil {
+				t.Fatalf("after evolving: %v", err)
+			}
+		})
+	}
+}
+
+// nestedRecord is an Avro type of levels records, each holding the next
+// in its field x, the innermost a string.
+func nestedRecord(prefix string, levels int) string {
+	typ := `"string"`
+	for i := levels; i >= 1; i-- {
+		typ = fmt.Sprintf(`{"type": "record", "name": "%s%d", "fields": [{"name": "x", "type": %s}]}`, prefix, i, typ)
+	}
+	return typ
+}
+
+// nestedType is the column type of nestedRecord(levels) as avroPlan makes
+// it: field ids count from the innermost.
+func nestedType(levels int) string {
+	typ := "string"
+	for i := 1; i <= levels; i++ {
+		typ = fmt.Sprintf("struct<%d: x: required %s>", i, typ)
+	}
+	return typ
+}
+
+// evolvedTable is the table schema after changes to s's columns, as
+// lakehouse.Table.Evolve makes them: new columns get the next ids.
+func evolvedTable(t *testing.T, s *Schema, changes []Change) *iceberg.Schema {
+	t.Helper()
+	fields := slices.Clone(s.Iceberg.Fields())
+	next := s.Iceberg.HighestFieldID() + 1
+	for _, c := range changes {
+		i := slices.IndexFunc(fields, func(f iceberg.NestedField) bool { return f.Name == c.Column })
+		switch c.Kind {
+		case AddColumn:
+			one, err := iceberg.AssignFreshSchemaIDs(iceberg.NewSchema(0, iceberg.NestedField{Name: c.Column, Type: c.Type}),
+				func() int { next++; return next - 1 })
+			if err != nil {
+				t.Fatal(err)
+			}
+			fields = append(fields, one.Field(0))
+		case WidenColumn:
+			fields[i].Type = c.Type
+		case MakeOptional:
+			fields[i].Required = false
+		}
+	}
+	return iceberg.NewSchemaWithIdentifiers(1, s.Iceberg.IdentifierFieldIDs, fields...)
+}
+
 // TestWithTableRefusesFixedOfNoBytes: a table column of type fixed[0] that
 // the schema file does not declare (added by another tool) is refused when
 // floe adopts the table's columns, naming it; it was accepted, and every
