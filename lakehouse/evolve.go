@@ -151,8 +151,9 @@ func planEvolution(cur *iceberg.Schema, changes []schemas.Change, upd *table.Upd
 }
 
 // EvolveTo makes the table hold the rows of sc, a schema file that may
-// have gained optional fields or wider types since the table was created:
-// it applies those changes (logged) and returns sc adapted to the table's
+// have gained optional fields or wider types, or dropped fields (their
+// columns are made optional), since the table was created: it applies
+// those changes (logged) and returns sc adapted to the table's
 // resulting schema (schemas.Schema.WithTable), the schema to build rows
 // with. A change Iceberg cannot make (a narrowing, a type change that is
 // not a promotion) is refused with an error naming the column and both

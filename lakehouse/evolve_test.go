@@ -194,6 +194,64 @@ func TestEvolveSchemaFileBetweenRuns(t *testing.T) {
 	}
 }
 
+// TestEvolveSchemaFileDropsARequiredField: a schema file that no longer
+// declares the required qty makes the table's qty optional at start; the
+// rows written before keep their quantities, the file's records without
+// qty are rows with qty null, and a record that still carries qty fills
+// it. The file was accepted with nothing planned, the column stayed
+// required and filled from messages, and every record was a dead letter
+// (missing_field).
+func TestEvolveSchemaFileDropsARequiredField(t *testing.T) {
+	dir := t.TempDir()
+	cfg := lakehouse.Config{Table: "shop.orders", Group: "g", Catalog: map[string]string{
+		"type": "sql", "uri": "file:" + filepath.Join(dir, "catalog.db"), "sql.dialect": "sqlite", "sql.driver": "sqlite",
+		"warehouse": "file://" + filepath.Join(dir, "warehouse"),
+	}}
+	v1 := orderSchema(t, dir, `"int"`, `"float"`, "")
+	tbl, err := lakehouse.Open(t.Context(), cfg, v1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	commitOrders(t, tbl, v1, 0, 2, lakehouse.NoWatermark, func(i int64) string {
+		return fmt.Sprintf(`{"order_id":"o-%d","qty":%d,"price":1.5}`, i, i+1)
+	})
+	tbl.Close()
+
+	path := filepath.Join(dir, "orders-v2.avsc")
+	if err := os.WriteFile(path, []byte(`{"type": "record", "name": "Order", "namespace": "ex", "floe.key": "order_id",
+	  "fields": [{"name": "order_id", "type": "string"}, {"name": "price", "type": "float"}]}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	v2, err := schemas.LoadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tbl, err = lakehouse.Open(t.Context(), cfg, v2)
+	if err != nil {
+		t.Fatalf("opening with qty dropped: %v", err)
+	}
+	t.Cleanup(func() { tbl.Close() })
+	sc, err := tbl.EvolveTo(t.Context(), v2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	commitOrders(t, tbl, sc, 2, 4, 2, func(i int64) string {
+		if i == 3 {
+			return fmt.Sprintf(`{"order_id":"o-%d","qty":7,"price":1.5}`, i)
+		}
+		return fmt.Sprintf(`{"order_id":"o-%d","price":1.5}`, i)
+	})
+	rows, ts := scanOrders(t, tbl)
+	if f, _ := ts.FindFieldByName("qty"); f.Required {
+		t.Fatal("qty is still required")
+	}
+	for i, want := range []string{"1", "2", "null", "7"} {
+		if got := rows[int64(i)]["qty"]; got != want {
+			t.Errorf("row %d: qty %s, want %s", i, got, want)
+		}
+	}
+}
+
 // TestEvolveIsIdempotentAndRefusesConflicts: members racing to add the
 // same column all succeed with one column; adding it again with a wider
 // type widens it, with a narrower one is a no-op, and with an unrelated

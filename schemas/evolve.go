@@ -373,7 +373,10 @@ func SameShape(a, b iceberg.Type) bool {
 // holds wider than s declares it (widened by a registry's writer schema, or
 // by an earlier file) needs nothing: s's values fit. A type change that is
 // not a promotion either way (string → int), a nested field added or
-// changed, is an error naming the column and both types.
+// changed, is an error naming the column and both types. A required
+// column s no longer declares is made optional: the column stays (its rows
+// keep their values, WithTable fills it from messages that still carry
+// the field), and messages without the field give it nulls.
 func PlanTable(ts *iceberg.Schema, s *Schema) ([]Change, error) {
 	var out []Change
 	for _, f := range s.Iceberg.Fields() {
@@ -396,6 +399,11 @@ func PlanTable(ts *iceberg.Schema, s *Schema) ([]Change, error) {
 				f.Name, got.Type, f.Type, s.Name, got.Type, f.Type)
 		}
 		if got.Required && !f.Required {
+			out = append(out, Change{Kind: MakeOptional, Column: f.Name})
+		}
+	}
+	for _, f := range ts.Fields() {
+		if _, ok := s.Iceberg.FindFieldByName(f.Name); !ok && f.Required && !isMetadataColumn(f.Name) {
 			out = append(out, Change{Kind: MakeOptional, Column: f.Name})
 		}
 	}

@@ -407,6 +407,10 @@ func TestPlanTable(t *testing.T) {
 		{`{"name": "id", "type": "string"}, {"name": "qty", "type": "int"}, {"name": "price", "type": "float"}`, "", ""},
 		{`{"name": "id", "type": ["null", "string"]}, {"name": "qty", "type": "long"}, {"name": "price", "type": "double"}, {"name": "note", "type": ["null", "string"]}`,
 			"make column id optional; widen column qty to long; widen column price to double; add column note string", ""},
+		// A required field dropped: its column stays, and takes nulls.
+		// Nothing was planned, and every record of the file was then a
+		// dead letter: missing_field for the column filled from messages.
+		{`{"name": "id", "type": "string"}, {"name": "price", "type": "float"}`, "make column qty optional", ""},
 		{`{"name": "id", "type": "string"}, {"name": "qty", "type": "string"}, {"name": "price", "type": "float"}`,
 			"", `column "qty" is int in the table but string in schema v2: int cannot be promoted to string`},
 		{`{"name": "id", "type": "string"}, {"name": "qty", "type": "int"}, {"name": "price", "type": "double"}, {"name": "_kafka_offset", "type": "long"}`,
