@@ -199,9 +199,9 @@ func avroWider(w avro.Schema, t *node) iceberg.Type {
 }
 
 // protoPlan is avroPlan for a Protobuf message type: every field is
-// optional in proto3, so a new field becomes an optional column; a 64-bit
-// or unsigned integer widens an int column to long, a double a float
-// column to double.
+// optional in proto3, so a new field becomes an optional column; a scalar
+// with presence makes a required column optional; a 64-bit or unsigned
+// integer widens an int column to long, a double a float column to double.
 func protoPlan(md protoreflect.MessageDescriptor, record *node) []Change {
 	var out []Change
 	fields := md.Fields()
@@ -223,6 +223,14 @@ func protoPlan(md protoreflect.MessageDescriptor, record *node) []Change {
 			continue
 		}
 		t := record.fields[j]
+		// A scalar with presence (proto3 optional, proto2 optional, a
+		// oneof member) may be unset, which its column must hold as null,
+		// as for Avro's ["null", T]. Message fields are left out: proto3
+		// cannot declare one required, so any writer would make every
+		// required struct or timestamp column optional.
+		if t.required && fd.HasPresence() && fd.Message() == nil && fd.Cardinality() != protoreflect.Required {
+			out = append(out, Change{Kind: MakeOptional, Column: t.name})
+		}
 		switch fd.Kind() {
 		case protoreflect.Int64Kind, protoreflect.Sint64Kind, protoreflect.Sfixed64Kind,
 			protoreflect.Uint32Kind, protoreflect.Fixed32Kind, protoreflect.Uint64Kind, protoreflect.Fixed64Kind:

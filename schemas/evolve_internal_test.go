@@ -160,6 +160,63 @@ message Order {
 	}
 }
 
+// TestEvolveProtobufFieldWithPresence: a Protobuf writer that declares
+// the required qty column's field optional (explicit presence) makes the
+// column optional, as Avro's ["null", "int"] does, and a message leaving
+// qty unset is a row with qty null. Nothing was asked of the table, and
+// every such message, valid for its writer, was a missing_field dead
+// letter, even under on_incompatible: stop.
+func TestEvolveProtobufFieldWithPresence(t *testing.T) {
+	reg, cl := testRegistry(t)
+	file, err := ParseAvsc("orders", []byte(ordersFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := `syntax = "proto3";
+message Order { string id = 1; optional int32 qty = 2; float price = 3; }`
+	id := register(t, cl, "p", text, sr.TypeProtobuf)
+	fd, err := compileProto(id, text)
+	if err != nil {
+		t.Fatal(err)
+	}
+	md := fd.Messages().ByName("Order")
+	pm := dynamicpb.NewMessage(md)
+	pm.Set(md.Fields().ByName("id"), protoreflect.ValueOfString("o-1"))
+	body, err := proto.Marshal(pm)
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg := wire(id, []int{0}, body)
+	sc, err := file.WithFormat(Format{Kind: FormatProtobuf, Registry: &RegistryConfig{URL: reg.URL(), OnIncompatible: "stop"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev := sc.Evolving()
+	b := ev.NewRecordBuilder(memory.DefaultAllocator, 0)
+	defer b.Release()
+	var req *EvolveRequest
+	if err := b.Append(msg, Meta{Topic: "o"}, time.Time{}, ""); !errors.As(err, &req) {
+		t.Fatalf("append: %v, want an EvolveRequest", err)
+	}
+	if len(req.Changes) != 1 || req.Changes[0].String() != "make column qty optional" {
+		t.Fatalf("changes %v, want qty made optional", req.Changes)
+	}
+	evolved, err := ev.WithTable(evolvedTable(t, ev, req.Changes))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b2 := evolved.NewRecordBuilder(memory.DefaultAllocator, 0)
+	defer b2.Release()
+	if err := b2.Append(msg, Meta{Topic: "o"}, time.Time{}, ""); err != nil {
+		t.Fatalf("after evolving: %v", err)
+	}
+	rec := b2.NewRecord()
+	defer rec.Release()
+	if row := fmt.Sprint(rec.Column(0).ValueStr(0), " ", rec.Column(1).ValueStr(0)); row != "o-1 (null)" {
+		t.Fatalf("row %q, want qty null", row)
+	}
+}
+
 // TestEvolveReusedNamedType: a writer field whose type is a record declared
 // by an earlier field (a reference, "type": "Addr") becomes a column like
 // the first; a recursive record, which no column can hold, is skipped. The
