@@ -28,8 +28,9 @@ const (
 )
 
 // ReasonUnknownSchema: a Confluent wire-format message names a schema id
-// the registry does not have, or whose schema floe cannot use (another
-// format, a schema that does not parse).
+// the registry does not have (or an Avro schema one of whose references it
+// does not have), or whose schema floe cannot use (another format, a
+// schema that does not parse, a Protobuf schema with references).
 const ReasonUnknownSchema = "unknown_schema"
 
 // ReasonIncompatibleSchema: the writer's schema (from the registry) has a
@@ -265,8 +266,8 @@ func (r *registry) get(id int, kind string) (*writerSchema, error) {
 		}
 		ws = &writerSchema{err: &DecodeError{Reason: ReasonUnknownSchema, Detail: "the registry has no schema id " + strconv.Itoa(id)},
 			retryAt: time.Now().Add(unknownRetry)}
-	} else {
-		ws = parseWriterSchema(id, s, kind)
+	} else if ws, err = r.parseWriterSchema(ctx, id, s, kind); err != nil {
+		return nil, err
 	}
 	r.mu.Lock()
 	r.byID[id] = ws
@@ -274,32 +275,83 @@ func (r *registry) get(id int, kind string) (*writerSchema, error) {
 	return ws, nil
 }
 
-func parseWriterSchema(id int, s sr.Schema, kind string) *writerSchema {
-	bad := func(detail string) *writerSchema {
-		return &writerSchema{err: &DecodeError{Reason: ReasonUnknownSchema, Detail: Truncate("schema id "+strconv.Itoa(id)+": "+detail, maxDetailBytes)}}
-	}
+// parseWriterSchema parses schema id's schema s, after the schemas it
+// references (Avro). An error is the registry's, as in get.
+func (r *registry) parseWriterSchema(ctx context.Context, id int, s sr.Schema, kind string) (*writerSchema, error) {
 	typ := s.Type
 	if typ == 0 {
 		typ = sr.TypeAvro
 	}
 	switch {
 	case kind == FormatAvro && typ == sr.TypeAvro:
-		as, err := avro.ParseBytesWithCache([]byte(s.Schema), "", &avro.SchemaCache{})
-		if err != nil {
-			return bad("not a valid Avro schema: " + err.Error())
+		cache := &avro.SchemaCache{}
+		if ws, err := r.avroReferences(ctx, id, s.References, cache, map[sr.SchemaReference]bool{}); ws != nil || err != nil {
+			return ws, err
 		}
-		return &writerSchema{avro: as}
+		as, err := avro.ParseBytesWithCache([]byte(s.Schema), "", cache)
+		if err != nil {
+			return badSchema(id, "not a valid Avro schema: "+err.Error()), nil
+		}
+		return &writerSchema{avro: as}, nil
 	case kind == FormatProtobuf && typ == sr.TypeProtobuf:
 		if len(s.References) > 0 {
-			return bad("Protobuf schemas with references are not supported")
+			return badSchema(id, "Protobuf schemas with references are not supported"), nil
 		}
 		fd, err := compileProto(id, s.Schema)
 		if err != nil {
-			return bad(err.Error())
+			return badSchema(id, err.Error()), nil
 		}
-		return &writerSchema{proto: fd}
+		return &writerSchema{proto: fd}, nil
 	}
-	return bad("is a " + typ.String() + " schema; the format is " + kind)
+	return badSchema(id, "is a "+typ.String()+" schema; the format is "+kind), nil
+}
+
+// maxReferences bounds the schemas one writer schema references, directly
+// or through others.
+const maxReferences = 100
+
+// avroReferences parses the Avro schemas refs names (fetched by subject
+// and version, each after its own references) into cache, where the
+// schema referring to them finds their named types, as Confluent's
+// deserializers do. seen holds the references fetched already. It returns
+// the writer schema of id that cannot be used, if a reference cannot, or
+// the registry's error.
+func (r *registry) avroReferences(ctx context.Context, id int, refs []sr.SchemaReference, cache *avro.SchemaCache, seen map[sr.SchemaReference]bool) (*writerSchema, error) {
+	for _, ref := range refs {
+		if seen[ref] {
+			continue
+		}
+		seen[ref] = true
+		if len(seen) > maxReferences {
+			return badSchema(id, "references more than "+strconv.Itoa(maxReferences)+" schemas"), nil
+		}
+		what := "reference " + ref.Name + " (subject " + ref.Subject + " version " + strconv.Itoa(ref.Version) + ")"
+		ss, err := r.cl.SchemaByVersion(ctx, ref.Subject, ref.Version)
+		if err != nil {
+			var re *sr.ResponseError
+			if !errors.As(err, &re) || re.StatusCode != http.StatusNotFound {
+				return nil, fmt.Errorf("fetching schema id %d's %s from the registry: %w", id, what, err)
+			}
+			ws := badSchema(id, what+": the registry does not have it")
+			ws.retryAt = time.Now().Add(unknownRetry)
+			return ws, nil
+		}
+		if ss.Type != 0 && ss.Type != sr.TypeAvro {
+			return badSchema(id, what+": is a "+ss.Type.String()+" schema"), nil
+		}
+		if ws, err := r.avroReferences(ctx, id, ss.References, cache, seen); ws != nil || err != nil {
+			return ws, err
+		}
+		if _, err := avro.ParseBytesWithCache([]byte(ss.Schema.Schema), "", cache); err != nil {
+			return badSchema(id, what+": not a valid Avro schema: "+err.Error()), nil
+		}
+	}
+	return nil, nil
+}
+
+// badSchema is schema id that floe cannot use, for the reason detail.
+func badSchema(id int, detail string) *writerSchema {
+	return &writerSchema{err: &DecodeError{Reason: ReasonUnknownSchema, Detail: Truncate("schema id "+strconv.Itoa(id)+": "+detail, maxDetailBytes)}}
 }
 
 // wireDecoder reads the Confluent wire format.

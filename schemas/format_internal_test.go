@@ -427,3 +427,57 @@ func TestRegistryFormats(t *testing.T) {
 		t.Fatalf("unreachable registry: %v, want a plain error naming the schema id", err)
 	}
 }
+
+// TestRegistryAvroSchemaReferences: an Avro writer schema that takes a
+// named type from another subject (a schema reference, the registry's way
+// to share a record), which takes one from a third, is read like one that
+// declares them. floe parsed the schema without its references: every
+// message was dead-lettered as unknown_schema, "not a valid Avro schema",
+// although the registry had the id and all it refers to.
+func TestRegistryAvroSchemaReferences(t *testing.T) {
+	reg, cl := testRegistry(t)
+	create := func(subject, text string, refs ...sr.SchemaReference) int {
+		t.Helper()
+		ss, err := cl.CreateSchema(t.Context(), subject, sr.Schema{Schema: text, References: refs})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ss.ID
+	}
+	const geo = `{"type": "record", "name": "Geo", "namespace": "ex", "fields": [{"name": "lat", "type": "double"}]}`
+	const addr = `{"type": "record", "name": "Addr", "namespace": "ex", "fields": [{"name": "street", "type": "string"}, {"name": "geo", "type": "ex.Geo"}]}`
+	create("geo", geo)
+	create("addr", addr, sr.SchemaReference{Name: "ex.Geo", Subject: "geo", Version: 1})
+	id := create("orders-value", `{"type": "record", "name": "Order", "namespace": "ex", "fields": [
+	  {"name": "id", "type": "string"}, {"name": "ship", "type": ["null", "ex.Addr"], "default": null}]}`,
+		sr.SchemaReference{Name: "ex.Addr", Subject: "addr", Version: 1})
+
+	// The same schema with the types declared in place, as the producer's
+	// serializer writes with it.
+	full := avro.MustParse(`{"type": "record", "name": "Order", "namespace": "ex", "fields": [{"name": "id", "type": "string"},
+	  {"name": "ship", "type": ["null", ` + strings.Replace(addr, `"ex.Geo"`, geo, 1) + `], "default": null}]}`)
+	value, err := avro.Marshal(full, map[string]any{"id": "o-1", "ship": map[string]any{"ex.Addr": map[string]any{"street": "Dock 4", "geo": map[string]any{"lat": 1.5}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	file, err := ParseAvsc("orders", []byte(`{"type": "record", "name": "Order", "fields": [{"name": "id", "type": "string"},
+	  {"name": "ship", "type": ["null", {"type": "record", "name": "Ship", "fields": [{"name": "street", "type": "string"},
+	    {"name": "geo", "type": {"type": "record", "name": "G", "fields": [{"name": "lat", "type": "double"}]}}]}]}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc, err := file.WithFormat(Format{Kind: FormatAvro, Registry: &RegistryConfig{URL: reg.URL()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := sc.NewRecordBuilder(memory.DefaultAllocator, 0)
+	defer b.Release()
+	if err := b.Append(wire(id, nil, value), Meta{Topic: "o"}, time.Time{}, ""); err != nil {
+		t.Fatalf("a message of schema id %d: %v", id, err)
+	}
+	rec := b.NewRecord()
+	defer rec.Release()
+	if row := rec.Column(0).ValueStr(0) + " " + rec.Column(1).ValueStr(0); row != `o-1 {"geo":{"lat":1.5},"street":"Dock 4"}` {
+		t.Fatalf("row %q", row)
+	}
+}
