@@ -18,7 +18,7 @@ func verifyCmd(g *globalFlags) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "verify",
 		Short: "Reconcile the table with its offsets and the dead-letter topic",
-		Long: `Reads the table (and the dead-letter topic when reachable) and reports rows, distinct ids,
+		Long: `Reads the table and the dead-letter topic (--no-dlq: not it) and reports rows, distinct ids,
 duplicate ids, per-partition offset gaps below the watermark, and sessions seen in more than one
 Kafka partition; with a dedupe key (schema floe.dedupe-key or the dedupe section), also
 duplicate business keys with the coordinates of their copies. Exit status 1 when duplicates
@@ -40,7 +40,7 @@ of them or a dead letter.`,
 			}()
 			if !jobs[0].routed {
 				j := jobs[0]
-				rep, err := j.tbl.Verify(ctx, j.cfg.Kafka.Topic, deadLetterReader(j, noDLQ, []string{j.cfg.Table.Name}, j.cfg.Kafka))
+				rep, err := j.tbl.Verify(ctx, j.cfg.Kafka.Topic, deadLetterReader(noDLQ, []string{j.cfg.Table.Name}, j.cfg.Kafka))
 				if err != nil {
 					return err
 				}
@@ -55,11 +55,11 @@ of them or a dead letter.`,
 }
 
 // deadLetterReader returns the reader of the dead-letter topics of ks for
-// j's topic, which Verify calls once it has loaded the tables, or nil (not
-// read) with --no-dlq; the reader returns nil when they cannot be read. Only
+// their topic, which Verify calls once it has loaded the tables, or nil (not
+// read) with --no-dlq; the reader fails when they cannot be read. Only
 // the dead letters of tables count (and those written without a table
 // header): routes of one topic share its dead-letter topic by default.
-func deadLetterReader(j *job, noDLQ bool, tables []string, ks ...pipeline.KafkaConfig) lakehouse.DeadLetterReader {
+func deadLetterReader(noDLQ bool, tables []string, ks ...pipeline.KafkaConfig) lakehouse.DeadLetterReader {
 	if noDLQ {
 		return nil
 	}
@@ -73,8 +73,9 @@ func deadLetterReader(j *job, noDLQ bool, tables []string, ks ...pipeline.KafkaC
 			read[k.DLQTopic] = true
 			dl, err := pipeline.ReadDeadLetters(ctx, k, tables...)
 			if err != nil {
-				j.log.Warn("dead-letter topic not read; gaps may be dead letters", "dlq_topic", k.DLQTopic, "err", err)
-				return nil, nil
+				// Its dead letters would be gaps: status 1, a table that
+				// does not reconcile, for an unreachable broker.
+				return nil, fmt.Errorf("dead-letter topic %s not read, so gaps cannot be told from dead letters (--no-dlq verifies without it): %w", k.DLQTopic, err)
 			}
 			for p, offs := range dl {
 				for o, reason := range offs {
@@ -105,7 +106,7 @@ func verifyRoutes(ctx context.Context, jobs []*job, noDLQ, asJSON bool) error {
 	var topics []string
 	for _, j := range jobs {
 		if !j.cfg.FieldRouted() {
-			rep, err := j.tbl.Verify(ctx, j.cfg.Kafka.Topic, deadLetterReader(j, noDLQ, []string{j.cfg.Table.Name}, j.cfg.Kafka))
+			rep, err := j.tbl.Verify(ctx, j.cfg.Kafka.Topic, deadLetterReader(noDLQ, []string{j.cfg.Table.Name}, j.cfg.Kafka))
 			if err != nil {
 				return fmt.Errorf("verifying %s: %w", j.cfg.Table.Name, err)
 			}
@@ -126,7 +127,7 @@ func verifyRoutes(ctx context.Context, jobs []*job, noDLQ, asJSON bool) error {
 		for i, j := range siblings {
 			tables[i], ks[i], names[i] = j.tbl, j.cfg.Kafka, j.cfg.Table.Name
 		}
-		rep, err := lakehouse.VerifyRoutes(ctx, t, tables, deadLetterReader(siblings[0], noDLQ, names, ks...))
+		rep, err := lakehouse.VerifyRoutes(ctx, t, tables, deadLetterReader(noDLQ, names, ks...))
 		if err != nil {
 			return fmt.Errorf("verifying the routes of topic %s: %w", t, err)
 		}
