@@ -22,7 +22,6 @@ import (
 	"github.com/apache/iceberg-go/catalog"
 	"github.com/apache/iceberg-go/table"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/floe-dev/floe/enrich"
@@ -576,6 +575,23 @@ func TestUnansweredOffsetCommitHoldsNothing(t *testing.T) {
 	}
 }
 
+// runScheduled runs j as a scheduled job (UntilOffsets of the topic's end
+// offsets now) until it ends.
+func runScheduled(t *testing.T, j *job, what string) {
+	t.Helper()
+	end, err := j.cl.EndOffsets(t.Context(), "clicks")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := pipeline.NewMember(j.cfg, j.tbl, j.sc, pipeline.UntilOffsets(end))
+	if err != nil {
+		t.Fatal(err)
+	}
+	done, stop := startRun(m)
+	defer stop()
+	waitRun(t, done, 60*time.Second, what+" did not end")
+}
+
 // TestLatestPinSurvivesAFailedOffsetCommit: the pin of start_offset
 // "latest" (the group's Kafka offsets at the first start) is committed
 // again when its commit fails, as a coordinator busy rebalancing makes it.
@@ -584,47 +600,16 @@ func TestUnansweredOffsetCommitHoldsNothing(t *testing.T) {
 func TestLatestPinSurvivesAFailedOffsetCommit(t *testing.T) {
 	j := newJob(t, 400, fastCommit, nil) // history on all 4 partitions
 	j.cfg.Kafka.StartOffset = "latest"
-	var commits atomic.Int32
-	j.cl.Kfake().ControlKey(kmsg.OffsetCommit.Int16(), func(r kmsg.Request) (kmsg.Response, error, bool) {
-		commits.Add(1) // the first only: kfake drops a control function once it answers
-		req := r.(*kmsg.OffsetCommitRequest)
-		resp := req.ResponseKind().(*kmsg.OffsetCommitResponse)
-		for _, rt := range req.Topics {
-			st := kmsg.NewOffsetCommitResponseTopic()
-			st.Topic = rt.Topic
-			for _, rp := range rt.Partitions {
-				sp := kmsg.NewOffsetCommitResponseTopicPartition()
-				sp.Partition = rp.Partition
-				sp.ErrorCode = kerr.RebalanceInProgress.Code
-				st.Partitions = append(st.Partitions, sp)
-			}
-			resp.Topics = append(resp.Topics, st)
-		}
-		return resp, nil, true
-	})
-	scheduled := func(what string) {
-		t.Helper()
-		end, err := j.cl.EndOffsets(t.Context(), "clicks")
-		if err != nil {
-			t.Fatal(err)
-		}
-		m, err := pipeline.NewMember(j.cfg, j.tbl, j.sc, pipeline.UntilOffsets(end))
-		if err != nil {
-			t.Fatal(err)
-		}
-		done, stop := startRun(m)
-		defer stop()
-		waitRun(t, done, 60*time.Second, what+" did not end")
-	}
-	scheduled("the first run") // nothing to read: it only pins the job's start
-	if commits.Load() != 1 {
-		t.Fatalf("%d offset commits failed, want the pin's", commits.Load())
+	failed := j.cl.FailOffsetCommits(1)
+	runScheduled(t, j, "the first run") // nothing to read: it only pins the job's start
+	if failed() != 1 {
+		t.Fatalf("%d offset commits failed, want the pin's", failed())
 	}
 	gen := clickgen.New(clickgen.Config{Sessions: 5, Seed: 9})
 	if _, err := j.cl.ProduceRate(t.Context(), "clicks", gen, 50, 0); err != nil {
 		t.Fatal(err)
 	}
-	scheduled("the second run")
+	runScheduled(t, j, "the second run")
 	if n := distinctIDs(t, j.tbl); n != 50 {
 		t.Fatalf("after the second run: %d rows, want the 50 written since the job first started", n)
 	}
@@ -639,20 +624,6 @@ func TestLatestPinSurvivesAFailedOffsetCommit(t *testing.T) {
 func TestLatestIsWhereTheJobFirstStarted(t *testing.T) {
 	j := newJob(t, 400, fastCommit, nil) // history on all 4 partitions
 	j.cfg.Kafka.StartOffset = "latest"
-	scheduled := func(what string) {
-		t.Helper()
-		end, err := j.cl.EndOffsets(t.Context(), "clicks")
-		if err != nil {
-			t.Fatal(err)
-		}
-		m, err := pipeline.NewMember(j.cfg, j.tbl, j.sc, pipeline.UntilOffsets(end))
-		if err != nil {
-			t.Fatal(err)
-		}
-		done, stop := startRun(m)
-		defer stop()
-		waitRun(t, done, 60*time.Second, what+" did not end")
-	}
 	batch := func(key string, n int) []clickgen.Message {
 		gen := clickgen.New(clickgen.Config{Sessions: 1, Seed: int64(len(key))})
 		msgs := make([]clickgen.Message, n)
@@ -663,10 +634,10 @@ func TestLatestIsWhereTheJobFirstStarted(t *testing.T) {
 		return msgs
 	}
 
-	scheduled("the first run") // nothing to read: it only starts the job
+	runScheduled(t, j, "the first run") // nothing to read: it only starts the job
 	keyPart := map[string]int32{}
 	produceByKey(t, j.cl, "clicks", batch("hot", 50), keyPart)
-	scheduled("the second run")
+	runScheduled(t, j, "the second run")
 	if n := distinctIDs(t, j.tbl); n != 50 {
 		t.Fatalf("after the second run: %d rows, want the 50 written since the first", n)
 	}
@@ -681,7 +652,7 @@ func TestLatestIsWhereTheJobFirstStarted(t *testing.T) {
 		}
 	}
 	produceByKey(t, j.cl, "clicks", batch(quiet, 9), keyPart)
-	scheduled("the third run")
+	runScheduled(t, j, "the third run")
 	wm, err := j.tbl.Watermarks(t.Context())
 	if err != nil {
 		t.Fatal(err)

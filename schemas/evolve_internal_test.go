@@ -119,27 +119,7 @@ message Order {
 			if !slices.Equal(got, tc.want) {
 				t.Fatalf("changes:\n %q\nwant\n %q", got, tc.want)
 			}
-			// The table after the changes (as lakehouse.Table.Evolve
-			// makes them): new columns get the next ids.
-			fields := slices.Clone(ev.Iceberg.Fields())
-			next := ev.Iceberg.HighestFieldID() + 1
-			for _, c := range req.Changes {
-				i := slices.IndexFunc(fields, func(f iceberg.NestedField) bool { return f.Name == c.Column })
-				switch c.Kind {
-				case AddColumn:
-					one, err := iceberg.AssignFreshSchemaIDs(iceberg.NewSchema(0, iceberg.NestedField{Name: c.Column, Type: c.Type}),
-						func() int { next++; return next - 1 })
-					if err != nil {
-						t.Fatal(err)
-					}
-					fields = append(fields, one.Field(0))
-				case WidenColumn:
-					fields[i].Type = c.Type
-				case MakeOptional:
-					fields[i].Required = false
-				}
-			}
-			ts := iceberg.NewSchemaWithIdentifiers(1, ev.Iceberg.IdentifierFieldIDs, fields...)
+			ts := evolvedTable(t, ev, req.Changes)
 			evolved, err := ev.WithTable(ts)
 			if err != nil {
 				t.Fatal(err)
@@ -255,22 +235,14 @@ func TestEvolveReusedNamedType(t *testing.T) {
 		t.Fatalf("append: %v, want an EvolveRequest", err)
 	}
 	var got []string
-	fields := slices.Clone(ev.Iceberg.Fields())
-	next := ev.Iceberg.HighestFieldID() + 1
 	for _, c := range req.Changes {
 		got = append(got, c.String())
-		one, err := iceberg.AssignFreshSchemaIDs(iceberg.NewSchema(0, iceberg.NestedField{Name: c.Column, Type: c.Type}),
-			func() int { next++; return next - 1 })
-		if err != nil {
-			t.Fatal(err)
-		}
-		fields = append(fields, one.Field(0))
 	}
 	want := []string{"add column billing struct<1: street: required string>", "add column shipping struct<1: street: required string>"}
 	if !slices.Equal(got, want) {
 		t.Fatalf("changes:\n %q\nwant\n %q", got, want)
 	}
-	evolved, err := ev.WithTable(iceberg.NewSchemaWithIdentifiers(1, ev.Iceberg.IdentifierFieldIDs, fields...))
+	evolved, err := ev.WithTable(evolvedTable(t, ev, req.Changes))
 	if err != nil {
 		t.Fatal(err)
 	}

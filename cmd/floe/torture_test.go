@@ -15,9 +15,7 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
-	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/floe-dev/floe/lakehouse"
 	"github.com/floe-dev/floe/lakehouse/faultcat"
@@ -57,26 +55,7 @@ func TestExactlyOnceTorture(t *testing.T) {
 	}()
 
 	// Broker-side fault: the first offset commits fail as after a rebalance.
-	var failedKafkaCommits int
-	e.cluster.Kfake().ControlKey(kmsg.OffsetCommit.Int16(), func(r kmsg.Request) (kmsg.Response, error, bool) {
-		if failedKafkaCommits++; failedKafkaCommits < 5 {
-			e.cluster.Kfake().KeepControl()
-		}
-		req := r.(*kmsg.OffsetCommitRequest)
-		resp := req.ResponseKind().(*kmsg.OffsetCommitResponse)
-		for _, rt := range req.Topics {
-			st := kmsg.NewOffsetCommitResponseTopic()
-			st.Topic = rt.Topic
-			for _, rp := range rt.Partitions {
-				sp := kmsg.NewOffsetCommitResponseTopicPartition()
-				sp.Partition = rp.Partition
-				sp.ErrorCode = kerr.RebalanceInProgress.Code
-				st.Partitions = append(st.Partitions, sp)
-			}
-			resp.Topics = append(resp.Topics, st)
-		}
-		return resp, nil, true
-	})
+	failedKafkaCommits := e.cluster.FailOffsetCommits(5)
 
 	a := e.start("a", "run")
 	b := e.start("b", "run")
@@ -106,8 +85,8 @@ func TestExactlyOnceTorture(t *testing.T) {
 	d.waitLog(t, "msg=assigned", 30*time.Second)
 
 	end := e.drain(t, produced, b, c, d)
-	if failedKafkaCommits < 5 {
-		t.Errorf("only %d Kafka offset commits were failed", failedKafkaCommits)
+	if failedKafkaCommits() < 5 {
+		t.Errorf("only %d Kafka offset commits were failed", failedKafkaCommits())
 	}
 	stopWatch()
 	compactions, expiries := checkMaintenance(t, append(maintained, b, c, d))
@@ -128,7 +107,7 @@ func TestExactlyOnceTorture(t *testing.T) {
 	}
 	t.Logf("produced %d: %d rows, %d dead letters; faults: ambiguous %d, conflicts %d, unavailable %d, failed loads %d, kafka commit failures %d; maintenance runs that compacted %d, expired %d",
 		total, rows, dead, faulty.Injected(faultcat.Ambiguous), faulty.Injected(faultcat.Conflict),
-		faulty.Injected(faultcat.Unavailable), faulty.FailedLoads(), failedKafkaCommits, compactions, expiries)
+		faulty.Injected(faultcat.Unavailable), faulty.FailedLoads(), failedKafkaCommits(), compactions, expiries)
 }
 
 // watchWatermarks polls the table's watermarks until stopped and fails the

@@ -116,6 +116,33 @@ func (c *Cluster) Addrs() []string { return append([]string(nil), c.addrs...) }
 // (ControlKey, MoveTopicPartition, RemoveNode, …).
 func (c *Cluster) Kfake() *kfake.Cluster { return c.kf }
 
+// FailOffsetCommits answers the next n OffsetCommit requests with a
+// RebalanceInProgress error for every partition, as a coordinator busy
+// rebalancing does, and returns how many it has failed so far.
+func (c *Cluster) FailOffsetCommits(n int) (failed func() int) {
+	var count atomic.Int32
+	c.kf.ControlKey(kmsg.OffsetCommit.Int16(), func(r kmsg.Request) (kmsg.Response, error, bool) {
+		if count.Add(1) < int32(n) {
+			c.kf.KeepControl()
+		}
+		req := r.(*kmsg.OffsetCommitRequest)
+		resp := req.ResponseKind().(*kmsg.OffsetCommitResponse)
+		for _, rt := range req.Topics {
+			st := kmsg.NewOffsetCommitResponseTopic()
+			st.Topic = rt.Topic
+			for _, rp := range rt.Partitions {
+				sp := kmsg.NewOffsetCommitResponseTopicPartition()
+				sp.Partition = rp.Partition
+				sp.ErrorCode = kerr.RebalanceInProgress.Code
+				st.Partitions = append(st.Partitions, sp)
+			}
+			resp.Topics = append(resp.Topics, st)
+		}
+		return resp, nil, true
+	})
+	return func() int { return int(count.Load()) }
+}
+
 // Close shuts the client and the broker down. Clients still connected see
 // their connections fail. Close is idempotent.
 func (c *Cluster) Close() {
