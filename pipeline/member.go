@@ -698,6 +698,7 @@ func (m *Member) work(ctx context.Context, b *partitionBuffer, seek int64, fetch
 		if stopped.Load() {
 			cleared = time.AfterFunc(stoppedClearAfter, clear)
 		}
+		began := time.Now()
 		err := fetch(seek)
 		if cleared != nil {
 			cleared.Stop()
@@ -708,6 +709,11 @@ func (m *Member) work(ctx context.Context, b *partitionBuffer, seek int64, fetch
 		if m.until != nil {
 			// A scheduled run would otherwise never catch up: it ends.
 			return fmt.Errorf("%w: %w", errPartitionStopped, err)
+		}
+		if time.Since(began) >= stoppedClearAfter {
+			// A passing error after fetching fine: not one more of
+			// the same failure, so the wait starts over.
+			backoff = time.Second
 		}
 		if stopped.CompareAndSwap(false, true) {
 			m.stats.StoppedPartitions.Add(1)

@@ -148,3 +148,43 @@ func TestStoppedPartitionCountedUntilItsRetryHolds(t *testing.T) {
 		t.Fatalf("work: %v after %d fetches, want nil after 3", err, calls)
 	}
 }
+
+// TestFetchBackoffStartsOverAfterFetchingFine: a partition whose fetch
+// fails now and then, each time after fetching fine for stoppedClearAfter,
+// waits the first backoff (1 s) after each error. The backoff grew with
+// every error a generation ever saw, up to 5 minutes of a partition held
+// for one passing error.
+func TestFetchBackoffStartsOverAfterFetchingFine(t *testing.T) {
+	defer func(d time.Duration) { stoppedClearAfter = d }(stoppedClearAfter)
+	stoppedClearAfter = 100 * time.Millisecond
+	sc, err := schemas.Lookup(schemas.Clickstream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := &Member{stats: newStats("clicks"), log: slog.New(slog.DiscardHandler)}
+	b := newPartitionBuffer(sc, "clicks", 0, lakehouse.NoWatermark, 1<<20, func(int64, int64) {})
+	defer b.release()
+	ctx, cancel := context.WithCancel(t.Context())
+	var failed time.Time
+	var waits []time.Duration
+	err = m.work(ctx, b, 0, func(int64) error {
+		if !failed.IsZero() {
+			waits = append(waits, time.Since(failed))
+		}
+		if len(waits) == 3 {
+			cancel()
+			return nil
+		}
+		time.Sleep(2 * stoppedClearAfter) // fetching fine
+		failed = time.Now()
+		return errors.New("a passing fetch error")
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, w := range waits {
+		if w > 1500*time.Millisecond {
+			t.Errorf("error %d held the partition %s, want 1s; waits %v", i+1, w.Round(100*time.Millisecond), waits)
+		}
+	}
+}
