@@ -88,16 +88,25 @@ func Replay(ctx context.Context, cfg Config, tbl *lakehouse.Table, sc *schemas.S
 	if err := checkReplayRouting(ctx, cfg, tbl, ranges); err != nil {
 		return res, err
 	}
-	if opts.Reenrich {
-		wm, err := tbl.Watermarks(ctx)
-		if err != nil {
-			return res, err
+	wm, err := tbl.Watermarks(ctx)
+	if err != nil {
+		return res, err
+	}
+	for _, r := range ranges {
+		w, ok := wm.Get(k.Topic, r.Partition)
+		if ok && r.To <= w {
+			continue
 		}
-		for _, r := range ranges {
-			if w, _ := wm.Get(k.Topic, r.Partition); r.To > w {
-				log.Warn("re-enrichment: part of the range is not committed yet; its rows are inserted, not replaced",
-					"partition", r.Partition, "to", r.To, "watermark", w)
-			}
+		if cfg.FieldRouted() {
+			// A routing change applies from the routes' watermarks: rows
+			// a replay put above them could then be taken by another
+			// route's table too.
+			return res, fmt.Errorf("replay: to %d is above what table %s, routed by field, has committed of %s/%d (%s): floe run ingests the offsets from there; a replay of a field route re-reads committed ranges only",
+				r.To, cfg.Table.Name, k.Topic, r.Partition, watermarkText(w, ok))
+		}
+		if opts.Reenrich {
+			log.Warn("re-enrichment: part of the range is not committed yet; its rows are inserted, not replaced",
+				"partition", r.Partition, "to", r.To, "watermark", w)
 		}
 	}
 	// As the live job does: the table's columns (some may have been added
@@ -372,4 +381,12 @@ func ResolveTimes(ctx context.Context, k KafkaConfig, partitions []int32, from, 
 		}
 	}
 	return ranges, nil
+}
+
+// watermarkText describes a partition's watermark w (ok: the table has one).
+func watermarkText(w int64, ok bool) string {
+	if !ok {
+		return "nothing yet"
+	}
+	return fmt.Sprintf("its watermark %d", w)
 }

@@ -361,6 +361,14 @@ func TestRouteAddedJoinsAtTheCommonOffset(t *testing.T) {
 	if want := fmt.Sprintf("applies from offset %d of clicks/0", end1[0]); err == nil || !strings.Contains(err.Error(), want) {
 		t.Errorf("a replay of shop.orders from 0: %v, want an error containing %q", err, want)
 	}
+	// Above its watermark too: a routing change applies from there, and
+	// would give another route's table the offsets the replay inserted.
+	end3 := r.produce(t, 100)
+	_, err = pipeline.Replay(t.Context(), added[0], orders, sc, []pipeline.ReplayRange{{Partition: 0, From: end2[0], To: end3[0]}},
+		pipeline.ReplayOptions{}, slog.New(slog.DiscardHandler))
+	if want := fmt.Sprintf("its watermark %d", end2[0]); err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("a replay of shop.orders above its watermark: %v, want an error containing %q", err, want)
+	}
 }
 
 // TestRouteAddedJoinsWhenRoutingChangeAccepted adds a field route while the
