@@ -33,13 +33,16 @@ type ReplayOptions struct {
 
 // ReplayResult counts what a replay did.
 type ReplayResult struct {
-	Ranges       []ReplayRange `json:"ranges"`
-	Read         int64         `json:"read"`          // records read from Kafka
-	Inserted     int64         `json:"inserted"`      // rows the MERGE added
-	Skipped      int64         `json:"skipped"`       // rows already in the table
-	Replaced     int64         `json:"replaced"`      // rows replaced by their re-enriched version
-	DeadLettered int64         `json:"dead_lettered"` // records sent to the dead-letter topic
-	Commits      int64         `json:"commits"`
+	Ranges   []ReplayRange `json:"ranges"`
+	Read     int64         `json:"read"`     // records read from Kafka
+	Inserted int64         `json:"inserted"` // rows the MERGE added
+	Skipped  int64         `json:"skipped"`  // rows already in the table
+	// BusinessDuplicates are copies of a business key the table holds
+	// already (dedupe.key), not inserted.
+	BusinessDuplicates int64 `json:"business_duplicates"`
+	Replaced           int64 `json:"replaced"`      // rows replaced by their re-enriched version
+	DeadLettered       int64 `json:"dead_lettered"` // records sent to the dead-letter topic
+	Commits            int64 `json:"commits"`
 }
 
 // Replay re-reads each range from Kafka and commits it with the dedupe
@@ -295,6 +298,7 @@ func (rp *replayer) commit(ctx context.Context, buf *partitionBuffer) error {
 	}
 	rp.res.Inserted += c.Rows
 	rp.res.Skipped += c.Skipped
+	rp.res.BusinessDuplicates += c.BusinessDuplicates
 	rp.res.Commits++
 	var replaced int64
 	if reenrich {
