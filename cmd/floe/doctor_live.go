@@ -55,6 +55,19 @@ func diagnoseLive(ctx context.Context, g *globalFlags, every time.Duration, metr
 			return s, err
 		}
 		s.Watermarks = wm[cfg.Kafka.Topic]
+		var outside []int
+		for p := range s.End {
+			if _, ok := s.Watermarks[p]; !ok {
+				outside = append(outside, int(p))
+			}
+		}
+		if len(outside) > 0 {
+			// floe run reads these from the group's offsets when it has
+			// some: where start_offset latest resolved.
+			if s.Group, err = pipeline.GroupOffsets(ctx, cfg.Kafka, outside); err != nil {
+				return s, err
+			}
+		}
 		if metricsURL != "" {
 			if s.Metrics, err = scrape(ctx, metricsURL, cfg.Kafka.Topic, cfg.Table.Name); err != nil {
 				return s, err

@@ -247,3 +247,44 @@ func TestDoctorLive(t *testing.T) {
 		t.Fatalf("after committing the new partitions: lag %d, hazards %v\n%s", rep.TotalLag, rep.Hazards, out)
 	}
 }
+
+// TestDoctorStartOffsetLatest: a job started with start_offset latest on a
+// topic with history reads none of it: where latest resolved is pinned in
+// the group's Kafka offsets, and the table has no watermark until records
+// arrive. `floe doctor` counts its lag from the pins. It counted from the
+// log start: a caught-up job was reported the topic's whole history behind.
+func TestDoctorStartOffsetLatest(t *testing.T) {
+	e := newEnv(t, 4, "")
+	e.config = writeConfig(t, e.dir, e.cluster.Addrs()[0], "floe-test", "analytics.clicks",
+		"  session_timeout: 6s\n  heartbeat_interval: 500ms\n  rebalance_timeout: 15s\n  start_offset: latest\n",
+		"commit:\n  interval: 500ms\n  max_records: 5000\n  grace: 5s\n")
+	ctx := t.Context()
+	gen := clickgen.New(clickgen.Config{Sessions: 300, Seed: 11})
+	history := make([]clickgen.Message, 2000)
+	for i := range history {
+		history[i] = gen.Next()
+	}
+	if _, err := e.cluster.Produce(ctx, e.topic, history); err != nil {
+		t.Fatal(err)
+	}
+	member := e.start("member", "run")
+	adm := kadm.NewClient(mustClient(t, e))
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		if res, err := adm.FetchOffsets(ctx, "floe-test"); err == nil && len(res[e.topic]) == 4 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the member did not pin where latest resolved in the group's offsets")
+		}
+	}
+	out, rep := e.doctor(t, "--json", "--sample", "0")
+	if rep.TotalLag != 0 {
+		t.Fatalf("a job started at latest with nothing produced since: lag %d, want 0\n%s", rep.TotalLag, out)
+	}
+	out, _ = e.doctor(t, "--sample", "0")
+	wantContains(t, out, "partitions [0 1 2 3] are not in the table's offset map: counted from the group's Kafka offset")
+	member.signal(t, syscall.SIGTERM)
+	if err := member.wait(t, 30*time.Second); err != nil {
+		t.Fatalf("member exit after SIGTERM: %v", err)
+	}
+}

@@ -17,6 +17,12 @@ type Sample struct {
 	// Start is each partition's log start offset; lag of a partition the
 	// table has no watermark for counts from here. Nil: from 0.
 	Start map[int32]int64
+	// Group is the group's committed Kafka offset of partitions the table
+	// has no watermark for (absent: none). floe run pins there where
+	// start_offset "latest" resolved and reads from there, so lag counts
+	// from it; counted from the log start, a job started at latest was
+	// behind by the topic's whole history.
+	Group map[int32]int64
 	// Watermarks is the group's offset map for the topic from the table: the
 	// next offset to commit per partition.
 	Watermarks map[int32]int64
@@ -74,7 +80,9 @@ type PartitionLag struct {
 	Partition int32 `json:"partition"`
 	End       int64 `json:"end"`
 	Watermark int64 `json:"watermark"`
-	// InTable is false when the table's offset map has no entry for it.
+	// InTable is false when the table's offset map has no entry for it:
+	// Watermark is then where the job reads it from, the group's Kafka
+	// offset or the log start, whichever is later.
 	InTable bool  `json:"in_table"`
 	Lag     int64 `json:"lag"`
 	// Trend is the change of lag in records per second over the sample.
@@ -234,6 +242,8 @@ func lagOf(s Sample, p int32) PartitionLag {
 	pl := PartitionLag{Partition: p, End: s.End[p]}
 	if wm, ok := s.Watermarks[p]; ok {
 		pl.Watermark, pl.InTable = wm, true
+	} else if g, ok := s.Group[p]; ok {
+		pl.Watermark = max(g, s.Start[p])
 	} else {
 		pl.Watermark = s.Start[p]
 	}
@@ -252,6 +262,15 @@ func (r *LiveReport) lagFinding(before int64, trended bool) {
 		sum = ""
 	}
 	f.Math = append(f.Math, fmt.Sprintf("lag = Σ (end offset − table watermark) over %d partitions = %s%s records", len(r.Partitions), sum, group(r.TotalLag)))
+	var outside []int32
+	for _, p := range r.Partitions {
+		if !p.InTable {
+			outside = append(outside, p.Partition)
+		}
+	}
+	if len(outside) > 0 {
+		f.Math = append(f.Math, fmt.Sprintf("partitions %v are not in the table's offset map: counted from the group's Kafka offset (where start_offset latest resolved) or the log start, whichever is later", outside))
+	}
 	if !trended {
 		f.Conclusion = fmt.Sprintf("Lag is %s records; sample twice (--sample) for its trend.", group(r.TotalLag))
 		r.Findings = append(r.Findings, f)

@@ -74,6 +74,33 @@ func TestLiveStoppedGroupAndHazard(t *testing.T) {
 	}
 }
 
+// TestLiveLagFromTheGroupOffsets: a partition the table has no watermark
+// for counts its lag from the group's Kafka offset, where start_offset
+// latest resolved (floe run pins it there and reads from there), or from
+// the log start when that is later. It counted from the log start alone: a
+// caught-up job started at latest was behind by the topic's history.
+func TestLiveLagFromTheGroupOffsets(t *testing.T) {
+	// Partition 0 is in the table; 1 was pinned at its end when the job
+	// started and got 5 records since; 2 was pinned below its log start
+	// (retention moved on); 3 has no pin.
+	s := Sample{At: t0, End: map[int32]int64{0: 900, 1: 805, 2: 700, 3: 300},
+		Start:      map[int32]int64{0: 0, 1: 0, 2: 650, 3: 100},
+		Watermarks: map[int32]int64{0: 900},
+		Group:      map[int32]int64{0: 850, 1: 800, 2: 600}}
+	r, err := DiagnoseLive(Live{Topic: "clicks", GroupState: "Stable", First: s})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var lags []int64
+	for _, p := range r.Partitions {
+		lags = append(lags, p.Lag)
+	}
+	if r.TotalLag != 255 || fmt.Sprint(lags) != "[0 5 50 200]" {
+		t.Fatalf("lag %d %v; want 255 = 0 (table) + 5 (from the pin) + 50 (from the log start, above the pin) + 200 (no pin)", r.TotalLag, lags)
+	}
+	mustContain(t, render(t, r), "partitions [1 2 3] are not in the table's offset map: counted from the group's Kafka offset")
+}
+
 func TestLiveCommitRateFromHistory(t *testing.T) {
 	// Commits every 10 s move 5,000 offsets each; a 5 s sample saw none, so
 	// the commit rate comes from the history: 500/s against 100/s arriving.
