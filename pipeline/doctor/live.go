@@ -14,8 +14,9 @@ type Sample struct {
 	At time.Time
 	// End is each partition's end offset (high watermark) of the topic.
 	End map[int32]int64
-	// Start is each partition's log start offset; lag of a partition the
-	// table has no watermark for counts from here. Nil: from 0.
+	// Start is each partition's log start offset: lag counts from no lower
+	// (what is below was deleted), and from here for a partition neither
+	// the table nor the group has an offset for. Nil: 0.
 	Start map[int32]int64
 	// Group is the group's committed Kafka offset of partitions the table
 	// has no watermark for (absent: none). floe run pins there where
@@ -82,9 +83,13 @@ type PartitionLag struct {
 	Watermark int64 `json:"watermark"`
 	// InTable is false when the table's offset map has no entry for it:
 	// Watermark is then where the job reads it from, the group's Kafka
-	// offset or the log start, whichever is later.
-	InTable bool  `json:"in_table"`
-	Lag     int64 `json:"lag"`
+	// offset, else the log start.
+	InTable bool `json:"in_table"`
+	// Lag counts from the log start when retention passed Watermark.
+	Lag int64 `json:"lag"`
+	// Deleted is how many offsets from Watermark on retention deleted before
+	// the job committed them: lost to the table, and no lag.
+	Deleted int64 `json:"deleted_by_retention,omitempty"`
 	// Trend is the change of lag in records per second over the sample.
 	Trend float64 `json:"trend_per_second"`
 	// LagSeconds is floe_consumer_lag_seconds when scraped, else 0.
@@ -235,20 +240,44 @@ func DiagnoseLive(in Live) (*LiveReport, error) {
 	r.partitionHazard(cur, in.Commits)
 	r.commitFinding()
 	r.metricsFindings(in, cur)
+	// After metricsFindings, which reports partitions added only when no
+	// hazard precedes.
+	r.retentionHazard()
 	return r, nil
 }
 
 func lagOf(s Sample, p int32) PartitionLag {
 	pl := PartitionLag{Partition: p, End: s.End[p]}
+	start := s.Start[p]
 	if wm, ok := s.Watermarks[p]; ok {
 		pl.Watermark, pl.InTable = wm, true
+		pl.Deleted = max(start-wm, 0)
 	} else if g, ok := s.Group[p]; ok {
-		pl.Watermark = max(g, s.Start[p])
+		pl.Watermark = g
+		pl.Deleted = max(start-g, 0)
 	} else {
-		pl.Watermark = s.Start[p]
+		pl.Watermark = start
 	}
-	pl.Lag = max(pl.End-pl.Watermark, 0)
+	pl.Lag = max(pl.End-max(pl.Watermark, start), 0)
 	return pl
+}
+
+// retentionHazard reports records retention deleted before the job
+// committed them: no member can read them any more, so they are not lag.
+func (r *LiveReport) retentionHazard() {
+	var total int64
+	var where []string
+	for _, p := range r.Partitions {
+		if p.Deleted > 0 {
+			total += p.Deleted
+			where = append(where, fmt.Sprintf("partition %d: %s offsets from %s up to its log start %s", p.Partition, group(p.Deleted), group(p.Watermark), group(p.Watermark+p.Deleted)))
+		}
+	}
+	if total == 0 {
+		return
+	}
+	r.Hazards = append(r.Hazards, fmt.Sprintf("%s records deleted by retention before they were committed (%s): the table cannot get them from %s any more, and lag counts from the log start. Raise the topic's retention or the job's throughput.",
+		group(total), strings.Join(where, "; "), r.Topic))
 }
 
 func (r *LiveReport) lagFinding(before int64, trended bool) {
@@ -266,6 +295,10 @@ func (r *LiveReport) lagFinding(before int64, trended bool) {
 	for _, p := range r.Partitions {
 		if !p.InTable {
 			outside = append(outside, p.Partition)
+		}
+		if p.Deleted > 0 {
+			f.Math = append(f.Math, fmt.Sprintf("partition %d: its log starts at %s, above %s: %s − %s = %s records, not %s (retention deleted %s)",
+				p.Partition, group(p.Watermark+p.Deleted), group(p.Watermark), group(p.End), group(p.Watermark+p.Deleted), group(p.Lag), group(p.End-p.Watermark), group(p.Deleted)))
 		}
 	}
 	if len(outside) > 0 {

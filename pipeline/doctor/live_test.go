@@ -101,6 +101,31 @@ func TestLiveLagFromTheGroupOffsets(t *testing.T) {
 	mustContain(t, render(t, r), "partitions [1 2 3] are not in the table's offset map: counted from the group's Kafka offset")
 }
 
+// TestLiveRetentionIsNotLag: records retention deleted before the table got
+// them are reported as lost, not as lag: no member can read them any more.
+// They were counted as lag, without a word.
+func TestLiveRetentionIsNotLag(t *testing.T) {
+	// Partition 0's group offset (where latest resolved) is below its log
+	// start; partition 1's watermark is 100 but its log starts at 500;
+	// partition 2 is in the table above its log start.
+	s := Sample{At: t0, End: map[int32]int64{0: 300, 1: 600, 2: 600},
+		Start:      map[int32]int64{0: 250, 1: 500, 2: 500},
+		Watermarks: map[int32]int64{1: 100, 2: 550},
+		Group:      map[int32]int64{0: 200}}
+	r, err := DiagnoseLive(Live{Topic: "clicks", GroupState: "Empty", First: s})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.TotalLag != 200 || r.Partitions[1].Lag != 100 || r.Partitions[0].Deleted != 50 || r.Partitions[1].Deleted != 400 || r.Partitions[2].Deleted != 0 {
+		t.Fatalf("lag %d %+v; want 200 = 50 + 100 + 50, 50 and 400 deleted", r.TotalLag, r.Partitions)
+	}
+	if len(r.Hazards) != 1 {
+		t.Fatalf("hazards %v, want the records retention deleted", r.Hazards)
+	}
+	mustContain(t, render(t, r), "HAZARD: 450 records deleted by retention before they were committed (partition 0: 50 offsets from 200 up to its log start 250; partition 1: 400 offsets from 100 up to its log start 500)",
+		"partition 1: its log starts at 500, above 100: 600 − 500 = 100 records, not 500 (retention deleted 400)")
+}
+
 func TestLiveCommitRateFromHistory(t *testing.T) {
 	// Commits every 10 s move 5,000 offsets each; a 5 s sample saw none, so
 	// the commit rate comes from the history: 500/s against 100/s arriving.
