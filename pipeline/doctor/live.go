@@ -121,7 +121,8 @@ type LiveReport struct {
 	LagTrend    float64 `json:"lag_trend_per_second"`
 	ArrivalRate float64 `json:"arrival_rate"`
 	// CommitRate is offsets committed per second (over the sample, or over
-	// the recent commit history when the sample saw no commit).
+	// the recent commit history when the sample saw no commit while a
+	// member is in the group and commits keep their pace).
 	CommitRate float64 `json:"commit_rate"`
 	// Trend is caught-up, draining, growing, steady or unknown (one sample).
 	Trend string `json:"trend"`
@@ -209,7 +210,13 @@ func DiagnoseLive(in Live) (*LiveReport, error) {
 		}
 		if span := last.At.Sub(in.Commits[i].At).Seconds(); i < n-1 && span > 0 {
 			r.CommitsPerMinute = float64(n-1-i) / span * 60
-			if cur.At.Sub(last.At) <= recentCommits {
+			// The history's rate stands for a sample that saw no commit
+			// only while commits go on at their pace: a member is in the
+			// group and the last commit is no older than twice their
+			// spacing. A stopped or stalled job was said to drain at the
+			// rate it had before it stopped.
+			spacing := span / float64(n-1-i)
+			if len(in.Members) > 0 && cur.At.Sub(last.At).Seconds() <= 2*spacing {
 				historyRate = float64(last.Offsets-in.Commits[i].Offsets) / span
 			}
 		}

@@ -135,12 +135,52 @@ func TestLiveCommitRateFromHistory(t *testing.T) {
 	}
 	s1 := Sample{At: t0.Add(time.Second), End: map[int32]int64{0: 100000}, Watermarks: map[int32]int64{0: 30000}}
 	s2 := Sample{At: t0.Add(6 * time.Second), End: map[int32]int64{0: 100500}, Watermarks: map[int32]int64{0: 30000}}
-	r, err := DiagnoseLive(Live{Topic: "clicks", First: s1, Second: &s2, Commits: cs})
+	r, err := DiagnoseLive(Live{Topic: "clicks", First: s1, Second: &s2, Commits: cs, Members: []GroupMember{{ID: "m1", Partitions: []int32{0}}}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if r.CommitRate != 500 || r.LagTrend != -400 || r.Trend != "draining" || math.Abs(r.DrainSeconds-70500.0/400) > 1e-9 {
 		t.Fatalf("commit rate %v trend %v %s drain %v; want 500, -400, draining, 176.25", r.CommitRate, r.LagTrend, r.Trend, r.DrainSeconds)
+	}
+}
+
+// TestLiveStoppedJobDoesNotDrain: a sample that saw no commit borrows the
+// commit rate of the history only while a member is in the group and the
+// last commit is no older than twice the spacing of the commits before it.
+// A job that stopped a minute ago after committing every 20 s was reported
+// draining in seconds at its old rate, beside "No member is consuming".
+func TestLiveStoppedJobDoesNotDrain(t *testing.T) {
+	cs := []Commit{{At: t0.Add(-100 * time.Second)}, {At: t0.Add(-80 * time.Second), Offsets: 1000}, {At: t0.Add(-60 * time.Second), Offsets: 2000}}
+	s1 := Sample{At: t0, End: map[int32]int64{0: 2300}, Watermarks: map[int32]int64{0: 2000}}
+	s2 := s1
+	s2.At = t0.Add(5 * time.Second)
+	member := []GroupMember{{ID: "m1", Partitions: []int32{0}}}
+	for _, tc := range []struct {
+		name    string
+		members []GroupMember
+		commits []Commit
+		trend   string
+	}{
+		{"stopped", nil, cs, "steady"},
+		// A member is in the group but has not committed for three times
+		// the spacing: stalled.
+		{"stalled", member, cs, "steady"},
+		// The same history a minute later: the last commit at the first
+		// sample, 5 s before the second.
+		{"committing", member, []Commit{{At: t0.Add(-40 * time.Second)}, {At: t0.Add(-20 * time.Second), Offsets: 1000}, {At: t0, Offsets: 2000}}, "draining"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r, err := DiagnoseLive(Live{Topic: "clicks", GroupState: "Stable", Members: tc.members, First: s1, Second: &s2, Commits: tc.commits})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r.Trend != tc.trend {
+				t.Fatalf("trend %s (commit rate %v/s, drain %v s), want %s:\n%s", r.Trend, r.CommitRate, r.DrainSeconds, tc.trend, render(t, r))
+			}
+			if tc.trend == "steady" && (r.CommitRate != 0 || r.DrainSeconds != -1) {
+				t.Fatalf("commit rate %v/s, drain %v s; want 0 and never", r.CommitRate, r.DrainSeconds)
+			}
+		})
 	}
 }
 
@@ -153,7 +193,7 @@ func TestLiveDrainBeyondDurationRange(t *testing.T) {
 	cs := []Commit{{At: t0.Add(-300 * time.Second), Offsets: 100}, {At: t0.Add(-10 * time.Second), Offsets: 101}}
 	s1 := Sample{At: t0, End: map[int32]int64{0: 40_000_101}, Watermarks: map[int32]int64{0: 101}}
 	s2 := Sample{At: t0.Add(5 * time.Second), End: map[int32]int64{0: 40_000_101}, Watermarks: map[int32]int64{0: 101}}
-	r, err := DiagnoseLive(Live{Topic: "clicks", First: s1, Second: &s2, Commits: cs})
+	r, err := DiagnoseLive(Live{Topic: "clicks", First: s1, Second: &s2, Commits: cs, Members: []GroupMember{{ID: "m1", Partitions: []int32{0}}}})
 	if err != nil {
 		t.Fatal(err)
 	}
