@@ -178,8 +178,9 @@ type ConsumerReport struct {
 	GroupRate float64 `json:"group_rate,omitempty"`
 	// LagGrowthPerSecond is Rate − GroupRate (negative: draining).
 	LagGrowthPerSecond float64 `json:"lag_growth_per_second,omitempty"`
-	// DrainSeconds is Lag / (GroupRate − Rate); -1 when it never drains, 0
-	// when unknown or nothing to drain.
+	// DrainSeconds is Lag / (GroupRate − Rate); -1 when it never drains (a
+	// deficit, or the verdict is VerdictRebalances: no batch is committed),
+	// 0 when unknown or nothing to drain.
 	DrainSeconds float64 `json:"drain_seconds"`
 	// InFlightNeeded is Little's law: Rate × mean per-record time, the
 	// records that must be in processing at once to keep up.
@@ -295,15 +296,18 @@ func DiagnoseConsumer(c Consumer) (*ConsumerReport, error) {
 				thr.Math = append(thr.Math, fmt.Sprintf("capacity %s − arrivals %s = %s records/s of headroom", num(r.GroupRate), num(c.Rate), num(-r.LagGrowthPerSecond)))
 				if c.Lag > 0 {
 					r.DrainSeconds = float64(c.Lag) / -r.LagGrowthPerSecond
-					if r.LagGrowthPerSecond == 0 {
+					if r.LagGrowthPerSecond == 0 || r.Verdict == VerdictRebalances {
 						r.DrainSeconds = -1
 					}
 				}
 			}
 			if c.Lag > 0 {
-				if r.DrainSeconds < 0 {
+				switch {
+				case r.Verdict == VerdictRebalances:
+					thr.Math = append(thr.Math, fmt.Sprintf("lag %s never drains: every batch expires its member before it commits (see poll)", num(float64(c.Lag))))
+				case r.DrainSeconds < 0:
 					thr.Math = append(thr.Math, fmt.Sprintf("lag %s never drains at this rate", num(float64(c.Lag))))
-				} else {
+				default:
 					thr.Math = append(thr.Math, fmt.Sprintf("time to drain: %s / %s = %s", num(float64(c.Lag)), num(-r.LagGrowthPerSecond), dur(sec(r.DrainSeconds))))
 				}
 			}
@@ -314,9 +318,14 @@ func DiagnoseConsumer(c Consumer) (*ConsumerReport, error) {
 			line += fmt.Sprintf(" > %d partitions (at most %d active consumers: %s records/s)", c.Partitions, c.Partitions, num(float64(c.Partitions)*r.PerMemberRate))
 		}
 		thr.Math = append(thr.Math, line, little)
-		if r.LagGrowthPerSecond > 0 {
+		switch {
+		case r.LagGrowthPerSecond > 0:
 			thr.Conclusion = fmt.Sprintf("The synchronous call is the real amplifier: it caps throughput at %s records/s per consumer, %s for the group, far below %s arriving; lag grows and never drains. Keeping up needs about %s records in flight at once, which only asynchronous, batched lookups provide.", num(r.PerMemberRate), num(r.GroupRate), num(c.Rate), num(r.InFlightNeeded))
-		} else {
+		case r.Verdict == VerdictRebalances:
+			// The capacity is what the group processes, not what it
+			// commits: the expelled member's work is re-read by the next.
+			thr.Conclusion = fmt.Sprintf("Capacity %s records/s would exceed arrivals of %s records/s, but every batch expires its member before it commits: effective progress is about zero until the poll budget is fixed.", num(r.GroupRate), num(c.Rate))
+		default:
 			thr.Conclusion = fmt.Sprintf("Capacity %s records/s covers arrivals of %s records/s.", num(r.GroupRate), num(c.Rate))
 		}
 	} else {
