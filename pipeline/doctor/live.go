@@ -92,8 +92,10 @@ type PartitionLag struct {
 	Deleted int64 `json:"deleted_by_retention,omitempty"`
 	// Trend is the change of lag in records per second over the sample.
 	Trend float64 `json:"trend_per_second"`
-	// LagSeconds is floe_consumer_lag_seconds when scraped, else 0.
-	LagSeconds float64 `json:"lag_seconds,omitempty"`
+	// LagSeconds is floe_consumer_lag_seconds of the scraped member; nil
+	// without a scrape and for a partition that member does not hold (it
+	// has no series for it: another member's lag is unknown, not 0).
+	LagSeconds *float64 `json:"lag_seconds,omitempty"`
 }
 
 // EnrichLoad is Little's law for the enrichment stage of one process.
@@ -189,7 +191,9 @@ func DiagnoseLive(in Live) (*LiveReport, error) {
 			wmBefore += before.Watermark
 		}
 		if cur.Metrics != nil {
-			pl.LagSeconds = cur.Metrics.LagSeconds[p]
+			if s, ok := cur.Metrics.LagSeconds[p]; ok {
+				pl.LagSeconds = &s
+			}
 		}
 		r.Partitions = append(r.Partitions, pl)
 	}
@@ -429,7 +433,13 @@ func (r *LiveReport) metricsFindings(in Live, cur Sample) {
 	if m == nil {
 		return
 	}
+	// A member holding no partition (more members than partitions) has no
+	// lag series to export, whatever its version.
+	idle := m.Has(MetricAssigned) && m.Values[MetricAssigned] == 0
 	for _, name := range []string{MetricLagRecords, MetricLagSeconds, MetricRebalances, MetricDuplicates, MetricConsumed} {
+		if idle && (name == MetricLagRecords || name == MetricLagSeconds) {
+			continue
+		}
 		if !m.Has(name) && !(name == MetricRebalances && m.Has(MetricGenerations)) {
 			r.MetricsMissing = append(r.MetricsMissing, name)
 		}

@@ -306,6 +306,57 @@ func TestParseMetricsAndLittlesLaw(t *testing.T) {
 	}
 }
 
+// TestLiveScrapeOfOneOfSeveralMembers: --metrics-url scrapes one member of
+// several. A partition another member holds has no lag series in the
+// scrape: its lag in seconds is unknown ("-"), where it read 0 as for a
+// caught-up partition. An idle member (more members than partitions)
+// exports no lag series at all; they were listed as not exported by this
+// floe, blaming its version.
+func TestLiveScrapeOfOneOfSeveralMembers(t *testing.T) {
+	holding, err := ParseMetrics(strings.NewReader(`# TYPE floe_consumer_lag_seconds gauge
+floe_consumer_lag_seconds{topic="clicks",partition="0"} 2.5
+# TYPE floe_consumer_lag_records gauge
+floe_consumer_lag_records{topic="clicks",partition="0"} 100
+# TYPE floe_assigned_partitions gauge
+floe_assigned_partitions 1
+`), "clicks", "analytics.clicks", t0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := Sample{At: t0, End: map[int32]int64{0: 1100, 1: 1500}, Watermarks: map[int32]int64{0: 1000, 1: 1000}, Metrics: holding}
+	r, err := DiagnoseLive(Live{Topic: "clicks", GroupState: "Stable", First: s,
+		Members: []GroupMember{{ID: "a", Partitions: []int32{0}}, {ID: "b", Partitions: []int32{1}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p0, p1 := r.Partitions[0].LagSeconds, r.Partitions[1].LagSeconds; p0 == nil || *p0 != 2.5 || p1 != nil {
+		t.Fatalf("want lag seconds 2.5 for the scraped member's partition, none for the other's:\n%s", render(t, r))
+	}
+	mustContain(t, render(t, r), fmt.Sprintf("%9d %12s %12s %10s %10s %10s\n", 1, "1,500", "1,000", "500", "?", "-"))
+
+	idle, err := ParseMetrics(strings.NewReader(`# TYPE floe_rebalances_total counter
+floe_rebalances_total 1
+# TYPE floe_duplicates_skipped_total counter
+floe_duplicates_skipped_total 0
+# TYPE floe_records_consumed_total counter
+floe_records_consumed_total 0
+# TYPE floe_assigned_partitions gauge
+floe_assigned_partitions 0
+`), "clicks", "analytics.clicks", t0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s = Sample{At: t0, End: map[int32]int64{0: 100}, Watermarks: map[int32]int64{0: 100}, Metrics: idle}
+	r, err = DiagnoseLive(Live{Topic: "clicks", GroupState: "Stable", First: s,
+		Members: []GroupMember{{ID: "a", Partitions: []int32{0}}, {ID: "b", Partitions: []int32{}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(r.MetricsMissing) != 0 {
+		t.Fatalf("an idle member's scrape lacks %v", r.MetricsMissing)
+	}
+}
+
 func TestParseMetricsRejectsGarbage(t *testing.T) {
 	if _, err := ParseMetrics(strings.NewReader("floe_x{ 1\n"), "clicks", "analytics.clicks", t0); err == nil || !strings.Contains(err.Error(), "parsing metrics") {
 		t.Fatalf("error %v", err)

@@ -74,7 +74,11 @@ func (r *LiveReport) WriteText(w io.Writer) error {
 		}
 		ew.printf("%9d %12s %12s %10s %10s", p.Partition, group(p.End), wm, group(p.Lag), trend)
 		if r.MetricsScraped {
-			ew.printf(" %10s", num(p.LagSeconds))
+			lagSeconds := "-"
+			if p.LagSeconds != nil {
+				lagSeconds = num(*p.LagSeconds)
+			}
+			ew.printf(" %10s", lagSeconds)
 		}
 		ew.printf("\n")
 	}
