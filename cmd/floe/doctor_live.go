@@ -148,7 +148,7 @@ func commitHistory(ctx context.Context, t *lakehouse.Table, group, topic string)
 		raw, ok := s.Summary.Properties[key]
 		if _, flush := s.Summary.Properties[lakehouse.RowsKey]; !ok || !flush {
 			// Maintenance and re-enrichment snapshots carry the map too, but
-			// commit nothing from Kafka.
+			// commit nothing from Kafka (replays: see below).
 			continue
 		}
 		var o lakehouse.Offsets
@@ -165,7 +165,16 @@ func commitHistory(ctx context.Context, t *lakehouse.Table, group, topic string)
 		out = append(out, c)
 	}
 	sort.Slice(out, func(a, b int) bool { return out[a].At.Before(out[b].At) })
-	return out, nil
+	// A replay's snapshot carries the rows key and the offset map it
+	// found: a flush always moves a watermark, a replay none. Counted,
+	// replays made a stopped job look alive.
+	live := out[:0]
+	for _, c := range out {
+		if len(live) == 0 || c.Offsets > live[len(live)-1].Offsets {
+			live = append(live, c)
+		}
+	}
+	return live, nil
 }
 
 // scrape reads a floe member's /metrics.

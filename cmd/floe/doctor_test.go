@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"os/exec"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -190,6 +191,14 @@ func TestDoctorLive(t *testing.T) {
 	}
 	if rep.Commits == 0 || rep.RowsCommitted != 2000 {
 		t.Fatalf("commit history: %d commits, %d rows; want some commits holding 2000 rows", rep.Commits, rep.RowsCommitted)
+	}
+	// A replay's commit is not one of the job's: it moves no watermark.
+	w0 := strconv.FormatInt(rep.Partitions[0].Watermark, 10)
+	if out, err := runFloe(t, "replay", "--config", e.config, "--partition", strconv.Itoa(int(rep.Partitions[0].Partition)), "--from", "0", "--to", w0); err != nil {
+		t.Fatalf("floe replay: %v\n%s", err, out)
+	}
+	if _, again := e.doctor(t, "--json", "--sample", "0"); again.Commits != rep.Commits {
+		t.Fatalf("after a replay: %d commits, want the job's %d", again.Commits, rep.Commits)
 	}
 	for _, p := range rep.Partitions {
 		if want := int64(len(landed[p.Partition])); p.Lag != want || p.End-p.Watermark != want {
