@@ -132,7 +132,8 @@ func (t *Table) SetRoutingSince(topic string, from map[int32]int64) {
 
 // OpenCatalog loads the configured catalog, adding SQLite's WAL mode and busy
 // timeout: without them concurrent commits surface "database is locked" as an
-// unknown commit state.
+// unknown commit state. A Hive catalog makes one call at a time
+// (serialCatalog).
 func OpenCatalog(ctx context.Context, props map[string]string) (catalog.Catalog, error) {
 	p := iceberg.Properties{}
 	for k, v := range props {
@@ -148,6 +149,9 @@ func OpenCatalog(ctx context.Context, props map[string]string) (catalog.Catalog,
 	cat, err := catalog.Load(ctx, name, p)
 	if err != nil {
 		return nil, fmt.Errorf("loading %s catalog: %w", p["type"], err)
+	}
+	if p["type"] == "hive" {
+		return newSerialCatalog(cat), nil
 	}
 	return cat, nil
 }

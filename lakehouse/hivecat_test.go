@@ -1,0 +1,108 @@
+package lakehouse_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/apache/iceberg-go/catalog"
+	"github.com/apache/thrift/lib/go/thrift"
+	"github.com/beltran/gohive/hive_metastore"
+
+	"github.com/floe-dev/floe/lakehouse"
+)
+
+// metastore answers get_table as a Hive Metastore: "iceberg" is an Iceberg
+// table, any other name does not exist. (A real metastore runs in
+// TestInteropCatalogs; this one answers fast enough to race calls.)
+type metastore struct {
+	hive_metastore.ThriftHiveMetastore
+	hang chan struct{} // closed: get_table of "hang" returns
+}
+
+func (m metastore) GetTable(ctx context.Context, db, name string) (*hive_metastore.Table, error) {
+	switch name {
+	case "iceberg":
+		return &hive_metastore.Table{DbName: db, TableName: name, Parameters: map[string]string{"table_type": "ICEBERG"}}, nil
+	case "hang":
+		<-m.hang
+	}
+	return nil, &hive_metastore.NoSuchObjectException{Message: "no such table"}
+}
+
+func startMetastore(t *testing.T) (uri string, m metastore) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	sock, err := thrift.NewTServerSocket(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m = metastore{hang: make(chan struct{})}
+	srv := thrift.NewTSimpleServer4(hive_metastore.NewThriftHiveMetastoreProcessor(m), sock,
+		thrift.NewTBufferedTransportFactory(4096), thrift.NewTBinaryProtocolFactoryDefault())
+	if err := srv.Listen(); err != nil {
+		t.Fatal(err)
+	}
+	go srv.Serve()
+	t.Cleanup(func() { close(m.hang); srv.Stop() })
+	return "thrift://" + addr, m
+}
+
+// TestHiveCatalogConcurrentCalls: one Hive catalog called from several
+// goroutines at once, as a table's flusher, maintenance and schema
+// evolution call it in `floe run`, answers each call its own answer, and a
+// call the metastore never answers ends at its context's deadline, as do
+// the calls waiting behind it. iceberg-go's Hive catalog shares one Thrift
+// connection, whose client is not safe for concurrent use: the calls read
+// one another's answers, then all waited for ever, deadlines ignored.
+func TestHiveCatalogConcurrentCalls(t *testing.T) {
+	uri, _ := startMetastore(t)
+	cat, err := lakehouse.OpenCatalog(t.Context(), map[string]string{"type": "hive", "uri": uri})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, 4*100)
+	for g := range 4 {
+		wg.Go(func() {
+			for i := range 100 {
+				name, want := "iceberg", true
+				if (g+i)%2 == 1 {
+					name, want = "other", false
+				}
+				ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+				ok, err := cat.CheckTableExists(ctx, catalog.ToIdentifier("db", name))
+				cancel()
+				if err != nil || ok != want {
+					errs <- fmt.Errorf("db.%s exists: %v, %v; want %v", name, ok, err, want)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+
+	// A call that never returns holds the catalog: it and the next end at
+	// their deadlines.
+	for _, name := range []string{"hang", "iceberg"} {
+		ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
+		_, err := cat.CheckTableExists(ctx, catalog.ToIdentifier("db", name))
+		cancel()
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("db.%s exists while a call hangs: %v, want the deadline", name, err)
+		}
+	}
+}
