@@ -167,7 +167,16 @@ type registry struct {
 
 	mu   sync.Mutex
 	byID map[int]*writerSchema
+	// unknown counts the ids of byID the registry did not have (see
+	// maxUnknownIDs).
+	unknown int
 }
+
+// maxUnknownIDs bounds the ids the registry did not have that are kept
+// until they are asked again: values that only look framed (garbage, a
+// foreign producer) carry ids without end, and each stayed for the life of
+// the process. Past it, expired ones go, and then new ones are not kept.
+const maxUnknownIDs = 4096
 
 // writerSchema is a registry schema ready to decode with, or the reason
 // it cannot be used.
@@ -270,8 +279,27 @@ func (r *registry) get(id int, kind string) (*writerSchema, error) {
 		return nil, err
 	}
 	r.mu.Lock()
+	defer r.mu.Unlock()
+	if old, ok := r.byID[id]; ok && !old.retryAt.IsZero() {
+		r.unknown--
+	}
+	if !ws.retryAt.IsZero() {
+		if r.unknown >= maxUnknownIDs {
+			now := time.Now()
+			for i, w := range r.byID {
+				if !w.retryAt.IsZero() && now.After(w.retryAt) {
+					delete(r.byID, i)
+					r.unknown--
+				}
+			}
+		}
+		if r.unknown >= maxUnknownIDs {
+			delete(r.byID, id)
+			return ws, nil
+		}
+		r.unknown++
+	}
 	r.byID[id] = ws
-	r.mu.Unlock()
 	return ws, nil
 }
 

@@ -94,6 +94,38 @@ func TestUnknownSchemaIDAskedAgain(t *testing.T) {
 	}
 }
 
+// TestUnknownSchemaIDsBounded: the ids a registry did not have are kept
+// until asked again, at most maxUnknownIDs of them: values that only look
+// framed carry ids without end, and every one was kept for the life of the
+// process (20,000 garbage records: 20,000 entries). Expired ones make room.
+func TestUnknownSchemaIDsBounded(t *testing.T) {
+	reg, _ := testRegistry(t)
+	r, err := newRegistry(RegistryConfig{URL: reg.URL()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func(d time.Duration) { unknownRetry = d }(unknownRetry)
+	unknownRetry = time.Hour
+	for id := range maxUnknownIDs + 100 {
+		ws, err := r.get(1_000_000+id, FormatAvro)
+		if err != nil || ws.err == nil || ws.err.Reason != ReasonUnknownSchema {
+			t.Fatalf("id %d: %v, %v; want unknown_schema", id, ws, err)
+		}
+	}
+	if len(r.byID) > maxUnknownIDs || r.unknown != len(r.byID) {
+		t.Fatalf("%d ids kept (%d counted unknown), want at most %d", len(r.byID), r.unknown, maxUnknownIDs)
+	}
+	for _, ws := range r.byID {
+		ws.retryAt = time.Now().Add(-time.Second) // expired
+	}
+	if _, err := r.get(2_000_000, FormatAvro); err != nil {
+		t.Fatal(err)
+	}
+	if len(r.byID) != 1 || r.unknown != 1 {
+		t.Fatalf("after the others expired: %d ids kept (%d counted unknown), want the new one", len(r.byID), r.unknown)
+	}
+}
+
 // TestWrongLengthBytesIsTheRecords: a bytes value of the wrong length for a
 // uuid or fixed column is one record's fault (invalid_field, dead-lettered),
 // not the writer schema's (incompatible_schema stopped the partition by
