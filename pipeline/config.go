@@ -287,8 +287,14 @@ func LoadConfig(path string) (Config, error) {
 	if err := docs.Decode(&doc); err != nil && !errors.Is(err, io.EOF) {
 		return cfg, fmt.Errorf("config %s: %w", path, err)
 	}
-	// A second document (after ---) would be dropped without a word.
-	if err := docs.Decode(new(yaml.Node)); !errors.Is(err, io.EOF) {
+	// A second document (after ---) would be dropped without a word; an
+	// empty one (a trailing ---, one of comments only) holds nothing.
+	var second yaml.Node
+	switch err := docs.Decode(&second); {
+	case errors.Is(err, io.EOF):
+	case err != nil:
+		return cfg, fmt.Errorf("config %s: %w", path, err)
+	case len(second.Content) > 0 && second.Content[0].ShortTag() != "!!null":
 		return cfg, fmt.Errorf("config %s: more than one YAML document (a --- line): floe reads one", path)
 	}
 	var missing []string

@@ -135,7 +135,7 @@ func TestConfigRefusesASecondDocument(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "more than one YAML document") {
 		t.Fatalf("a config of two documents: %v", err)
 	}
-	for _, body := range []string{"", "# only a comment\n", "---\n" + validConfig} {
+	for _, body := range []string{"", "# only a comment\n", "---\n" + validConfig, validConfig + "---\n", validConfig + "---\n# commit: {interval: 1s}\n"} {
 		if _, err := pipeline.LoadConfig(writeConfig(t, body)); err != nil {
 			t.Errorf("%q: %v", body, err)
 		}

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -68,16 +69,18 @@ With routes, --table picks the route's table.`,
 				opts.OrphanOlderThan = orphan
 			}
 			opts.DryRun = dryRun
+			// What a run that failed in part did (failed groups,
+			// contended steps) is reported before its error.
 			rep, err := j.tbl.Maintain(ctx, opts)
-			if err != nil {
+			if err != nil && !errors.Is(err, lakehouse.ErrGroupsFailed) && !errors.Is(err, lakehouse.ErrContended) {
 				return err
 			}
 			if asJSON {
 				enc := json.NewEncoder(os.Stdout)
 				enc.SetIndent("", "  ")
-				return enc.Encode(rep)
+				return errors.Join(enc.Encode(rep), err)
 			}
-			return rep.WriteText(os.Stdout)
+			return errors.Join(rep.WriteText(os.Stdout), err)
 		},
 	}
 	f := cmd.Flags()

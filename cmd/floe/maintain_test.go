@@ -3,7 +3,10 @@ package main
 import (
 	"encoding/json"
 	"errors"
+	"io/fs"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -55,6 +58,32 @@ func TestMaintainCommand(t *testing.T) {
 	dry := report("dry run", "--dry-run")
 	if !dry.DryRun || dry.FilesRewritten < lakehouse.DefaultMinInputFiles || dry.After != dry.Before {
 		t.Fatalf("dry run: %+v, want a planned compaction of at least %d files and an unchanged table", dry, lakehouse.DefaultMinInputFiles)
+	}
+	// A data file the storage does not serve fails its group: the report
+	// still says what the run did, then the error (it printed the error
+	// alone).
+	var data []string
+	if err := filepath.WalkDir(filepath.Join(e.dir, "warehouse"), func(path string, d fs.DirEntry, err error) error {
+		if err == nil && strings.HasSuffix(path, ".parquet") {
+			data = append(data, path)
+		}
+		return err
+	}); err != nil || len(data) == 0 {
+		t.Fatalf("data files: %v, %v", data, err)
+	}
+	aside := filepath.Join(t.TempDir(), "aside.parquet")
+	if err := os.Rename(data[0], aside); err != nil {
+		t.Fatal(err)
+	}
+	failed := e.start("maintain, a file gone", "maintain")
+	var exit *exec.ExitError
+	if err := failed.wait(t, 60*time.Second); !errors.As(err, &exit) || exit.ExitCode() != 2 ||
+		!strings.Contains(failed.output(), "compaction: 1 group failed and left as they were") ||
+		!strings.Contains(failed.output(), "compaction groups failed") {
+		t.Fatalf("maintain with a data file gone: %v, want status 2 after the report\n%s", err, failed.output())
+	}
+	if err := os.Rename(aside, data[0]); err != nil {
+		t.Fatal(err)
 	}
 	rep := report("maintain", "--retain-last", "2", "--target-file-size", "64MiB")
 	if rep.FilesRewritten != dry.FilesRewritten || rep.FilesWritten == 0 ||
