@@ -425,7 +425,10 @@ func (q *Queue) submit(ctx context.Context, key []byte, item any, size int, pass
 	case !immediate:
 		q.misses++
 	}
-	if q.unreported++; q.unreported >= reportEvery {
+	switch q.unreported++; q.unreported {
+	case 1:
+		q.wake() // a consumer asleep in Take arms its reportIdle timer
+	case reportEvery:
 		q.reportLocked()
 	}
 	q.mu.Unlock()

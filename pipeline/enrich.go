@@ -449,6 +449,9 @@ func (m *Member) fetchEnriched(ctx context.Context, b *partitionBuffer, seek int
 		if first {
 			b.fetched(msg.Offset) // the lane may hold it a while
 		}
+		if b.lag != nil {
+			b.lag.fetched(msg) // lag while the lane holds it
+		}
 		takes := m.takes(msg.Value)
 		var key []byte
 		if takes {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"net"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -295,7 +296,7 @@ func TestEnrichmentRetriesAndSingleMode(t *testing.T) {
 	}
 }
 
-// gatherCounter sums the counter family name in reg.
+// gatherCounter sums the counter or gauge family name in reg.
 func gatherCounter(t *testing.T, reg *prometheus.Registry, name string) float64 {
 	t.Helper()
 	mfs, err := reg.Gather()
@@ -306,11 +307,45 @@ func gatherCounter(t *testing.T, reg *prometheus.Registry, name string) float64 
 	for _, mf := range mfs {
 		if mf.GetName() == name {
 			for _, m := range mf.GetMetric() {
-				sum += m.GetCounter().GetValue()
+				sum += m.GetCounter().GetValue() + m.GetGauge().GetValue()
 			}
 		}
 	}
 	return sum
+}
+
+// TestLagDuringEnrichmentOutage: while an enrichment service is down under
+// policy pause, the records waiting in the lanes show as lag, in records
+// and in seconds, and as records in flight. floe_consumer_lag_seconds read
+// 0 on every partition (the records never reached a buffer), lag in records
+// froze at the end offsets read when the partitions were assigned, and a
+// lane holding fewer than 256 records never reported them in flight.
+func TestLagDuringEnrichmentOutage(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := "http://" + ln.Addr().String() // nothing answers there
+	ln.Close()
+	j := newJob(t, 400, fastCommit, enrichConfig(dead, enrich.PolicyPause))
+	reg := prometheus.NewRegistry()
+	m := runMember(t, j.cfg, j.tbl, j.sc, pipeline.WithRegisterer(reg))
+	if err := m.Stats().Register(reg); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 30*time.Second, "the breaker to open with every partition assigned", func() bool {
+		return gatherCounter(t, reg, "floe_enrich_breaker_state") == 2 && m.Stats().Assigned.Load() == 4
+	})
+	if _, err := j.cl.ProduceRate(t.Context(), "clicks", clickgen.New(clickgen.Config{Sessions: 100, Seed: 9}), 400, 0); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "lag of the 800 records waiting, in records and seconds, and them in flight", func() bool {
+		return gatherCounter(t, reg, "floe_consumer_lag_records") == 800 && gatherCounter(t, reg, "floe_consumer_lag_seconds") > 0 &&
+			gatherCounter(t, reg, "floe_enrich_in_flight_records") > 0
+	})
+	if c := m.Stats().Commits.Load(); c != 0 {
+		t.Fatalf("%d commits with the service down", c)
+	}
 }
 
 // TestEnrichmentOnlyWhatTheRouteTakes: a field route of an enriched topic

@@ -788,8 +788,8 @@ func (m *Member) append(b *partitionBuffer, msg kafka.Message, res enrich.Result
 // appended accounts for msg, now buffered as rows and bytes (or a dead
 // letter).
 func (m *Member) appended(b *partitionBuffer, msg kafka.Message, rows, bytes int, dead bool, win *window, end int64, reached func()) {
-	if b.lag != nil && msg.HighWaterMark > 0 {
-		b.lag.highWater.Store(msg.HighWaterMark)
+	if b.lag != nil {
+		b.lag.raise(msg.HighWaterMark)
 	}
 	m.stats.Consumed.Add(1)
 	if dead {

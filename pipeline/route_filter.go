@@ -121,8 +121,8 @@ func (m *Member) filtered(b *partitionBuffer, msg kafka.Message, end int64, reac
 		return err
 	}
 	m.stats.Filtered.Add(1)
-	if b.lag != nil && msg.HighWaterMark > 0 {
-		b.lag.highWater.Store(msg.HighWaterMark)
+	if b.lag != nil {
+		b.lag.raise(msg.HighWaterMark)
 	}
 	if msg.Offset+1 == end {
 		reached()

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/segmentio/kafka-go"
 
 	"github.com/floe-dev/floe/lakehouse"
 )
@@ -76,6 +77,27 @@ type partitionStats struct {
 	// record, the lag-in-seconds estimate while the next record is unread.
 	pendingSince atomic.Int64
 	committedAt  atomic.Int64
+}
+
+// fetched accounts for a record fetched, before it is buffered (a lane may
+// hold it a while, waiting for a lookup): the log end offset its fetch
+// response gave, never taken back by an older response's, and its time as
+// the oldest uncommitted record's when none is older.
+func (p *partitionStats) fetched(msg kafka.Message) {
+	p.raise(msg.HighWaterMark)
+	if p.pendingSince.Load() == 0 {
+		p.pendingSince.CompareAndSwap(0, msg.Time.UnixNano())
+	}
+}
+
+// raise makes hw the log end offset unless a newer response gave a later
+// one: records buffered from a lane carry their older responses' offsets.
+func (p *partitionStats) raise(hw int64) {
+	for cur := p.highWater.Load(); hw > cur; cur = p.highWater.Load() {
+		if p.highWater.CompareAndSwap(cur, hw) {
+			return
+		}
+	}
 }
 
 // lag returns the partition's consumer lag in records and seconds at now.
