@@ -234,6 +234,7 @@ func (m *Member) Run(ctx context.Context) error {
 		defer func() { stopStage(); <-stageDone }()
 	}
 
+	var joinWarned time.Time // the last failed join logged at WARN
 	for {
 		gen, err := cg.Next(ctx)
 		if ctx.Err() != nil {
@@ -243,9 +244,16 @@ func (m *Member) Run(ctx context.Context) error {
 			return err
 		}
 		if err != nil {
-			m.log.Warn("joining group", "group", k.Group, "err", err)
+			// Once a minute at WARN: a broker down for an hour made it
+			// 3,600 lines.
+			level := slog.LevelDebug
+			if time.Since(joinWarned) >= time.Minute {
+				level, joinWarned = slog.LevelWarn, time.Now()
+			}
+			m.log.Log(ctx, level, "joining group", "group", k.Group, "err", err)
 			continue
 		}
+		joinWarned = time.Time{}
 		m.stats.Generations.Add(1)
 		done := make(chan error, 1)
 		gen.Start(func(genCtx context.Context) {

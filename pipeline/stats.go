@@ -15,7 +15,7 @@ import (
 // metrics endpoint, the demo's progress line and tests read them.
 type Stats struct {
 	Consumed          atomic.Int64 // records fetched and decoded (or dead-lettered)
-	DeadLettered      atomic.Int64 // records sent to the dead-letter topic
+	DeadLettered      atomic.Int64 // records decoded as dead letters (again when an abandoned flush is redone)
 	Filtered          atomic.Int64 // records another route of the topic takes (routes with where)
 	Rows              atomic.Int64 // rows committed to the table
 	Skipped           atomic.Int64 // rows the dedupe MERGE found already present

@@ -174,7 +174,7 @@ func newRunMember(ctx context.Context, j *job, reg *prometheus.Registry, untilCa
 		end, err = pipeline.EndOffsets(endCtx, j.cfg.Kafka)
 		cancel()
 		if err != nil {
-			return nil, nil, err
+			return nil, nil, fmt.Errorf("kafka %v: %w", j.cfg.Kafka.Brokers, err)
 		}
 		if start, err = j.tbl.Watermarks(ctx); err != nil {
 			return nil, nil, err
