@@ -113,16 +113,10 @@ func TestCommitConflictsNeverDecrease(t *testing.T) {
 func TestStoppedPartitionCountedUntilItsRetryHolds(t *testing.T) {
 	defer func(d time.Duration) { stoppedClearAfter = d }(stoppedClearAfter)
 	stoppedClearAfter = 300 * time.Millisecond
-	sc, err := schemas.Lookup(schemas.Clickstream)
-	if err != nil {
-		t.Fatal(err)
-	}
-	m := &Member{stats: newStats("clicks"), log: slog.New(slog.DiscardHandler)}
-	b := newPartitionBuffer(sc, "clicks", 0, lakehouse.NoWatermark, 1<<20, func(int64, int64) {})
-	defer b.release()
+	m, b := workingPartition(t)
 	ctx, cancel := context.WithCancel(t.Context())
 	calls := 0
-	err = m.work(ctx, b, 0, func(int64) error {
+	err := m.work(ctx, b, 0, func(int64) error {
 		calls++
 		stopped := m.stats.StoppedPartitions.Load()
 		switch calls {
@@ -157,17 +151,11 @@ func TestStoppedPartitionCountedUntilItsRetryHolds(t *testing.T) {
 func TestFetchBackoffStartsOverAfterFetchingFine(t *testing.T) {
 	defer func(d time.Duration) { stoppedClearAfter = d }(stoppedClearAfter)
 	stoppedClearAfter = 100 * time.Millisecond
-	sc, err := schemas.Lookup(schemas.Clickstream)
-	if err != nil {
-		t.Fatal(err)
-	}
-	m := &Member{stats: newStats("clicks"), log: slog.New(slog.DiscardHandler)}
-	b := newPartitionBuffer(sc, "clicks", 0, lakehouse.NoWatermark, 1<<20, func(int64, int64) {})
-	defer b.release()
+	m, b := workingPartition(t)
 	ctx, cancel := context.WithCancel(t.Context())
 	var failed time.Time
 	var waits []time.Duration
-	err = m.work(ctx, b, 0, func(int64) error {
+	err := m.work(ctx, b, 0, func(int64) error {
 		if !failed.IsZero() {
 			waits = append(waits, time.Since(failed))
 		}
@@ -187,4 +175,17 @@ func TestFetchBackoffStartsOverAfterFetchingFine(t *testing.T) {
 			t.Errorf("error %d held the partition %s, want 1s; waits %v", i+1, w.Round(100*time.Millisecond), waits)
 		}
 	}
+}
+
+// workingPartition is a member and a clickstream partition buffer for
+// Member.work, released when the test ends.
+func workingPartition(t *testing.T) (*Member, *partitionBuffer) {
+	t.Helper()
+	sc, err := schemas.Lookup(schemas.Clickstream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := newPartitionBuffer(sc, "clicks", 0, lakehouse.NoWatermark, 1<<20, func(int64, int64) {})
+	t.Cleanup(b.release)
+	return &Member{stats: newStats("clicks"), log: slog.New(slog.DiscardHandler)}, b
 }
