@@ -287,15 +287,20 @@ func LoadConfig(path string) (Config, error) {
 	if err := docs.Decode(&doc); err != nil && !errors.Is(err, io.EOF) {
 		return cfg, fmt.Errorf("config %s: %w", path, err)
 	}
-	// A second document (after ---) would be dropped without a word; an
+	// A further document (after ---) would be dropped without a word; an
 	// empty one (a trailing ---, one of comments only) holds nothing.
-	var second yaml.Node
-	switch err := docs.Decode(&second); {
-	case errors.Is(err, io.EOF):
-	case err != nil:
-		return cfg, fmt.Errorf("config %s: %w", path, err)
-	case len(second.Content) > 0 && second.Content[0].ShortTag() != "!!null":
-		return cfg, fmt.Errorf("config %s: more than one YAML document (a --- line): floe reads one", path)
+	for {
+		var more yaml.Node
+		err := docs.Decode(&more)
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return cfg, fmt.Errorf("config %s: %w", path, err)
+		}
+		if len(more.Content) > 0 && more.Content[0].ShortTag() != "!!null" {
+			return cfg, fmt.Errorf("config %s: more than one YAML document (a --- line): floe reads one", path)
+		}
 	}
 	var missing []string
 	refs.interpolate(&doc, &missing)

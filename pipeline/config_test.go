@@ -131,9 +131,11 @@ func TestConfigBrokersListInOneEntry(t *testing.T) {
 // TestConfigRefusesASecondDocument: a config file of two YAML documents
 // is refused; the second (after ---) was dropped without a word.
 func TestConfigRefusesASecondDocument(t *testing.T) {
-	_, err := pipeline.LoadConfig(writeConfig(t, validConfig+"---\ncommit: {interval: 1s}\n"))
-	if err == nil || !strings.Contains(err.Error(), "more than one YAML document") {
-		t.Fatalf("a config of two documents: %v", err)
+	for _, more := range []string{"---\ncommit: {interval: 1s}\n", "---\n---\ncommit: {interval: 1s}\n", "--- null\n---\ncommit: {interval: 1s}\n"} {
+		_, err := pipeline.LoadConfig(writeConfig(t, validConfig+more))
+		if err == nil || !strings.Contains(err.Error(), "more than one YAML document") {
+			t.Fatalf("a config followed by %q: %v", more, err)
+		}
 	}
 	for _, body := range []string{"", "# only a comment\n", "---\n" + validConfig, validConfig + "---\n", validConfig + "---\n# commit: {interval: 1s}\n"} {
 		if _, err := pipeline.LoadConfig(writeConfig(t, body)); err != nil {
