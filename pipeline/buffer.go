@@ -145,7 +145,7 @@ func (b *partitionBuffer) mark(msg kafka.Message) {
 		b.firstTS = ts
 		if b.lag != nil {
 			// Keeps an older value: a taken segment still being committed.
-			b.lag.pendingSince.CompareAndSwap(0, ts)
+			b.lag.pending(ts)
 		}
 	}
 	b.lastTS = ts

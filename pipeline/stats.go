@@ -85,8 +85,17 @@ type partitionStats struct {
 // the oldest uncommitted record's when none is older.
 func (p *partitionStats) fetched(msg kafka.Message) {
 	p.raise(msg.HighWaterMark)
-	if p.pendingSince.Load() == 0 {
-		p.pendingSince.CompareAndSwap(0, msg.Time.UnixNano())
+	p.pending(msg.Time.UnixNano())
+}
+
+// pending makes ts the oldest uncommitted record's time unless an older
+// one is kept: a record a lane held while a commit reset the time to a
+// newer record's is buffered later.
+func (p *partitionStats) pending(ts int64) {
+	for cur := p.pendingSince.Load(); cur == 0 || ts < cur; cur = p.pendingSince.Load() {
+		if p.pendingSince.CompareAndSwap(cur, ts) {
+			return
+		}
 	}
 }
 
