@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/memory"
 	"github.com/apache/iceberg-go"
 	"github.com/bufbuild/protocompile"
@@ -119,17 +120,7 @@ message Order {
 			if !slices.Equal(got, tc.want) {
 				t.Fatalf("changes:\n %q\nwant\n %q", got, tc.want)
 			}
-			ts := evolvedTable(t, ev, req.Changes)
-			evolved, err := ev.WithTable(ts)
-			if err != nil {
-				t.Fatal(err)
-			}
-			b2 := evolved.NewRecordBuilder(memory.DefaultAllocator, 0)
-			defer b2.Release()
-			if err := b2.Append(tc.msg, Meta{Topic: "o"}, time.Time{}, ""); err != nil {
-				t.Fatalf("after evolving: %v", err)
-			}
-			rec := b2.NewRecord()
+			rec := appendEvolved(t, ev, req.Changes, tc.msg)
 			defer rec.Release()
 			row := fmt.Sprint(rec.Column(0).ValueStr(0), " ", rec.Column(1).ValueStr(0), " ", rec.Column(2).ValueStr(0), " ",
 				rec.Column(3).ValueStr(0), " ", rec.Column(4).ValueStr(0))
@@ -172,25 +163,11 @@ message Order { string id = 1; optional int32 qty = 2; float price = 3; }`
 		t.Fatal(err)
 	}
 	ev := sc.Evolving()
-	b := ev.NewRecordBuilder(memory.DefaultAllocator, 0)
-	defer b.Release()
-	var req *EvolveRequest
-	if err := b.Append(msg, Meta{Topic: "o"}, time.Time{}, ""); !errors.As(err, &req) {
-		t.Fatalf("append: %v, want an EvolveRequest", err)
-	}
+	req := evolveRequest(t, ev, msg)
 	if len(req.Changes) != 1 || req.Changes[0].String() != "make column qty optional" {
 		t.Fatalf("changes %v, want qty made optional", req.Changes)
 	}
-	evolved, err := ev.WithTable(evolvedTable(t, ev, req.Changes))
-	if err != nil {
-		t.Fatal(err)
-	}
-	b2 := evolved.NewRecordBuilder(memory.DefaultAllocator, 0)
-	defer b2.Release()
-	if err := b2.Append(msg, Meta{Topic: "o"}, time.Time{}, ""); err != nil {
-		t.Fatalf("after evolving: %v", err)
-	}
-	rec := b2.NewRecord()
+	rec := appendEvolved(t, ev, req.Changes, msg)
 	defer rec.Release()
 	if row := fmt.Sprint(rec.Column(0).ValueStr(0), " ", rec.Column(1).ValueStr(0)); row != "o-1 (null)" {
 		t.Fatalf("row %q, want qty null", row)
@@ -228,12 +205,7 @@ func TestEvolveReusedNamedType(t *testing.T) {
 		t.Fatal(err)
 	}
 	ev := sc.Evolving()
-	b := ev.NewRecordBuilder(memory.DefaultAllocator, 0)
-	defer b.Release()
-	var req *EvolveRequest
-	if err := b.Append(wire(id, nil, value), Meta{Topic: "o"}, time.Time{}, ""); !errors.As(err, &req) {
-		t.Fatalf("append: %v, want an EvolveRequest", err)
-	}
+	req := evolveRequest(t, ev, wire(id, nil, value))
 	var got []string
 	for _, c := range req.Changes {
 		got = append(got, c.String())
@@ -242,16 +214,7 @@ func TestEvolveReusedNamedType(t *testing.T) {
 	if !slices.Equal(got, want) {
 		t.Fatalf("changes:\n %q\nwant\n %q", got, want)
 	}
-	evolved, err := ev.WithTable(evolvedTable(t, ev, req.Changes))
-	if err != nil {
-		t.Fatal(err)
-	}
-	b2 := evolved.NewRecordBuilder(memory.DefaultAllocator, 0)
-	defer b2.Release()
-	if err := b2.Append(wire(id, nil, value), Meta{Topic: "o"}, time.Time{}, ""); err != nil {
-		t.Fatalf("after evolving: %v", err)
-	}
-	rec := b2.NewRecord()
+	rec := appendEvolved(t, ev, req.Changes, wire(id, nil, value))
 	defer rec.Release()
 	if row := fmt.Sprint(rec.Column(1).ValueStr(0), " ", rec.Column(2).ValueStr(0)); row != `{"street":"Main St"} {"street":"Dock 4"}` {
 		t.Fatalf("row %q", row)
@@ -322,12 +285,7 @@ message Order { string id = 1; Tree tree = 2; string coupon = 3; }`, sr.TypeProt
 				t.Fatal(err)
 			}
 			ev := sc.Evolving()
-			b := ev.NewRecordBuilder(memory.DefaultAllocator, 0)
-			defer b.Release()
-			var req *EvolveRequest
-			if err := b.Append(tc.msg, Meta{Topic: "o"}, time.Time{}, ""); !errors.As(err, &req) {
-				t.Fatalf("append: %v, want an EvolveRequest", err)
-			}
+			req := evolveRequest(t, ev, tc.msg)
 			var got []string
 			for _, c := range req.Changes {
 				got = append(got, c.String())
@@ -335,15 +293,7 @@ message Order { string id = 1; Tree tree = 2; string coupon = 3; }`, sr.TypeProt
 			if !slices.Equal(got, tc.want) {
 				t.Fatalf("changes:\n %.300q\nwant\n %.300q", got, tc.want)
 			}
-			evolved, err := ev.WithTable(evolvedTable(t, ev, req.Changes))
-			if err != nil {
-				t.Fatal(err)
-			}
-			b2 := evolved.NewRecordBuilder(memory.DefaultAllocator, 0)
-			defer b2.Release()
-			if err := b2.Append(tc.msg, Meta{Topic: "o"}, time.Time{}, ""); err != nil {
-				t.Fatalf("after evolving: %v", err)
-			}
+			appendEvolved(t, ev, req.Changes, tc.msg).Release()
 		})
 	}
 }
@@ -391,6 +341,35 @@ func evolvedTable(t *testing.T, s *Schema, changes []Change) *iceberg.Schema {
 		}
 	}
 	return iceberg.NewSchemaWithIdentifiers(1, s.Iceberg.IdentifierFieldIDs, fields...)
+}
+
+// evolveRequest appends msg with ev, which must ask for the table to
+// evolve first.
+func evolveRequest(t *testing.T, ev *Schema, msg []byte) *EvolveRequest {
+	t.Helper()
+	b := ev.NewRecordBuilder(memory.DefaultAllocator, 0)
+	defer b.Release()
+	var req *EvolveRequest
+	if err := b.Append(msg, Meta{Topic: "o"}, time.Time{}, ""); !errors.As(err, &req) {
+		t.Fatalf("append: %v, want an EvolveRequest", err)
+	}
+	return req
+}
+
+// appendEvolved builds msg's row with ev adapted to the table changes make
+// (evolvedTable): what the member does once the table has evolved.
+func appendEvolved(t *testing.T, ev *Schema, changes []Change, msg []byte) arrow.RecordBatch {
+	t.Helper()
+	evolved, err := ev.WithTable(evolvedTable(t, ev, changes))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := evolved.NewRecordBuilder(memory.DefaultAllocator, 0)
+	defer b.Release()
+	if err := b.Append(msg, Meta{Topic: "o"}, time.Time{}, ""); err != nil {
+		t.Fatalf("after evolving: %v", err)
+	}
+	return b.NewRecord()
 }
 
 // TestWithTableRefusesFixedOfNoBytes: a table column of type fixed[0] that
