@@ -31,14 +31,24 @@ func Dir() string {
 // DataNode not answering) leaves daemons that must be stopped too.
 func Start(tb testing.TB, service, dir string, args ...string) map[string]string {
 	tb.Helper()
+	kv, out, err := tryStart(tb, service, dir, args...)
+	if err != nil {
+		tb.Fatalf("starting %s: %v\n%s", service, err, out)
+	}
+	return kv
+}
+
+// tryStart is Start, returning a failure with the script's output.
+func tryStart(tb testing.TB, service, dir string, args ...string) (map[string]string, []byte, error) {
+	tb.Helper()
 	tb.Cleanup(func() { Stop(tb, service, dir) })
 	start := time.Now()
 	out, err := run(filepath.Join(Dir(), service, "start.sh"), append([]string{dir}, args...)...)
 	if err != nil {
-		tb.Fatalf("starting %s: %v\n%s", service, err, out)
+		return nil, out, err
 	}
 	tb.Logf("%s started in %s", service, time.Since(start).Round(time.Millisecond))
-	return parse(out)
+	return parse(out), out, nil
 }
 
 // Stop runs deploy/<service>/stop.sh dir; a failure is reported, not fatal.

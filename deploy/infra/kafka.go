@@ -1,6 +1,7 @@
 package infra
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -76,12 +77,32 @@ func WithSASLTLS() KafkaOption { return func(a *[]string) { *a = append(*a, "--s
 // it when tb ends. The first start of a version downloads its jars.
 func StartKafka(tb testing.TB, version string, opts ...KafkaOption) *Kafka {
 	tb.Helper()
-	k := &Kafka{Dir: tb.TempDir(), Version: version, tb: tb, args: []string{version}}
+	k := &Kafka{Version: version, tb: tb, args: []string{version}}
 	for _, o := range opts {
 		o(&k.args)
 	}
-	k.apply(Start(tb, "kafka", k.Dir, k.args...))
-	return k
+	// The ports start.sh draws are free when drawn, and bound only once
+	// the broker starts, seconds later: a service started meanwhile beside
+	// it (another test's) may take one. Such a start is made again, in a
+	// new directory with new ports.
+	for attempt := 1; ; attempt++ {
+		k.Dir = tb.TempDir()
+		kv, out, err := tryStart(tb, "kafka", k.Dir, k.args...)
+		if err == nil {
+			k.apply(kv)
+			return k
+		}
+		if attempt == 3 || !portTaken(out) {
+			tb.Fatalf("starting kafka: %v\n%s", err, out)
+		}
+		tb.Logf("kafka %s: a port was taken before it started; starting again with new ports", version)
+	}
+}
+
+// portTaken reports whether a failed start's output says a listener's port
+// was in use.
+func portTaken(out []byte) bool {
+	return bytes.Contains(out, []byte("Unable to start acceptor")) || bytes.Contains(out, []byte("Address already in use"))
 }
 
 func (k *Kafka) apply(kv map[string]string) {
