@@ -66,8 +66,7 @@ func StartHDFS(tb testing.TB, opts ...HDFSOption) *HDFS {
 		}
 		args = []string{"--kerberos", s.kdc.Dir}
 	}
-	dir := tb.TempDir()
-	kv := Start(tb, "hdfs", dir, args...)
+	dir, kv := Start(tb, "hdfs", args...)
 	h := &HDFS{NameNode: kv["NAMENODE"], User: kv["USER"], Dir: dir}
 	if h.NameNode == "" || h.User == "" {
 		tb.Fatalf("deploy/hdfs/start.sh printed no NAMENODE or USER: %v", kv)

@@ -22,12 +22,11 @@ type HMS struct {
 // every fresh directory runs the schema tool (about 20 s).
 func StartHMS(tb testing.TB, warehouse string) *HMS {
 	tb.Helper()
-	dir := tb.TempDir()
 	args := []string{}
 	if warehouse != "" {
 		args = append(args, warehouse)
 	}
-	kv := Start(tb, "hms", dir, args...)
+	dir, kv := Start(tb, "hms", args...)
 	h := &HMS{URI: kv["URI"], Warehouse: kv["WAREHOUSE"], Dir: dir}
 	if h.URI == "" {
 		tb.Fatalf("deploy/hms/start.sh printed no URI: %v", kv)

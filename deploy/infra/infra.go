@@ -24,18 +24,43 @@ func Dir() string {
 	return filepath.Dir(filepath.Dir(file))
 }
 
-// Start runs deploy/<service>/start.sh with dir and args, fails tb with the
-// script's output if it fails, registers deploy/<service>/stop.sh dir as a
-// cleanup, and returns the KEY=VALUE lines the script printed. The cleanup
-// is registered first: a start that fails half-way (a NameNode up, its
-// DataNode not answering) leaves daemons that must be stopped too.
-func Start(tb testing.TB, service, dir string, args ...string) map[string]string {
+// Start runs deploy/<service>/start.sh with a fresh temporary directory
+// and args, fails tb with the script's output if it fails, registers
+// deploy/<service>/stop.sh dir as a cleanup, and returns the directory and
+// the KEY=VALUE lines the script printed. The cleanup is registered first: a
+// start that fails half-way (a NameNode up, its DataNode not answering)
+// leaves daemons that must be stopped too.
+//
+// The ports a start script draws are free when drawn and bound only once
+// its service starts, seconds later: a service started meanwhile beside it
+// (another test's) may take one. Such a start is made again, in a new
+// directory with new ports, up to three times in all.
+func Start(tb testing.TB, service string, args ...string) (dir string, kv map[string]string) {
 	tb.Helper()
-	kv, out, err := tryStart(tb, service, dir, args...)
-	if err != nil {
-		tb.Fatalf("starting %s: %v\n%s", service, err, out)
+	for attempt := 1; ; attempt++ {
+		dir = tb.TempDir()
+		kv, out, err := tryStart(tb, service, dir, args...)
+		if err == nil {
+			return dir, kv
+		}
+		if attempt == 3 || !portTaken(out) {
+			tb.Fatalf("starting %s: %v\n%s", service, err, out)
+		}
+		Stop(tb, service, dir) // what did start of it must not hold its ports or memory meanwhile
+		tb.Logf("%s: a port was taken before it started; starting again with new ports", service)
 	}
-	return kv
+}
+
+// portTaken reports whether a failed start's output says a listener's port
+// was in use: Kafka's acceptor, or a java.net.BindException of the JDK,
+// Hadoop's daemons or Jetty.
+func portTaken(out []byte) bool {
+	for _, s := range []string{"Unable to start acceptor", "Address already in use", "BindException", "Port in use"} {
+		if bytes.Contains(out, []byte(s)) {
+			return true
+		}
+	}
+	return false
 }
 
 // tryStart is Start, returning a failure with the script's output.

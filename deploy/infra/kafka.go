@@ -1,7 +1,6 @@
 package infra
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -81,28 +80,10 @@ func StartKafka(tb testing.TB, version string, opts ...KafkaOption) *Kafka {
 	for _, o := range opts {
 		o(&k.args)
 	}
-	// The ports start.sh draws are free when drawn, and bound only once
-	// the broker starts, seconds later: a service started meanwhile beside
-	// it (another test's) may take one. Such a start is made again, in a
-	// new directory with new ports.
-	for attempt := 1; ; attempt++ {
-		k.Dir = tb.TempDir()
-		kv, out, err := tryStart(tb, "kafka", k.Dir, k.args...)
-		if err == nil {
-			k.apply(kv)
-			return k
-		}
-		if attempt == 3 || !portTaken(out) {
-			tb.Fatalf("starting kafka: %v\n%s", err, out)
-		}
-		tb.Logf("kafka %s: a port was taken before it started; starting again with new ports", version)
-	}
-}
-
-// portTaken reports whether a failed start's output says a listener's port
-// was in use.
-func portTaken(out []byte) bool {
-	return bytes.Contains(out, []byte("Unable to start acceptor")) || bytes.Contains(out, []byte("Address already in use"))
+	dir, kv := Start(tb, "kafka", k.args...)
+	k.Dir = dir
+	k.apply(kv)
+	return k
 }
 
 func (k *Kafka) apply(kv map[string]string) {

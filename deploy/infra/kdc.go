@@ -43,8 +43,7 @@ func StartKDC(tb testing.TB, principals ...string) *KDC {
 	if len(principals) == 0 {
 		tb.Fatal("StartKDC: no principals")
 	}
-	dir := tb.TempDir()
-	kv := Start(tb, "kdc", dir, principals...)
+	dir, kv := Start(tb, "kdc", principals...)
 	k := &KDC{Realm: kv["REALM"], Addr: kv["KDC"], Krb5Conf: kv["KRB5_CONF"], Keytab: kv["KEYTAB"], Dir: dir}
 	if k.Realm == "" || k.Krb5Conf == "" || k.Keytab == "" || kv["PRINCIPALS"] == "" {
 		tb.Fatalf("deploy/kdc/start.sh printed no REALM, KRB5_CONF, KEYTAB or PRINCIPALS: %v", kv)

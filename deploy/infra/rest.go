@@ -21,12 +21,11 @@ type REST struct {
 // first run downloads the jars from Maven Central (cached).
 func StartREST(tb testing.TB, warehouse string) *REST {
 	tb.Helper()
-	dir := tb.TempDir()
 	args := []string{}
 	if warehouse != "" {
 		args = append(args, warehouse)
 	}
-	kv := Start(tb, "rest", dir, args...)
+	dir, kv := Start(tb, "rest", args...)
 	r := &REST{URI: kv["URI"], Warehouse: kv["WAREHOUSE"], Dir: dir}
 	if r.URI == "" {
 		tb.Fatalf("deploy/rest/start.sh printed no URI: %v", kv)
