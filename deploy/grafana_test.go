@@ -142,8 +142,10 @@ func servedSeries(families map[string]*dto.MetricFamily) map[string]map[string]b
 // against an in-process Kafka-protocol broker, the reference enrichment
 // server and a SQLite catalog, until it has committed every produced record;
 // it then checks the committed counts and lag on /metrics, stops floe with
-// SIGTERM, and returns the metric families of that last scrape.
-func runFloeForMetrics(t *testing.T) map[string]*dto.MetricFamily {
+// SIGTERM, and returns the metric families of that last scrape. With routed
+// set, the job has two routes, topics clicks and clicks2 into a table each,
+// the same records produced to both.
+func runFloeForMetrics(t *testing.T, routed bool) map[string]*dto.MetricFamily {
 	t.Helper()
 	bin := floeBinary(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
@@ -155,8 +157,17 @@ func runFloeForMetrics(t *testing.T) map[string]*dto.MetricFamily {
 		t.Fatal(err)
 	}
 	t.Cleanup(cluster.Close)
-	if err := cluster.CreateTopic(ctx, topic+".dlq", 1); err != nil {
-		t.Fatal(err)
+	topics := []string{topic}
+	if routed {
+		topics = append(topics, topic+"2")
+		if err := cluster.CreateTopic(ctx, topics[1], partitions); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, tp := range topics {
+		if err := cluster.CreateTopic(ctx, tp+".dlq", 1); err != nil {
+			t.Fatal(err)
+		}
 	}
 	gen := clickgen.New(clickgen.Config{Seed: 7, Sessions: 300, MalformedRate: 0.01})
 	msgs := make([]clickgen.Message, 3000)
@@ -167,8 +178,10 @@ func runFloeForMetrics(t *testing.T) map[string]*dto.MetricFamily {
 	if malformed == 0 {
 		t.Fatal("the generator made no malformed message: the dead-letter series would go unchecked")
 	}
-	if _, err := cluster.Produce(ctx, topic, msgs); err != nil {
-		t.Fatal(err)
+	for _, tp := range topics {
+		if _, err := cluster.Produce(ctx, tp, msgs); err != nil {
+			t.Fatal(err)
+		}
 	}
 
 	srv := enrich.NewServer(enrich.ServerConfig{P50: 2 * time.Millisecond, P99: 20 * time.Millisecond, MissRate: 0.05})
@@ -188,17 +201,26 @@ func runFloeForMetrics(t *testing.T) map[string]*dto.MetricFamily {
 	dir := t.TempDir()
 	cfgFile := filepath.Join(dir, "floe.yaml")
 	brokers, _ := json.Marshal(cluster.Addrs())
-	cfg := fmt.Sprintf(`kafka: {brokers: %s, topic: %s, group: floe-dashboard-test, dlq_topic: %s.dlq}
+	source := fmt.Sprintf(`kafka: {brokers: %s, topic: %s, group: floe-dashboard-test, dlq_topic: %s.dlq}
 table:
   name: analytics.clicks
-  catalog: {type: sql, uri: "file:%s/catalog.db", sql.dialect: sqlite, sql.driver: sqlite, warehouse: "file://%s/warehouse"}
+`, brokers, topic, topic)
+	if routed {
+		source = fmt.Sprintf(`kafka: {brokers: %s, group: floe-dashboard-test}
+routes:
+  - {topic: %s, dlq_topic: %s.dlq, table: {name: analytics.clicks}}
+  - {topic: %s, dlq_topic: %s.dlq, table: {name: analytics.clicks2}}
+table:
+`, brokers, topics[0], topics[0], topics[1], topics[1])
+	}
+	cfg := source + fmt.Sprintf(`  catalog: {type: sql, uri: "file:%s/catalog.db", sql.dialect: sqlite, sql.driver: sqlite, warehouse: "file://%s/warehouse"}
 commit: {interval: 300ms}
 metrics: {listen: "%s"}
 enrich:
   url: %s/lookup
   key: user_id
   fields: [{name: segment, type: string}, {name: score, type: double}]
-`, brokers, topic, topic, dir, dir, metricsAddr, lookup)
+`, dir, dir, metricsAddr, lookup)
 	if err := os.WriteFile(cfgFile, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -229,7 +251,8 @@ enrich:
 		}
 		return sum, series
 	}
-	rows := float64(total - malformed)
+	k := float64(len(topics)) // every count is per route
+	rows := k * float64(total-malformed)
 	var families map[string]*dto.MetricFamily
 	for {
 		select {
@@ -248,7 +271,7 @@ enrich:
 		families = f
 		committed, _ := value(f, "floe_rows_committed_total")
 		lag, lagSeries := value(f, "floe_consumer_lag_records")
-		if committed >= rows && lagSeries == partitions && lag == 0 {
+		if committed >= rows && lagSeries == len(topics)*partitions && lag == 0 {
 			break
 		}
 	}
@@ -257,21 +280,27 @@ enrich:
 	// malformed one a dead letter, every partition drained, each enriched.
 	for name, want := range map[string]float64{
 		"floe_rows_committed_total":        rows,
-		"floe_records_dead_lettered_total": float64(malformed),
-		"floe_records_consumed_total":      float64(total),
+		"floe_records_dead_lettered_total": k * float64(malformed),
+		"floe_records_consumed_total":      k * float64(total),
 		"floe_duplicates_skipped_total":    0,
-		"floe_assigned_partitions":         partitions,
-		"floe_enrich_results_total":        float64(total), // every record passes the stage once, malformed ones too
+		"floe_assigned_partitions":         k * partitions,
+		"floe_enrich_results_total":        k * float64(total), // every record passes the stage once, malformed ones too
 	} {
 		if got, _ := value(families, name); got != want {
 			t.Errorf("%s = %v, want %v", name, got, want)
 		}
 	}
-	if _, n := value(families, "floe_consumer_lag_seconds"); n != partitions {
-		t.Errorf("floe_consumer_lag_seconds has %d series, want one per partition (%d)", n, partitions)
+	if _, n := value(families, "floe_consumer_lag_seconds"); n != len(topics)*partitions {
+		t.Errorf("floe_consumer_lag_seconds has %d series, want one per partition (%d)", n, len(topics)*partitions)
 	}
-	if c := families["floe_flush_rows"].GetMetric(); len(c) != 1 || c[0].GetHistogram().GetSampleCount() == 0 {
-		t.Error("floe_flush_rows observed no flush")
+	if c := families["floe_flush_rows"].GetMetric(); len(c) != len(topics) {
+		t.Errorf("floe_flush_rows has %d series, want one per route (%d)", len(c), len(topics))
+	} else {
+		for _, m := range c {
+			if m.GetHistogram().GetSampleCount() == 0 {
+				t.Errorf("floe_flush_rows%v observed no flush", m.GetLabel())
+			}
+		}
 	}
 
 	// SIGTERM: flush, commit, leave the group, exit 0.
@@ -329,8 +358,10 @@ type dashboardPanel struct {
 // on that scrape (plus Prometheus' own job and instance labels), and the
 // dashboard covers lag, throughput, commits, conflicts, fences, rebalances,
 // duplicates, dead letters, flush sizes, freshness, enrichment and the Go
-// runtime. Renaming a metric in floe breaks this test until the dashboard
-// follows.
+// runtime. It scrapes a job without routes and one with two: a panel
+// reading series a route labels with its table must match on the
+// dashboard's table variable. Renaming a metric in floe breaks this test
+// until the dashboard follows.
 func TestGrafanaDashboard(t *testing.T) {
 	raw, err := os.ReadFile(filepath.Join(deployDir(), "grafana", "floe.json"))
 	if err != nil {
@@ -359,7 +390,21 @@ func TestGrafanaDashboard(t *testing.T) {
 		vars[v.Name] = v.Type
 	}
 
-	served := servedSeries(runFloeForMetrics(t))
+	// A job with routes labels its series with the route's table: the
+	// dashboard must match on it (else it sums the routes) and may only
+	// where the series carry it.
+	if vars["table"] != "query" {
+		t.Error("the dashboard needs a table variable (a query), to show one route of a job with routes")
+	}
+	served := servedSeries(runFloeForMetrics(t, false))
+	for name, labels := range servedSeries(runFloeForMetrics(t, true)) {
+		if served[name] == nil {
+			served[name] = map[string]bool{}
+		}
+		for l := range labels {
+			served[name][l] = true
+		}
+	}
 	referenced := map[string]bool{}
 	ids := map[int]bool{}
 	var check func([]dashboardPanel)
@@ -393,6 +438,9 @@ func TestGrafanaDashboard(t *testing.T) {
 					referenced[m] = true
 					if served[m] == nil {
 						t.Errorf("panel %q reads %s, which floe does not serve", p.Title, m)
+					}
+					if served[m]["table"] && !slices.Contains(labels, "table") {
+						t.Errorf("panel %q reads %s without matching on table: it would sum a job's routes", p.Title, m)
 					}
 				}
 				for _, l := range labels {
