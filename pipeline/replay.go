@@ -215,9 +215,11 @@ func (rp *replayer) replay(ctx context.Context, r ReplayRange) error {
 	// bytes. The builder's length alone missed the dead letters and the
 	// rows carried across a schema switch.
 	var rows, bytes int
-	add := func(msg kafka.Message, res enrich.Result) error {
-		// A route with where replays only the records it takes.
-		if rp.cfg.where == nil || rp.cfg.where.takes(msg.Value) {
+	// A route with where replays only the records it takes (takes), and
+	// looks up only theirs, as the live member does.
+	takes := func(msg kafka.Message) bool { return rp.cfg.where == nil || rp.cfg.where.takes(msg.Value) }
+	add := func(msg kafka.Message, taken bool, res enrich.Result) error {
+		if taken {
 			dr, db, _, err := buf.appendEnriched(msg, time.Now(), res)
 			if err != nil {
 				return err
@@ -235,7 +237,7 @@ func (rp *replayer) replay(ctx context.Context, r ReplayRange) error {
 		return nil
 	}
 	if rp.stage == nil {
-		if err := fetch(ctx, func(msg kafka.Message) error { return add(msg, offResult) }); err != nil {
+		if err := fetch(ctx, func(msg kafka.Message) error { return add(msg, takes(msg), offResult) }); err != nil {
 			return err
 		}
 		return rp.commit(ctx, buf)
@@ -251,13 +253,19 @@ func (rp *replayer) replay(ctx context.Context, r ReplayRange) error {
 	ex := &keyExtractor{field: rp.cfg.Enrich.Key}
 	go func() {
 		err := fetch(fctx, func(msg kafka.Message) error {
-			return lane.SubmitSized(fctx, ex.key(msg.Value), msg, len(msg.Key)+len(msg.Value)+laneOverhead)
+			if !takes(msg) {
+				// Another route's record: no lookup; it passes the lane
+				// only to be counted in order, without its bytes.
+				return lane.Pass(fctx, replayItem{msg: kafka.Message{Offset: msg.Offset}}, laneOverhead)
+			}
+			return lane.SubmitSized(fctx, ex.key(msg.Value), replayItem{msg: msg, taken: true}, len(msg.Key)+len(msg.Value)+laneOverhead)
 		})
 		lane.Close()
 		fetched <- err
 	}()
 	for c := range lane.Out() {
-		if err := add(c.Item.(kafka.Message), c.Result); err != nil {
+		it := c.Item.(replayItem)
+		if err := add(it.msg, it.taken, c.Result); err != nil {
 			cancel()
 			<-fetched
 			return err
@@ -270,6 +278,13 @@ func (rp *replayer) replay(ctx context.Context, r ReplayRange) error {
 		return ctx.Err()
 	}
 	return rp.commit(ctx, buf)
+}
+
+// replayItem is a record in a replay's enrichment lane; taken is false for
+// another route's record, which passes the lane without a lookup.
+type replayItem struct {
+	msg   kafka.Message
+	taken bool
 }
 
 // commit writes what buf holds: dead letters first, then the MERGE, then,

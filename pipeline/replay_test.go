@@ -12,7 +12,9 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/floe-dev/floe/enrich"
+	"github.com/floe-dev/floe/lakehouse"
 	"github.com/floe-dev/floe/pipeline"
+	"github.com/floe-dev/floe/schemas"
 	"github.com/floe-dev/floe/schemas/clickgen"
 )
 
@@ -321,5 +323,66 @@ func TestReplayCommitsDeadLettersWithinTheBounds(t *testing.T) {
 				t.Fatalf("%d records read (%d dead letters) in %d commits: want one per %d records at least", res.Read, res.DeadLettered, res.Commits, tc.per)
 			}
 		})
+	}
+}
+
+// TestFieldRouteReplayLooksUpOnlyItsRecords replays a field route that
+// takes none of the topic's records: it reads them all and looks up none,
+// as its live member does. The replay used to look up every record it read
+// and drop the other routes' ones only after their lookups.
+func TestFieldRouteReplayLooksUpOnlyItsRecords(t *testing.T) {
+	srv, url := startServer(t, enrich.ServerConfig{P50: enrich.NoLatency})
+	r := newRouteRig(t)
+	jobs := r.config(t, "floe", "", "", `enrich:
+  url: `+url+`/lookup
+  key: user_id
+  fields: [{name: segment, type: string}]
+routes:
+  - topic: clicks
+    where: {field: event_type, in: [no_such_type]}
+    table: {name: shop.none}
+  - topic: clicks
+    where: {default: true}
+    table: {name: shop.other}
+`)
+	end := r.produce(t, 600)
+	job := jobs[0]
+	sc, err := schemas.Lookup(job.Schema)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sc, err = pipeline.WithEnrichment(sc, job.Enrich); err != nil {
+		t.Fatal(err)
+	}
+	tbl, err := lakehouse.Open(t.Context(), lakehouse.Config{Table: job.Table.Name, Catalog: job.Table.Catalog, Group: job.Kafka.Group}, sc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { tbl.Close() })
+	m, err := pipeline.NewMember(job, tbl, sc, pipeline.UntilOffsets(end))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	if err := m.Run(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := srv.Requests(); n != 0 {
+		t.Fatalf("the live route that takes no record sent %d lookup requests", n)
+	}
+	var ranges []pipeline.ReplayRange
+	for p, e := range end {
+		ranges = append(ranges, pipeline.ReplayRange{Partition: p, From: 0, To: e})
+	}
+	res, err := pipeline.Replay(t.Context(), job, tbl, sc, ranges, pipeline.ReplayOptions{}, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Read != 600 || res.Inserted != 0 {
+		t.Errorf("replay of a route that takes no record: %+v; want 600 read, none inserted", res)
+	}
+	if n := srv.Requests(); n != 0 {
+		t.Errorf("replay of a route that takes no record sent %d lookup requests", n)
 	}
 }
