@@ -12,9 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/floe-dev/floe/enrich"
-	"github.com/floe-dev/floe/lakehouse"
 	"github.com/floe-dev/floe/pipeline"
-	"github.com/floe-dev/floe/schemas"
 	"github.com/floe-dev/floe/schemas/clickgen"
 )
 
@@ -347,27 +345,8 @@ routes:
 `)
 	end := r.produce(t, 600)
 	job := jobs[0]
-	sc, err := schemas.Lookup(job.Schema)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if sc, err = pipeline.WithEnrichment(sc, job.Enrich); err != nil {
-		t.Fatal(err)
-	}
-	tbl, err := lakehouse.Open(t.Context(), lakehouse.Config{Table: job.Table.Name, Catalog: job.Table.Catalog, Group: job.Kafka.Group}, sc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { tbl.Close() })
-	m, err := pipeline.NewMember(job, tbl, sc, pipeline.UntilOffsets(end))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
-	defer cancel()
-	if err := m.Run(ctx); err != nil {
-		t.Fatal(err)
-	}
+	r.run(t, job, end)
+	tbl, sc := r.table(t, job)
 	if n := srv.Requests(); n != 0 {
 		t.Fatalf("the live route that takes no record sent %d lookup requests", n)
 	}

@@ -87,11 +87,15 @@ commit:
 	return cfg.Jobs()
 }
 
-// table opens job's table under its group (once per test).
+// table opens job's table under its group (once per test), with its
+// enrichment columns.
 func (r *routeRig) table(t *testing.T, job pipeline.Config) (*lakehouse.Table, *schemas.Schema) {
 	t.Helper()
 	sc, err := schemas.Lookup(job.Schema)
 	if err != nil {
+		t.Fatal(err)
+	}
+	if sc, err = pipeline.WithEnrichment(sc, job.Enrich); err != nil {
 		t.Fatal(err)
 	}
 	key := job.Table.Name + "/" + job.Kafka.Group
