@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -441,13 +442,22 @@ func inBetween[T interface {
 
 // timeFilter selects rows whose event time lies within the window around
 // [lo, hi] (microseconds), and rows without an event time, which any copy
-// may match.
+// may match. The bounds stop at the int64 limits: an event time is any
+// long, and one near a limit wrapped the bound around, a filter that
+// matched no file (the flush's keys went unsearched).
 func (s *dedupeSpec) timeFilter(lo, hi int64) iceberg.BooleanExpression {
 	ref := iceberg.Reference(s.eventTime)
 	w := s.window.Microseconds()
+	from, to := int64(math.MinInt64), int64(math.MaxInt64)
+	if lo >= math.MinInt64+w {
+		from = lo - w
+	}
+	if hi <= math.MaxInt64-w {
+		to = hi + w
+	}
 	f := iceberg.NewAnd(
-		iceberg.GreaterThanEqual(ref, iceberg.Timestamp(lo-w)),
-		iceberg.LessThanEqual(ref, iceberg.Timestamp(hi+w)))
+		iceberg.GreaterThanEqual(ref, iceberg.Timestamp(from)),
+		iceberg.LessThanEqual(ref, iceberg.Timestamp(to)))
 	if s.eventOptional {
 		f = iceberg.NewOr(f, iceberg.IsNull(ref))
 	}

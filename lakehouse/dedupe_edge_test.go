@@ -244,6 +244,37 @@ func TestVerifyKeyRepeatedBeyondWindow(t *testing.T) {
 	}
 }
 
+// TestDedupeEventTimesNearTheLongLimits: created_at is any long, and the
+// window's arithmetic stops at the int64 limits. Before, a flush holding an
+// event time near the upper limit wrapped its search bound around: the
+// search matched no file and a retried payment of the same flush was
+// committed twice; and verify, subtracting copies near both limits, took
+// them for copies within the window (a duplicate) instead of copies beyond.
+func TestDedupeEventTimesNearTheLongLimits(t *testing.T) {
+	f := newPayFixture(t)
+	tbl := f.open(t)
+	if _, err := tbl.Commit(t.Context(), []lakehouse.Part{f.partAt(t, 0, 0, 2, lakehouse.NoWatermark,
+		payAt{0, "A", `"2024-11-05T10:00:00Z"`}, payAt{1, "Z", "-9223372036854775000"})}); err != nil {
+		t.Fatal(err)
+	}
+	res, err := tbl.Commit(t.Context(), []lakehouse.Part{f.partAt(t, 0, 2, 4, 2,
+		payAt{2, "A", `"2024-11-05T10:00:01Z"`}, payAt{3, "Z", "9223372036854775000"})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Rows != 1 || res.BusinessDuplicates != 1 {
+		t.Fatalf("rows %d, business duplicates %d; want 1, 1 (the retried A skipped, Z kept)", res.Rows, res.BusinessDuplicates)
+	}
+	if got := payments(t, tbl); len(got["A"]) != 1 || len(got["Z"]) != 2 {
+		t.Fatalf("table holds %v, want A once and Z twice", got)
+	}
+	rep := verifyPay(t, tbl)
+	if !rep.OK() || rep.DuplicateKeys != 0 || rep.KeysBeyondWindow != 1 {
+		t.Fatalf("verify: OK %v, duplicate keys %d (%v), beyond window %d; want true, 0, 1 (Z)",
+			rep.OK(), rep.DuplicateKeys, rep.DuplicateKeyExamples, rep.KeysBeyondWindow)
+	}
+}
+
 // TestVerifyRowAtBusinessSkippedOffset: a row at an offset a snapshot
 // recorded as a skipped business duplicate (here a replay made with the
 // MERGE off) is a contradiction verify counts as a problem.

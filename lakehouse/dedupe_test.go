@@ -75,11 +75,37 @@ func (f *payFixture) part(t *testing.T, p int32, from, to, resume int64, pays ..
 }
 
 func (f *payFixture) partB(p int32, from, to, resume int64, pays ...pay) (lakehouse.Part, error) {
+	at := make([]payAt, len(pays))
+	for i, y := range pays {
+		at[i] = payAt{y.off, y.id, fmt.Sprintf(`"2024-11-%02dT10:00:00Z"`, y.day)}
+	}
+	return f.partAtB(p, from, to, resume, at...)
+}
+
+// payAt is one payment record at an offset, created at created (its JSON:
+// an RFC 3339 string or a number of microseconds).
+type payAt struct {
+	off     int64
+	id      string
+	created string
+}
+
+// partAt is part with payments created at any time.
+func (f *payFixture) partAt(t *testing.T, p int32, from, to, resume int64, pays ...payAt) lakehouse.Part {
+	t.Helper()
+	part, err := f.partAtB(p, from, to, resume, pays...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return part
+}
+
+func (f *payFixture) partAtB(p int32, from, to, resume int64, pays ...payAt) (lakehouse.Part, error) {
 	b := f.schema.NewRecordBuilder(memory.DefaultAllocator, 0)
 	defer b.Release()
 	for _, y := range pays {
 		v := fmt.Sprintf(`{"payment_id":%q,"amount":"1.00","currency":"EUR","status":"SETTLED",`+
-			`"created_at":"2024-11-%02dT10:00:00Z","account":{"id":"a"},"tags":[]}`, y.id, y.day)
+			`"created_at":%s,"account":{"id":"a"},"tags":[]}`, y.id, y.created)
 		if err := b.Append([]byte(v), schemas.Meta{Topic: payTopic, Partition: p, Offset: y.off, Timestamp: time.Now()}, time.Now(), "off"); err != nil {
 			return lakehouse.Part{}, err
 		}

@@ -149,7 +149,10 @@ func (k *keyIndex) finish() {
 		})
 		dups := int64(0)
 		for i := 1; i < len(cs); i++ {
-			if k.timeColumn == "" || !cs[i].timed || !cs[i-1].timed || cs[i].us-cs[i-1].us <= k.window {
+			// In order, the gap is at most 2^64-1: unsigned, it cannot wrap
+			// (signed, copies near both ends of the long range came out
+			// negative, within any window).
+			if k.timeColumn == "" || !cs[i].timed || !cs[i-1].timed || uint64(cs[i].us-cs[i-1].us) <= uint64(k.window) {
 				dups++
 			}
 		}
