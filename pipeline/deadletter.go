@@ -68,6 +68,16 @@ const maxReasonTextBytes = 1 << 10
 // source topic at the offset the headers give.
 const maxLetterBytes = 512 << 10
 
+// deadLetterBatchBytes bounds the dead-letter writer's batches, as kafka-go
+// counts them: its estimate leaves out the record batch's 61-byte header,
+// so at its default (1 MiB) two letters estimated just under it made a
+// batch over a broker's default message.max.bytes (1048588), refused at
+// every attempt (the flush holding them retried forever). 4 KiB covers the
+// header (the estimate over-counts each record's own framing), and the
+// largest letter (maxLetterBytes, maxSourceHeaderBytes and floe's headers,
+// under 600 KiB) still fits a batch of its own.
+const deadLetterBatchBytes = 1<<20 - 4<<10
+
 // ReasonEnrichFailed is the dead-letter reason for records the enrichment
 // stage could not enrich under the dlq breaker policy. Verify tells it
 // from the reasons that do not depend on the moment.
@@ -140,6 +150,7 @@ func newDeadLetterWriter(cfg KafkaConfig, table string, transport *kafka.Transpo
 			RequiredAcks:           kafka.RequireAll,
 			AllowAutoTopicCreation: true,
 			BatchSize:              1000,
+			BatchBytes:             deadLetterBatchBytes,
 			BatchTimeout:           time.Millisecond,
 			MaxAttempts:            5,
 			Transport:              transport,

@@ -2,6 +2,9 @@ package pipeline
 
 import (
 	"bytes"
+	"context"
+	"encoding/binary"
+	"fmt"
 	"slices"
 	"strconv"
 	"strings"
@@ -105,5 +108,75 @@ func TestDeadLetterKeepsSourceHeaders(t *testing.T) {
 	}
 	if values[HeaderHeadersDropped][0] != "1" {
 		t.Fatalf("%s: %q, want 1", HeaderHeadersDropped, values[HeaderHeadersDropped])
+	}
+}
+
+// kafkaGoSize is what kafka-go's Writer counts a message as when it fills
+// a batch up to BatchBytes (its unexported Message.totalSize): fixed
+// fields with 4-byte lengths, headers with varint ones. The record batch
+// on the wire adds its 61-byte header.
+func kafkaGoSize(m kafka.Message) int {
+	varint := func(n int) int { return len(binary.AppendVarint(nil, int64(n))) }
+	n := 4 + 1 + 1 + 4 + len(m.Key) + 4 + len(m.Value) + 8 + varint(len(m.Headers))
+	for _, h := range m.Headers {
+		n += varint(len(h.Key)) + len(h.Key) + varint(len(h.Value)) + len(h.Value)
+	}
+	return n
+}
+
+// TestDeadLetterBatchesFitTheBroker: pairs of letters whose sizes, as
+// kafka-go counts them, add up to just under 1 MiB (kafka-go's default
+// BatchBytes) or just under the writer's bound are written to a broker at
+// its default message.max.bytes, and so is the largest letter there can
+// be. Before, the writer batched up to kafka-go's default: such a pair made
+// one record batch over message.max.bytes once its header was added, the
+// broker refused it at every attempt, and the flush holding it retried
+// forever.
+func TestDeadLetterBatchesFitTheBroker(t *testing.T) {
+	cl, err := embedded.StartTopic(t.Context(), "clicks.dlq", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Close)
+	w := newDeadLetterWriter(KafkaConfig{Brokers: cl.Addrs(), DLQTopic: "clicks.dlq"}, "t.clicks", &kafka.Transport{})
+	defer w.close()
+	write := func(what string, letters ...deadLetter) {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+		defer cancel()
+		if err := w.write(ctx, letters); err != nil {
+			t.Errorf("%s: %v", what, err)
+		}
+	}
+
+	// The largest letter: key and value at maxLetterBytes, the longest
+	// field and detail, maxSourceHeaderBytes of the record's headers.
+	var headers []kafka.Header
+	for i, n := 0, 0; n+1024+headerOverhead <= maxSourceHeaderBytes; i, n = i+1, n+1024+headerOverhead {
+		headers = append(headers, kafka.Header{Key: fmt.Sprintf("h%03d", i), Value: bytes.Repeat([]byte("h"), 1024-4)})
+	}
+	largest := deadLetter{msg: kafka.Message{Topic: "clicks", Offset: 1, Key: bytes.Repeat([]byte("k"), 1024),
+		Value: bytes.Repeat([]byte("v"), 2<<20), Headers: headers, Time: time.Now()}, reason: "too_large",
+		field: strings.Repeat("f", 2*maxReasonTextBytes), detail: strings.Repeat("d", 2*maxReasonTextBytes)}
+	if n := kafkaGoSize(largest.message("clicks.dlq", "t.clicks")); n > deadLetterBatchBytes {
+		t.Fatalf("the largest letter counts %d bytes, over the batch bound %d", n, deadLetterBatchBytes)
+	}
+	write("the largest letter", largest)
+
+	// A too_large letter of maxLetterBytes, and a malformed one sized so
+	// that the two add up to total.
+	big := deadLetter{msg: kafka.Message{Topic: "clicks", Offset: 7, Key: []byte("s-1"), Value: bytes.Repeat([]byte("x"), 2<<20),
+		Time: time.Now()}, reason: "too_large", detail: "message is 2097152 bytes; the limit is 1048576"}
+	pair := func(total int) []deadLetter {
+		mal := deadLetter{msg: kafka.Message{Topic: "clicks", Offset: 8, Key: []byte("s-2"), Value: []byte{}, Time: time.Now()},
+			reason: "malformed_json", detail: "cannot parse JSON: unexpected tail"}
+		rest := total - kafkaGoSize(big.message("clicks.dlq", "t.clicks")) - kafkaGoSize(mal.message("clicks.dlq", "t.clicks"))
+		mal.msg.Value = bytes.Repeat([]byte("{"), rest)
+		return []deadLetter{big, mal}
+	}
+	for _, limit := range []int{1 << 20, deadLetterBatchBytes} {
+		for under := 0; under <= 64; under += 4 {
+			write(fmt.Sprintf("two letters of %d bytes", limit-under), pair(limit-under)...)
+		}
 	}
 }
