@@ -420,6 +420,12 @@ type protoDecoder struct {
 }
 
 func (d *protoDecoder) decode(value []byte, cols []array.Builder) (int, error) {
+	if len(value) == 0 {
+		// A message of only default values marshals to no bytes, and so
+		// is a tombstone: read as the message, it became a row of defaults,
+		// where every other format dead-letters it.
+		return 0, &DecodeError{Reason: ReasonMalformedValue, Detail: "empty value (a tombstone; a " + string(d.md.FullName()) + " of only default values cannot be told from one)"}
+	}
 	grown, err := decodeProto(d.md, value, d.record, cols)
 	if err != nil {
 		return 0, err // a nil *DecodeError must not become a non-nil error

@@ -69,6 +69,35 @@ func TestPlainProtobufMatchesJSON(t *testing.T) {
 	}
 }
 
+// TestPlainProtobufEmptyValueIsDeadLetter: a tombstone (a nil value) or an
+// empty value is a malformed_value dead letter saying so, as JSON and Avro
+// values dead-letter it. It was read as a message of only default values,
+// which marshals to no bytes too, and (where the defaults fit the columns)
+// became a row of them: here "" and 0.
+func TestPlainProtobufEmptyValueIsDeadLetter(t *testing.T) {
+	sc, err := ParseAvsc("o", []byte(`{"type": "record", "name": "O", "fields": [
+	  {"name": "order_id", "type": "string"}, {"name": "amount_cents", "type": "long"}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := plainPayments(t, `syntax = "proto3"; package p; message O { string order_id = 1; int64 amount_cents = 2; }`)
+	psc, err := sc.WithFormat(Format{Kind: FormatProtobuf, Proto: &ProtoConfig{File: path, Message: "p.O"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := psc.NewRecordBuilder(memory.DefaultAllocator, 0)
+	defer b.Release()
+	for _, v := range [][]byte{nil, {}} {
+		var de *DecodeError
+		if err := b.Append(v, Meta{Topic: "p"}, plainTime, ""); !errors.As(err, &de) || de.Reason != ReasonMalformedValue || !strings.Contains(de.Detail, "tombstone") {
+			t.Errorf("Append(%#v) = %v, want a malformed_value DecodeError naming a tombstone", v, err)
+		}
+	}
+	if b.Len() != 0 {
+		t.Fatalf("%d rows from empty values", b.Len())
+	}
+}
+
 // TestPlainProtobufConfigErrors: a missing file or message, and a message
 // whose field cannot fill its column, are refused when the job starts.
 func TestPlainProtobufConfigErrors(t *testing.T) {
