@@ -158,8 +158,8 @@ var offResult = enrich.Result{Status: "off"}
 // values fill the enrichment columns, the status _enrich_status; "off"
 // without enrichment). A record that cannot be decoded, or that the
 // enrichment policy sends to the dead-letter topic (StatusDead, reason
-// enrich_failed), becomes a dead letter; either way its offset is covered by
-// the segment.
+// enrich_failed unless it cannot be decoded either), becomes a dead letter;
+// either way its offset is covered by the segment.
 func (b *partitionBuffer) appendEnriched(msg kafka.Message, now time.Time, res enrich.Result) (rowsDelta, bytesDelta int, dead bool, err error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -167,6 +167,17 @@ func (b *partitionBuffer) appendEnriched(msg kafka.Message, now time.Time, res e
 		return 0, 0, false, err
 	}
 	if res.Status == enrich.StatusDead {
+		// Decoded first: only a record that would become a row is
+		// enrich_failed, a reason of the moment (verify lets a later row
+		// supersede it). One that cannot is dead-lettered for its own
+		// fault, and one whose decoding fails otherwise (a registry out of
+		// reach, an incompatible writer schema under on_incompatible: stop)
+		// holds the partition, as without enrichment. The table is not
+		// evolved for a record it will not hold.
+		var req *schemas.EvolveRequest
+		if err := b.builder.Check(msg.Value); err != nil && !errors.As(err, &req) {
+			return b.refuse(msg, err)
+		}
 		detail := "enrichment unavailable"
 		if res.Err != nil {
 			detail = res.Err.Error()
@@ -188,20 +199,25 @@ func (b *partitionBuffer) appendEnriched(msg kafka.Message, now time.Time, res e
 			err = b.builder.AppendEnriched(msg.Value, meta, now, string(res.Status), res.Extra())
 		}
 	}
+	if err != nil {
+		return b.refuse(msg, err)
+	}
+	b.next = msg.Offset + 1
+	return 1, b.builder.SizeBytes() - before, false, nil
+}
+
+// refuse is appendEnriched for msg, which cannot be appended for err: a
+// *DecodeError makes it a dead letter; any other error is not the record's
+// fault (commit.max_bytes keeps the builder far from full), and its offset
+// stays uncovered. b.mu must be held.
+func (b *partitionBuffer) refuse(msg kafka.Message, err error) (rowsDelta, bytesDelta int, dead bool, _ error) {
 	var de *schemas.DecodeError
-	switch {
-	case err == nil:
-		b.next = msg.Offset + 1
-		return 1, b.builder.SizeBytes() - before, false, nil
-	case errors.As(err, &de):
+	if errors.As(err, &de) {
 		b.next = msg.Offset + 1
 		b.letters = append(b.letters, deadLetter{msg: msg, reason: de.Reason, field: de.Field, detail: de.Detail})
 		return 1, len(msg.Value), true, nil
-	default:
-		// Not the record's fault (commit.max_bytes keeps the builder far
-		// from full); the offset stays uncovered.
-		return 0, 0, false, fmt.Errorf("buffering %s/%d@%d: %w", b.topic, b.partition, msg.Offset, err)
 	}
+	return 0, 0, false, fmt.Errorf("buffering %s/%d@%d: %w", b.topic, b.partition, msg.Offset, err)
 }
 
 // resolvingBuilder is a builder that reads a row's enrichment key as it

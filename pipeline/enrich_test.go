@@ -21,6 +21,7 @@ import (
 	"github.com/floe-dev/floe/lakehouse"
 	"github.com/floe-dev/floe/lakehouse/faultcat"
 	"github.com/floe-dev/floe/pipeline"
+	"github.com/floe-dev/floe/schemas"
 	"github.com/floe-dev/floe/schemas/clickgen"
 )
 
@@ -558,6 +559,50 @@ func TestDeadLettersKeepSourceHeaders(t *testing.T) {
 				t.Fatalf("dead letters by traceparent: %v, want %v", got, want)
 			}
 		})
+	}
+}
+
+// TestEnrichFailedOnlyForRecordsThatWouldBeRows: under policy dlq during
+// an outage, records whose lookup key is found but that cannot become rows
+// (malformed, over max_message_bytes, a required field missing) are
+// dead-lettered for their own fault; only the valid record gets
+// enrich_failed. Before, every record the stage completed as dead was
+// dead-lettered as enrich_failed undecoded: a reason of the moment, which a
+// replay or verify would take for a row that could still come.
+func TestEnrichFailedOnlyForRecordsThatWouldBeRows(t *testing.T) {
+	srv, url := startServer(t, enrich.ServerConfig{P50: enrich.NoLatency})
+	srv.SetOutage(true)
+	j := newJob(t, 0, fastCommit, enrichConfig(url, enrich.PolicyDLQ))
+	j.cfg.Kafka.MaxMessageBytes = 4 << 10
+	valid := string(clickgen.New(clickgen.Config{Sessions: 1, Seed: 4}).Next().Value)
+	cases := []struct{ value, reason string }{
+		{valid, pipeline.ReasonEnrichFailed},
+		{strings.Replace(valid, `"seq":1`, `"seq":01`, 1), schemas.ReasonMalformedJSON},
+		{strings.Replace(valid, `"referrer":""`, `"referrer":"`+strings.Repeat("r", 8<<10)+`"`, 1), schemas.ReasonTooLarge},
+		{`{"session_id":"s-0","user_id":"u-0","event_type":"page_view"}`, schemas.ReasonMissingField},
+	}
+	msgs := make([]clickgen.Message, len(cases))
+	for i, c := range cases {
+		msgs[i] = clickgen.Message{Key: []byte("s-0"), Value: []byte(c.value)} // one partition, in this order
+	}
+	landed, err := j.cl.Produce(t.Context(), "clicks", msgs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if j.end, err = j.cl.EndOffsets(t.Context(), "clicks"); err != nil {
+		t.Fatal(err)
+	}
+	runUntilCaughtUp(t, j)
+	dl, err := pipeline.ReadDeadLetters(t.Context(), j.cfg.Kafka)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for p, offs := range landed {
+		for i, off := range offs {
+			if got := dl[p][off]; got != cases[i].reason {
+				t.Errorf("dead letter of %.60s…: reason %q, want %q", cases[i].value, got, cases[i].reason)
+			}
+		}
 	}
 }
 

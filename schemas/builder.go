@@ -218,6 +218,13 @@ func (b *Builder) AppendEnriched(value []byte, m Meta, ingestedAt time.Time, enr
 	return b.appendRow(&r, m, ingestedAt, enrichStatus, extra)
 }
 
+// Check decodes value as Append would, appending nothing (see
+// RecordBuilder).
+func (b *Builder) Check(value []byte) error {
+	var r row // on the stack, as in AppendEnriched
+	return b.decodeRow(value, &r)
+}
+
 // decodeRow is decode for a message within the size limit.
 func (b *Builder) decodeRow(value []byte, r *row) error {
 	if len(value) > b.maxBytes {

@@ -523,3 +523,57 @@ func TestAppendLowercaseRFC3339(t *testing.T) {
 		t.Fatalf("rows %v and %v differ", upper, lower)
 	}
 }
+
+// TestCheckIsAppendWithoutTheRow: Check refuses a message for the reason
+// Append gives, accepts one Append takes, and appends nothing, for the
+// clickstream Builder and the generic builder of a schema file. The
+// pipeline checks a record whose enrichment failed, to dead-letter it for
+// its own fault where it has one.
+func TestCheckIsAppendWithoutTheRow(t *testing.T) {
+	click, err := schemas.Lookup(schemas.Clickstream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pay, err := schemas.Lookup("examples/payments.avsc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	long := strings.Repeat("x", 300)
+	for _, c := range []struct {
+		sc     *schemas.Schema
+		values map[string]string // value → reason ("" for a row)
+	}{
+		{click, map[string]string{
+			`{"session_id":"s","event_type":"e","ts":1}`:                      "",
+			`{"session_id":"s","event_type":"e","ts":01}`:                     schemas.ReasonMalformedJSON,
+			`{"session_id":"s","event_type":"e"}`:                             schemas.ReasonMissingField,
+			`{"session_id":"s","event_type":"e","ts":1,"url":"` + long + `"}`: schemas.ReasonTooLarge,
+		}},
+		{pay, map[string]string{
+			`{"payment_id":"p","amount":"1.00","currency":"EUR","status":"SETTLED","created_at":1,"account":{"id":"a"},"tags":[]}`: "",
+			`{"payment_id":"p","amount":"1.00","currency":"EUR","status":"SETTLED","created_at":1,"account":{"id":"a"}`:            schemas.ReasonMalformedJSON,
+			`{"payment_id":"p","amount":"1.00","currency":"EUR","status":"LOST","created_at":1,"account":{"id":"a"}}`:              schemas.ReasonInvalidField,
+			`{"payment_id":"` + long + `"}`: schemas.ReasonTooLarge,
+		}},
+	} {
+		b := c.sc.NewRecordBuilder(nil, 256)
+		for v, reason := range c.values {
+			before := b.Len()
+			checked := b.Check([]byte(v))
+			var de *schemas.DecodeError
+			if reason == "" && checked != nil || reason != "" && (!errors.As(checked, &de) || de.Reason != reason) {
+				t.Errorf("%s: Check(%.40s…) = %v, want reason %q", c.sc.Name, v, checked, reason)
+			}
+			if b.Len() != before {
+				t.Fatalf("%s: Check(%.40s…) appended a row", c.sc.Name, v)
+			}
+			if appended := b.Append([]byte(v), testMeta(0), testIngested, ""); fmt.Sprint(appended) != fmt.Sprint(checked) {
+				t.Errorf("%s: Append(%.40s…) = %v, Check %v", c.sc.Name, v, appended, checked)
+			}
+		}
+		if b.Len() != 1 {
+			t.Errorf("%s: %d rows appended, want 1", c.sc.Name, b.Len())
+		}
+		b.Release()
+	}
+}

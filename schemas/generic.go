@@ -23,9 +23,15 @@ import (
 // rows over as a batch the caller owns and must Release, leaving the builder
 // empty; Release frees the builder, which must not be used afterwards. A
 // RecordBuilder is not safe for concurrent use.
+//
+// Check validates a message as Append does and returns the same error
+// (never ErrBuilderFull), appending nothing: a record that will not be
+// appended anyway (its enrichment failed) is dead-lettered for its own
+// fault rather than for the moment's.
 type RecordBuilder interface {
 	Append(value []byte, m Meta, ingestedAt time.Time, enrichStatus string) error
 	AppendEnriched(value []byte, m Meta, ingestedAt time.Time, enrichStatus string, extra Extra) error
+	Check(value []byte) error
 	Len() int
 	SizeBytes() int
 	NewRecord() arrow.RecordBatch
@@ -94,13 +100,7 @@ func (b *genericBuilder) Append(value []byte, m Meta, ingestedAt time.Time, enri
 }
 
 func (b *genericBuilder) AppendEnriched(value []byte, m Meta, ingestedAt time.Time, enrichStatus string, extra Extra) error {
-	if len(value) > b.maxBytes {
-		return &DecodeError{
-			Reason: ReasonTooLarge,
-			Detail: "message is " + strconv.Itoa(len(value)) + " bytes; the limit is " + strconv.Itoa(b.maxBytes),
-		}
-	}
-	grown, err := b.dec.decode(value, nil)
+	grown, err := b.validate(value)
 	if err != nil {
 		return err
 	}
@@ -141,6 +141,23 @@ func (b *genericBuilder) AppendEnriched(value []byte, m Meta, ingestedAt time.Ti
 	b.strBytes += add
 	b.bytes += len(value) + grown + genericRowBytes + 9*len(extra.Attrs)
 	return nil
+}
+
+func (b *genericBuilder) Check(value []byte) error {
+	_, err := b.validate(value)
+	return err
+}
+
+// validate is the first pass of AppendEnriched: the message's size and
+// its decoding without columns.
+func (b *genericBuilder) validate(value []byte) (grown int, err error) {
+	if len(value) > b.maxBytes {
+		return 0, &DecodeError{
+			Reason: ReasonTooLarge,
+			Detail: "message is " + strconv.Itoa(len(value)) + " bytes; the limit is " + strconv.Itoa(b.maxBytes),
+		}
+	}
+	return b.dec.decode(value, nil)
 }
 
 func putTime(c array.Builder, t time.Time) {
