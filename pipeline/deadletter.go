@@ -32,8 +32,11 @@ const (
 	// routes it splits the topic with).
 	HeaderTable = "floe.table"
 	// HeaderValueSize is the size of the record's value when the dead
-	// letter holds only its first maxLetterBytes (see message).
+	// letter holds only its first bytes (see maxLetterBytes).
 	HeaderValueSize = "floe.value.size"
+	// HeaderKeySize is the size of the record's key when the dead letter
+	// holds only its first maxLetterBytes/2.
+	HeaderKeySize = "floe.key.size"
 	// HeaderHeadersDropped counts the record's own headers a dead letter
 	// left out beyond maxSourceHeaderBytes.
 	HeaderHeadersDropped = "floe.source.headers.dropped"
@@ -43,7 +46,7 @@ const (
 // header of one of these names (a dead letter fed back to floe) is left
 // out, so that each names one value.
 var floeHeaders = []string{HeaderReason, HeaderField, HeaderDetail, HeaderSourceTopic, HeaderSourcePartition,
-	HeaderSourceOffset, HeaderSourceTimestamp, HeaderTable, HeaderValueSize, HeaderHeadersDropped}
+	HeaderSourceOffset, HeaderSourceTimestamp, HeaderTable, HeaderValueSize, HeaderKeySize, HeaderHeadersDropped}
 
 // maxSourceHeaderBytes bounds the record's own headers that its dead
 // letter keeps, after floe's, each counted as its name, its value and
@@ -63,9 +66,10 @@ const maxReasonTextBytes = 1 << 10
 // dead-lettered as too_large is larger than max_message_bytes (1 MiB by
 // default), and so would be its dead letter: the writer (and a broker at
 // its default message.max.bytes) would refuse it at every attempt, and the
-// flush holding it would retry forever. Such a letter keeps the value's
-// first bytes and its size (HeaderValueSize); the whole record stays in the
-// source topic at the offset the headers give.
+// flush holding it would retry forever. Such a letter keeps the key's first
+// half of the bound at most and the value's first bytes, with the size of
+// each one cut (HeaderKeySize, HeaderValueSize); the whole record stays in
+// the source topic at the offset the headers give.
 const maxLetterBytes = 512 << 10
 
 // deadLetterBatchBytes bounds the dead-letter writer's batches, as kafka-go
@@ -108,9 +112,14 @@ func (d deadLetter) message(topic, table string) kafka.Message {
 	}
 	key, value := d.msg.Key, d.msg.Value
 	if len(key)+len(value) > maxLetterBytes {
-		h = append(h, kafka.Header{Key: HeaderValueSize, Value: []byte(strconv.Itoa(len(value)))})
-		key = key[:min(len(key), maxLetterBytes/2)]
-		value = value[:min(len(value), maxLetterBytes-len(key))]
+		if len(key) > maxLetterBytes/2 {
+			h = append(h, kafka.Header{Key: HeaderKeySize, Value: []byte(strconv.Itoa(len(key)))})
+			key = key[:maxLetterBytes/2]
+		}
+		if len(value) > maxLetterBytes-len(key) {
+			h = append(h, kafka.Header{Key: HeaderValueSize, Value: []byte(strconv.Itoa(len(value)))})
+			value = value[:maxLetterBytes-len(key)]
+		}
 	}
 	kept, dropped := 0, 0
 	for _, sh := range d.msg.Headers {

@@ -75,6 +75,39 @@ func TestTooLargeDeadLetterIsWritten(t *testing.T) {
 	}
 }
 
+// TestDeadLetterSizesWhatItCuts: a letter over maxLetterBytes of key and
+// value keeps the first bytes of each part it cuts and that part's whole
+// size in a header (floe.key.size, floe.value.size), and no size header for
+// a part kept whole. Before, a key was cut to half the bound with nothing
+// saying so, and floe.value.size was added even for a value kept whole.
+func TestDeadLetterSizesWhatItCuts(t *testing.T) {
+	const half = maxLetterBytes / 2
+	for _, c := range []struct {
+		name               string
+		key, value         int
+		keySize, valueSize string // "" when the part is whole
+		keptKey, keptValue int
+	}{
+		{"small", 3, 100, "", "", 3, 100},
+		{"large value", 3, 2 << 20, "", "2097152", 3, maxLetterBytes - 3},
+		{"large key", 400 << 10, 200 << 10, "409600", "", half, 200 << 10},
+		{"both large", 400 << 10, 2 << 20, "409600", "2097152", half, half},
+	} {
+		msg := kafka.Message{Topic: "clicks", Offset: 3, Key: bytes.Repeat([]byte("k"), c.key), Value: bytes.Repeat([]byte("v"), c.value), Time: time.Now()}
+		m := deadLetter{msg: msg, reason: "malformed_json"}.message("clicks.dlq", "t.clicks")
+		sizes := map[string]string{}
+		for _, h := range m.Headers {
+			if h.Key == HeaderKeySize || h.Key == HeaderValueSize {
+				sizes[h.Key] = string(h.Value)
+			}
+		}
+		if len(m.Key) != c.keptKey || len(m.Value) != c.keptValue || sizes[HeaderKeySize] != c.keySize || sizes[HeaderValueSize] != c.valueSize {
+			t.Errorf("%s: kept %d bytes of key, %d of value, sizes %v; want %d, %d, %s %q, %s %q", c.name, len(m.Key), len(m.Value), sizes,
+				c.keptKey, c.keptValue, HeaderKeySize, c.keySize, HeaderValueSize, c.valueSize)
+		}
+	}
+}
+
 // TestDeadLetterKeepsSourceHeaders: a dead letter carries the record's own
 // headers after floe's, except those named like floe's (a dead letter fed
 // back to floe), and no more than maxSourceHeaderBytes of them, counting
