@@ -48,6 +48,9 @@ type partitionBuffer struct {
 	// firstTS and lastTS are the Kafka timestamps (Unix nanoseconds) of the
 	// current segment's first and last records.
 	firstTS, lastTS int64
+	// held is what the buffer gained since its last take, counted as the
+	// window counts it (see window.release).
+	held windowCount
 	// lag, when set, receives the partition's lag bookkeeping.
 	lag *partitionStats
 	// gap is called (under mu) when the log skips offsets: retention deleted
@@ -61,8 +64,13 @@ type partitionBuffer struct {
 type segment struct {
 	part            lakehouse.Part
 	letters         []deadLetter
-	firstTS, lastTS int64 // Kafka timestamps of its first and last records
+	firstTS, lastTS int64       // Kafka timestamps of its first and last records
+	held            windowCount // what it holds, as the window counted it
 }
+
+// windowCount is rows (dead letters included) and their bytes, as the
+// window counts them.
+type windowCount struct{ rows, bytes int }
 
 func newPartitionBuffer(sc *schemas.Schema, topic string, partition int32, resume int64, maxMessageBytes int, gap func(from, to int64)) *partitionBuffer {
 	return &partitionBuffer{
@@ -163,6 +171,7 @@ var offResult = enrich.Result{Status: "off"}
 func (b *partitionBuffer) appendEnriched(msg kafka.Message, now time.Time, res enrich.Result) (rowsDelta, bytesDelta int, dead bool, err error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	defer func() { b.hold(rowsDelta, bytesDelta) }()
 	if err := b.extend(msg); err != nil {
 		return 0, 0, false, err
 	}
@@ -235,6 +244,7 @@ type resolvingBuilder interface {
 func (b *partitionBuffer) appendResolved(msg kafka.Message, now time.Time, keyField string, res schemas.Resolver) (rowsDelta, bytesDelta int, ok bool, err error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	defer func() { b.hold(rowsDelta, bytesDelta) }()
 	rb, can := b.builder.(resolvingBuilder)
 	if !can {
 		return 0, 0, false, nil
@@ -261,6 +271,13 @@ func (b *partitionBuffer) appendResolved(msg kafka.Message, now time.Time, keyFi
 	}
 }
 
+// hold counts what an append added, which the caller adds to the window.
+// b.mu must be held.
+func (b *partitionBuffer) hold(rows, bytes int) {
+	b.held.rows += rows
+	b.held.bytes += bytes
+}
+
 // take returns the current segment and starts a new one that builds on it.
 // ok is false when nothing was appended since the last take.
 func (b *partitionBuffer) take() (seg segment, ok bool) {
@@ -282,6 +299,7 @@ func (b *partitionBuffer) take() (seg segment, ok bool) {
 	}
 	seg.letters = b.letters
 	seg.firstTS, seg.lastTS = b.firstTS, b.lastTS
+	seg.held, b.held = b.held, windowCount{}
 	b.letters = nil
 	b.resume = b.next
 	b.from = b.next
@@ -500,15 +518,19 @@ func (w *window) kick() {
 	}
 }
 
-// reset empties the window after a flush took everything, waking workers,
-// and returns what it held.
-func (w *window) reset() (rows, bytes int) {
+// release takes what a flush took from the buffers out of the window,
+// waking workers. Only that: a worker may append to a buffer the flush
+// has already taken before the flush is done taking the others (one may
+// wait minutes on a buffer's lock through a schema evolution), and what it
+// appended stays in the window. A record is counted by its buffer before
+// the worker adds it to the window, so the window may briefly fall below
+// what the buffers hold (even below zero), never stay there.
+func (w *window) release(took windowCount) {
 	w.mu.Lock()
-	rows, bytes = w.rows, w.bytes
-	w.rows, w.bytes = 0, 0
+	w.rows -= took.rows
+	w.bytes -= took.bytes
 	w.mu.Unlock()
 	w.cond.Broadcast()
-	return rows, bytes
 }
 
 // close wakes every waiter for good (generation over).

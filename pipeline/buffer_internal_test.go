@@ -197,7 +197,7 @@ func TestAppendCachedNeedsRoomAndAnIdleLane(t *testing.T) {
 	if done, err := m.appendCached(b, rec(1), r, win, -1, func() {}); done || err != nil {
 		t.Fatalf("offset 1 with the window full: done %v, %v", done, err)
 	}
-	win.reset()
+	win.release(windowCount{rows: win.rows, bytes: win.bytes}) // a flush
 	if err := lane.Pass(t.Context(), "another route's record", 0); err != nil {
 		t.Fatal(err)
 	}
@@ -282,5 +282,48 @@ func TestLagSecondsOfARecordALaneHeldAcrossACommit(t *testing.T) {
 	}
 	if _, secs := b.lag.lag(time.Now()); secs < time.Since(held.Time).Seconds()-1 {
 		t.Fatalf("lag %.0f s; the oldest uncommitted record is %.0f s old", secs, time.Since(held.Time).Seconds())
+	}
+}
+
+// TestWindowKeepsWhatAFlushDidNotTake: a record a worker appends to its
+// partition's buffer after the flush took that buffer, while the flush
+// takes the others, stays counted in the commit window until the next
+// flush takes it. The flush used to empty the window instead: with the
+// flush waiting on another buffer (a schema evolution holds its lock for
+// minutes), a whole window could fill uncounted.
+func TestWindowKeepsWhatAFlushDidNotTake(t *testing.T) {
+	sc, err := schemas.Lookup(schemas.Clickstream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := newPartitionBuffer(sc, "clicks", 0, 0, 1<<20, nil)
+	b := newPartitionBuffer(sc, "clicks", 1, 0, 1<<20, nil)
+	t.Cleanup(a.release)
+	t.Cleanup(b.release)
+	m := &Member{stats: &Stats{}}
+	win := newWindow(1000, 1<<30)
+	rec := func(off int64) kafka.Message {
+		return kafka.Message{Offset: off, Time: time.Now(), Value: []byte(`{"event_id":"e","session_id":"s","event_type":"click","ts":1700000000000}`)}
+	}
+	appendTo := func(buf *partitionBuffer, off int64) {
+		t.Helper()
+		if err := m.append(buf, rec(off), offResult, win, -1, func() {}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	appendTo(a, 0)
+	appendTo(b, 0)
+	segA, _ := a.take()
+	appendTo(a, 1) // after a was taken, before b is
+	segB, _ := b.take()
+	defer segA.part.Rows.Release()
+	defer segB.part.Rows.Release()
+	win.release(windowCount{rows: segA.held.rows + segB.held.rows, bytes: segA.held.bytes + segB.held.bytes})
+	if win.rows != 1 || win.bytes != a.held.bytes || a.held.bytes <= 0 {
+		t.Fatalf("after the flush the window counts %d rows and %d bytes; want the 1 row of %d bytes buffered after it took its partition",
+			win.rows, win.bytes, a.held.bytes)
+	}
+	if segA.held.rows != 1 || segB.held.rows != 1 {
+		t.Fatalf("segments hold %d and %d rows as the window counted them, want 1 each", segA.held.rows, segB.held.rows)
 	}
 }

@@ -890,13 +890,17 @@ func (f *flusher) loop(stop, flushCtx context.Context) error {
 func (f *flusher) flush(ctx context.Context) error {
 	var segs []segment
 	var from []*partitionBuffer // the buffer of each segment
+	var took windowCount
 	for _, b := range f.bufs {
 		if s, ok := b.take(); ok {
 			segs = append(segs, s)
 			from = append(from, b)
+			took.rows += s.held.rows
+			took.bytes += s.held.bytes
 		}
 	}
-	flushRows, flushBytes := f.win.reset()
+	f.win.release(took)
+	flushRows, flushBytes := took.rows, took.bytes
 	m := f.m
 	if len(segs) == 0 {
 		if m.until != nil {
