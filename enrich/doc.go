@@ -38,7 +38,8 @@
 // backoff between Config.BackoffMin and BackoffMax). Everything else — other
 // statuses, an undecodable body, a TLS verification failure — is a permanent
 // failure of that request. A request that still fails after its retries
-// counts as one failure for the circuit breaker.
+// counts as one failure for the circuit breaker (unless it asked for an
+// isolated key, see pause below).
 //
 // # Ordering, coalescing, batching, bounds
 //
@@ -102,6 +103,12 @@
 //     half-open probe with a 400, 413, 422 or 500) is split in halves until
 //     a key the service cannot answer is alone: only its records, and those
 //     behind them in their partitions, wait (floe_enrich_batch_splits_total).
+//     Once such a key alone has failed while other requests succeeded, it
+//     is isolated: its failures with one of those statuses no longer count
+//     for the breaker, and while other lookups wait for the half-open
+//     breaker's probe it leaves the probe to them. Retried for as long as
+//     it fails, it would open the breaker for every partition whenever few
+//     other requests are made (a warm cache).
 //   - passthrough: records complete without enrichment: StatusSkipped while
 //     the breaker is open, StatusError (with Err) after a failed request.
 //   - dlq: records complete with StatusDead and Err (ErrBreakerOpen or a

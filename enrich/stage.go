@@ -68,9 +68,13 @@ var (
 	ErrClosed = errors.New("enrich: queue closed")
 )
 
-// errStopping is reported to the breaker for requests cut short by
-// shutdown; it is excluded from the breaker's counts.
-var errStopping = errors.New("stage stopping")
+// Outcomes reported to the breaker that its counts exclude: a request cut
+// short by shutdown, and a failure of an isolated key (see resolve) with a
+// status it may have caused. Neither says anything of the service.
+var (
+	errStopping = errors.New("stage stopping")
+	errIsolated = errors.New("a key the service cannot answer failed again")
+)
 
 // Stage is the asynchronous, batched enrichment stage: one per member,
 // shared by the lanes (Queues) of all its partitions.
@@ -125,6 +129,9 @@ type Stage struct {
 	// answered counts the requests that succeeded: a batch that fails
 	// while others succeed fails for its own keys (see resolve).
 	answered atomic.Int64
+	// probeWaiters counts the batches other than isolated keys that wait
+	// for the breaker: an isolated key leaves its probe to them (see ask).
+	probeWaiters atomic.Int64
 
 	hedge hedger
 
@@ -208,7 +215,7 @@ func NewStage(cfg Config, reg prometheus.Registerer, log *slog.Logger) (*Stage, 
 			return finished >= minReq && float64(c.TotalFailures) >= ratio*float64(finished)
 		},
 		OnStateChange: s.onBreakerChange,
-		IsExcluded:    func(err error) bool { return errors.Is(err, errStopping) },
+		IsExcluded:    func(err error) bool { return errors.Is(err, errStopping) || errors.Is(err, errIsolated) },
 	})
 	s.warnRisky()
 	return s, nil
@@ -291,7 +298,7 @@ func (s *Stage) Run(ctx context.Context) error {
 		go func() {
 			defer wg.Done()
 			defer func() { <-s.slots }()
-			s.resolve(ctx, keys, false)
+			s.resolve(ctx, keys, false, false)
 		}()
 	}
 }
@@ -421,12 +428,30 @@ func cachedResult(v cached) Result {
 // splitSlots, so that a batch whose every key fails cannot become
 // hundreds of requests at once. A batch of one such key moves off its
 // slot in the same way.
-func (s *Stage) resolve(ctx context.Context, keys []string, half bool) {
+//
+// A key alone that fails while other requests succeed is isolated: its
+// failures with a status it may have caused no longer count for the
+// breaker, and it leaves the half-open breaker's probe to the other
+// batches waiting for it (see ask). Retried for as long as it fails, it
+// would otherwise open the breaker against a service that answers
+// everything else (with a warm cache, few other requests dilute its
+// failures), and then take the probes meant to find the service
+// answering. Only others' answers isolate a key: failed rounds and failed
+// probes also find a service answering 500 to everyone, which must open
+// the breaker however few keys it is asked for. An isolated key's other
+// failures (transport errors, timeouts, 502–504, 401…) still count.
+func (s *Stage) resolve(ctx context.Context, keys []string, half, isolated bool) {
 	s.m.inFlightRequests.Inc()
 	defer s.m.inFlightRequests.Dec()
 	s.m.batchSize.Observe(float64(len(keys)))
 	policy := s.cfg.Breaker.Policy
-	failures := 0 // of requests let through the breaker
+	failures := 0    // of requests let through the breaker
+	waiting := false // counted in probeWaiters
+	defer func() {
+		if waiting {
+			s.probeWaiters.Add(-1)
+		}
+	}()
 	for round := 0; ; round++ {
 		if half {
 			select {
@@ -436,9 +461,13 @@ func (s *Stage) resolve(ctx context.Context, keys []string, half bool) {
 			}
 		}
 		since := s.answered.Load()
-		res, probe, err := s.ask(ctx, keys)
+		res, probe, err := s.ask(ctx, keys, isolated)
 		if half {
 			<-s.splitSlots
+		}
+		if waiting && !errors.Is(err, errBreakerBusy) {
+			waiting = false
+			s.probeWaiters.Add(-1)
 		}
 		switch {
 		case ctx.Err() != nil:
@@ -451,6 +480,10 @@ func (s *Stage) resolve(ctx context.Context, keys []string, half bool) {
 			case PolicyDLQ:
 				s.completeAll(keys, Result{Status: StatusDead, Err: ErrBreakerOpen})
 				return
+			}
+			if !isolated && !waiting {
+				waiting = true
+				s.probeWaiters.Add(1)
 			}
 			if !s.waitBreaker(ctx) {
 				return
@@ -485,8 +518,9 @@ func (s *Stage) resolve(ctx context.Context, keys []string, half bool) {
 		if keys = s.awaited(keys); len(keys) == 0 {
 			return
 		}
-		if !splits(err) || !(probe && keysAtFault(err) ||
-			s.cb.State() == gobreaker.StateClosed && (s.answered.Load() > since || failures >= splitRounds && keysAtFault(err))) {
+		closed := s.cb.State() == gobreaker.StateClosed
+		othersAnswered := closed && s.answered.Load() > since
+		if !splits(err) || !(probe && keysAtFault(err) || othersAnswered || closed && failures >= splitRounds && keysAtFault(err)) {
 			continue
 		}
 		switch {
@@ -494,9 +528,10 @@ func (s *Stage) resolve(ctx context.Context, keys []string, half bool) {
 			s.split(ctx, keys)
 			return
 		case !half: // one key alone: off its request slot, as a half
-			s.halves.Go(func() { s.resolve(ctx, keys, true) })
+			s.halves.Go(func() { s.resolve(ctx, keys, true, othersAnswered) })
 			return
 		}
+		isolated = isolated || othersAnswered
 	}
 }
 
@@ -572,7 +607,19 @@ var errBreakerBusy = errors.New("the breaker lets no request through")
 // failures, see attempts) and reports its outcome to the breaker; a request
 // cut short by ctx counts for nothing. probe reports whether the request
 // was the half-open breaker's probe (the only request it lets through).
-func (s *Stage) ask(ctx context.Context, keys []string) (res map[string]Values, probe bool, err error) {
+//
+// For an isolated key (see resolve), a failure with a status it may have
+// caused counts for nothing either, and while the breaker is not closed it
+// does not ask as long as other batches wait: its probe would fail and
+// open the breaker again for them all. With none waiting it may take the
+// probe, whose failure then counts as any probe's: were that excluded, a
+// service answering 500 to everyone would hold the breaker half-open,
+// probed by isolated keys one after another, once they were all that was
+// left.
+func (s *Stage) ask(ctx context.Context, keys []string, isolated bool) (res map[string]Values, probe bool, err error) {
+	if isolated && s.probeWaiters.Load() > 0 && s.cb.State() != gobreaker.StateClosed {
+		return nil, false, errBreakerBusy
+	}
 	done, err := s.cb.Allow()
 	if err != nil {
 		return nil, false, errBreakerBusy
@@ -581,11 +628,15 @@ func (s *Stage) ask(ctx context.Context, keys []string) (res map[string]Values, 
 	// the outcome of its probe.
 	probe = s.cb.State() == gobreaker.StateHalfOpen
 	res, err = s.attempts(ctx, keys)
-	if ctx.Err() != nil {
+	switch {
+	case ctx.Err() != nil:
 		done(errStopping)
 		return nil, probe, ctx.Err()
+	case isolated && !probe && keysAtFault(err):
+		done(errIsolated)
+	default:
+		done(err)
 	}
-	done(err)
 	return res, probe, err
 }
 
@@ -594,7 +645,7 @@ func (s *Stage) split(ctx context.Context, keys []string) {
 	s.m.splits.Inc()
 	half := len(keys) / 2
 	for _, part := range [][]string{keys[:half], keys[half:]} {
-		s.halves.Go(func() { s.resolve(ctx, part, true) })
+		s.halves.Go(func() { s.resolve(ctx, part, true, false) })
 	}
 }
 

@@ -576,6 +576,98 @@ func TestAKeyAloneFreesItsRequestSlot(t *testing.T) {
 	checkLanes(t, srv, recs, runLanesWithin(t, h.st, recs, "keys asked for after a key the service cannot answer"))
 }
 
+// TestAnIsolatedKeyLeavesTheBreakerClosed: a key the service cannot
+// answer, alone in its requests, is retried for as long as its record
+// waits. Its failures counted for the breaker: with few other lookups (a
+// warm cache) they outnumbered the successes even at the default
+// min_requests, the breaker opened, and every partition's new keys waited
+// for a probe, which the key itself often took and failed. They now count
+// for nothing, while a service down for everyone still opens the breaker,
+// and the keys waiting for its probe are answered once it recovers.
+func TestAnIsolatedKeyLeavesTheBreakerClosed(t *testing.T) {
+	poison := key(1000)
+	srv, url := startServer(t, enrich.ServerConfig{P50: time.Millisecond, P99: 2 * time.Millisecond, Seed: 13, FailKeys: []string{poison}})
+	cfg := testConfig(url)
+	cfg.Breaker.MinRequests = 0 // the default, 10
+	cfg.Breaker.OpenTimeout = enrich.Duration(time.Second)
+	h := startStage(t, cfg)
+	opened := func() float64 { return h.metric(t, "floe_enrich_breaker_transitions_total", "to", "open") }
+
+	stuck := h.st.NewQueue()
+	t.Cleanup(stuck.Abort)
+	if err := stuck.Submit(context.Background(), poison, record{key: poison}); err != nil {
+		t.Fatal(err)
+	}
+	// Another partition asks for a new key every 200 ms, fewer requests
+	// than the poison key's.
+	good := h.st.NewQueue()
+	t.Cleanup(good.Abort)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	lookup := func(i int) {
+		t.Helper()
+		if err := good.Submit(ctx, key(i), i); err != nil {
+			t.Fatal(err)
+		}
+		got, err := good.Take(ctx, nil)
+		if err != nil || len(got) != 1 {
+			t.Fatalf("key %d: %v (breaker opened %v times)", i, err, opened())
+		}
+		checkResult(t, srv, key(i), got[0].Result)
+	}
+	for i := range 15 {
+		lookup(i)
+		if n := opened(); n > 0 {
+			t.Fatalf("the breaker opened after %d other lookups: the isolated key's failures counted (%d requests)", i+1, srv.Requests())
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	short, stop := context.WithTimeout(ctx, 200*time.Millisecond)
+	defer stop()
+	if got, err := stuck.Take(short, nil); err == nil {
+		t.Fatalf("the poison key's lane gave %v", got)
+	}
+
+	// Down for everyone (503, which no key causes): the breaker opens, and
+	// the key waiting for its probe is answered after the outage.
+	srv.SetOutage(true)
+	if err := good.Submit(ctx, key(100), 100); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "the breaker to open in an outage", func() bool { return h.metric(t, "floe_enrich_breaker_state") == 2 })
+	srv.SetOutage(false)
+	got, err := good.Take(ctx, nil)
+	if err != nil || len(got) != 1 {
+		t.Fatalf("the key asked for in the outage: %v", err)
+	}
+	checkResult(t, srv, key(100), got[0].Result)
+}
+
+// TestAKeyAloneOpensTheBreakerWhenNothingIsAnswered: a service answering
+// 500 to every request, asked for one key, opens the breaker (at the
+// default min_requests). The key's failed rounds move it off its request
+// slot as they would a key the service cannot answer, but only other
+// requests' answers isolate a key (whose failures then stop counting):
+// isolated by its failures alone, a key would keep the breaker closed
+// through an outage that few keys meet (a warm cache's).
+func TestAKeyAloneOpensTheBreakerWhenNothingIsAnswered(t *testing.T) {
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Error(w, "database down", http.StatusInternalServerError)
+	}))
+	t.Cleanup(ts.Close)
+	cfg := testConfig(ts.URL)
+	cfg.Breaker.MinRequests = 0 // the default, 10
+	h := startStage(t, cfg)
+	q := h.st.NewQueue()
+	t.Cleanup(q.Abort)
+	if err := q.Submit(context.Background(), key(1), 1); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 20*time.Second, "the breaker to open", func() bool {
+		return h.metric(t, "floe_enrich_breaker_transitions_total", "to", "open") > 0
+	})
+}
+
 // runLanesWithin is runLanes, failing the test when the lanes (what) are
 // still waiting after 30 s rather than hanging.
 func runLanesWithin(t *testing.T, st *enrich.Stage, recs [][]record, what string) [][]enrich.Completed {
