@@ -137,8 +137,8 @@ func newCached(vals Values, miss bool, expires, refresh int64) cached {
 }
 
 // put caches an outcome for ttl and returns its entry, which is also the
-// outcome's Result (cachedResult) when nothing is cached: no cache, or no
-// ttl.
+// outcome's Result (cachedResult) when nothing is cached: no cache, no ttl,
+// or an entry too large for it (see addLocked).
 func (c *cache) put(key string, vals Values, miss bool, ttl time.Duration, n int64) cached {
 	if c == nil || ttl <= 0 {
 		return newCached(vals, miss, 0, 0)
@@ -160,8 +160,16 @@ func (c *cache) store(key string, v cached) {
 // addLocked stores v in cur (key is not in old), rotating the generations
 // first when cur is full, by count or by bytes: cur becomes old, and the
 // previous old, whose entries nobody read during a whole generation, goes.
+// An entry larger than a generation may hold is not stored (and what cur
+// held for key goes): stored after a rotation all the same, one in each
+// generation of each shard, such entries held 32 times that share
+// whatever the bound.
 func (sh *cacheShard) addLocked(key string, v cached) {
 	n := entryBytes(key, v)
+	if n > sh.genBytes {
+		delete(sh.cur, key)
+		return
+	}
 	if _, ok := sh.cur[key]; !ok && len(sh.cur) > 0 && (len(sh.cur) >= sh.gen || sh.curBytes+n > sh.genBytes) {
 		// The new generation is sized by the one just filled: by sh.gen
 		// it would reserve room for the count bound, far beyond the byte

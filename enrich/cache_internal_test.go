@@ -79,6 +79,39 @@ func TestCacheBoundedByBytes(t *testing.T) {
 	}
 }
 
+// TestCacheSkipsEntriesLargerThanAGeneration: an entry larger than a
+// generation of a shard may hold (1/32 of the byte bound) was stored after
+// a rotation all the same, so every generation of every shard could hold
+// one: 200 answers of 8 MiB kept 256 MiB under a bound of 4 MiB. Such an
+// answer is returned but not cached, and what the cache held for its key
+// goes; one that fits is cached.
+func TestCacheSkipsEntriesLargerThanAGeneration(t *testing.T) {
+	const maxBytes = 4 << 20
+	share := maxBytes / cacheShards / 2
+	c := newCache(200000, maxBytes, time.Second)
+	now := int64(time.Second)
+	c.put("k0", Values{schemas.StringAttr("small")}, false, time.Hour, now)
+	big := strings.Repeat("x", share) // with its key and attribute, over the share
+	for i := range 200 {
+		k := "k" + strconv.Itoa(i)
+		r := cachedResult(c.put(k, Values{schemas.StringAttr(big)}, false, time.Hour, now))
+		if r.Status != StatusOK || r.Values[0].Str != big {
+			t.Fatalf("key %s: the outcome returned is %s", k, r.Status)
+		}
+		if v, fr := c.get([]byte(k), now); fr != absent {
+			t.Fatalf("key %s: an entry of %d bytes cached (%v) under a bound of %d bytes", k, entryBytes(k, v), fr, maxBytes)
+		}
+	}
+	if n := c.len(); n != 0 {
+		t.Fatalf("%d entries cached", n)
+	}
+	fits := strings.Repeat("x", share-200)
+	c.put("k0", Values{schemas.StringAttr(fits)}, false, time.Hour, now)
+	if v, fr := c.get([]byte("k0"), now); fr != fresh || v.vals[0].Str != fits {
+		t.Fatalf("an entry of %d bytes, within a generation's %d, is not cached", entryBytes("k0", v), share)
+	}
+}
+
 // TestCacheMemoryBoundedByBytesWithLargeCount: with a large cache_size the
 // byte bound is what holds the cache, and its memory stays near it. Each
 // rotation used to make the new generation's map with room for the count

@@ -198,7 +198,9 @@ type Config struct {
 	// CacheMaxBytes bounds the cache's memory, as estimated per entry (its
 	// key, its strings, its attributes, the map's slot): a service that
 	// answers with long strings would otherwise fill the memory long before
-	// CacheSize keys. 0 means DefaultCacheMaxBytes (256 MiB).
+	// CacheSize keys. An answer larger than 1/32 of it (a generation of one
+	// of the cache's 16 shards) is not cached: its key is looked up again
+	// whenever a record needs it. 0 means DefaultCacheMaxBytes (256 MiB).
 	CacheMaxBytes bytesize.Size `yaml:"cache_max_bytes"`
 	// CacheTTL is how long a result is used. Default 10m. Hot keys are
 	// refreshed in the background after 80% of it, so they never stall a
