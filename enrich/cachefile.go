@@ -6,6 +6,7 @@ import (
 	"encoding/gob"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"io"
 	"os"
 	"path/filepath"
@@ -25,8 +26,8 @@ import (
 // allow.
 
 // cacheFileVersion is the format of the cache file; a file of another
-// version is ignored.
-const cacheFileVersion = 2
+// version is ignored. 3: the end mark carries a checksum.
+const cacheFileVersion = 3
 
 // cacheFileHeader opens a cache file. A file saved for other fields or
 // another key field holds values that do not fit, and one saved against
@@ -40,10 +41,17 @@ type cacheFileHeader struct {
 }
 
 // cacheFileEntry is one cached outcome; times are Unix nanoseconds. The
-// last entry of a file is End alone: a file cut between two entries still
-// decodes to its end, and would otherwise pass for a whole one. LookedUp is
-// when the outcome was looked up (at the latest: its expiry less the TTL
-// of the run that saved it); 0 in files saved before it was kept.
+// last entry of a file is End, with Sum alone: a file cut between two
+// entries still decodes to its end, and would otherwise pass for a whole
+// one. Sum is the CRC-32C of the file's bytes before the end mark: a byte
+// changed in an attribute string (a bad sector, a partial overwrite) still
+// decodes, and would be written into rows as the key's enrichment, status
+// ok, until its cache_ttl ran out. CRC-32C, not a cryptographic hash: the
+// file guards against damage, not against whoever may write it, and the
+// CPU computes it at many GB/s, which keeps a scheduled job's start fast.
+// LookedUp is when the outcome was looked up (at the latest: its expiry
+// less the TTL of the run that saved it); 0 in files saved before it was
+// kept.
 type cacheFileEntry struct {
 	Key      string
 	Values   []schemas.Attr
@@ -52,6 +60,44 @@ type cacheFileEntry struct {
 	Refresh  int64
 	LookedUp int64
 	End      bool
+	Sum      uint32
+}
+
+// castagnoli is CRC-32C's table, for cacheFileEntry.Sum.
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// summingWriter passes writes on to w, adding their bytes to sum.
+type summingWriter struct {
+	w   io.Writer
+	sum uint32
+}
+
+func (s *summingWriter) Write(p []byte) (int, error) {
+	s.sum = crc32.Update(s.sum, castagnoli, p)
+	return s.w.Write(p)
+}
+
+// summingReader adds the bytes read from r to sum. gob reads a message's
+// bytes exactly (its length, then that many bytes) from a reader that is
+// an io.ByteReader, which it then does not buffer: sum before a message
+// is decoded covers the bytes before it.
+type summingReader struct {
+	r   *bufio.Reader
+	sum uint32
+}
+
+func (s *summingReader) Read(p []byte) (int, error) {
+	n, err := s.r.Read(p)
+	s.sum = crc32.Update(s.sum, castagnoli, p[:n])
+	return n, err
+}
+
+func (s *summingReader) ReadByte() (byte, error) {
+	b, err := s.r.ReadByte()
+	if err == nil {
+		s.sum = crc32.Update(s.sum, castagnoli, []byte{b})
+	}
+	return b, err
 }
 
 func (s *Stage) cacheFileHeader() cacheFileHeader {
@@ -181,7 +227,8 @@ func (s *Stage) writeCacheFile(path string) (int, error) {
 // taken at wall time now, and ttl and negTTL the TTLs its entries were
 // cached for (a result, a miss); it returns how many entries it wrote.
 func (c *cache) save(w io.Writer, h cacheFileHeader, now time.Time, mono int64, ttl, negTTL time.Duration) (int, error) {
-	enc := gob.NewEncoder(w)
+	sw := &summingWriter{w: w}
+	enc := gob.NewEncoder(sw)
 	if err := enc.Encode(h); err != nil {
 		return 0, err
 	}
@@ -211,19 +258,20 @@ func (c *cache) save(w io.Writer, h cacheFileHeader, now time.Time, mono int64, 
 			n++
 		}
 	}
-	return n, enc.Encode(cacheFileEntry{End: true})
+	return n, enc.Encode(cacheFileEntry{End: true, Sum: sw.sum})
 }
 
 // load adds the unexpired entries saved in r, if its header is want and r
-// reads without error to its end mark and ends there (else none), with
-// monoNow value mono taken at wall time now. An entry lives no longer than
-// ttl (a result) or negTTL (a miss) from its lookup, nor from now: the
-// settings may have been lowered since it was saved, or the clock was wrong
-// then. Its strings are
-// shared through interns (by field; nil for none), as the response
-// decoder's are. It returns how many entries it added.
+// reads without error to its end mark, whose checksum matches, and ends
+// there (else none), with monoNow value mono taken at wall time now. An
+// entry lives no longer than ttl (a result) or negTTL (a miss) from its
+// lookup, nor from now: the settings may have been lowered since it was
+// saved, or the clock was wrong then. Its strings are shared through
+// interns (by field; nil for none), as the response decoder's are. It
+// returns how many entries it added.
 func (c *cache) load(r io.Reader, want cacheFileHeader, now time.Time, mono int64, ttl, negTTL time.Duration, interns []*interner) (int, error) {
-	dec := gob.NewDecoder(bufio.NewReader(r))
+	sr := &summingReader{r: bufio.NewReader(r)}
+	dec := gob.NewDecoder(sr)
 	var h cacheFileHeader
 	if err := dec.Decode(&h); err != nil {
 		return 0, fmt.Errorf("reading its header: %w", err)
@@ -240,6 +288,7 @@ func (c *cache) load(r io.Reader, want cacheFileHeader, now time.Time, mono int6
 	var entries []cacheFileEntry
 	for {
 		var e cacheFileEntry
+		sum := sr.sum
 		err := dec.Decode(&e)
 		if errors.Is(err, io.EOF) {
 			return 0, fmt.Errorf("it ends after %d entries, without its end mark: cut short", len(entries))
@@ -248,6 +297,9 @@ func (c *cache) load(r io.Reader, want cacheFileHeader, now time.Time, mono int6
 			return 0, fmt.Errorf("reading entry %d: %w", len(entries)+1, err)
 		}
 		if e.End {
+			if e.Sum != sum {
+				return 0, fmt.Errorf("its checksum does not match its %d entries: it was damaged", len(entries))
+			}
 			break
 		}
 		entries = append(entries, e)

@@ -3,6 +3,7 @@ package enrich
 import (
 	"bytes"
 	"encoding/gob"
+	"hash/crc32"
 	"strings"
 	"testing"
 	"time"
@@ -107,7 +108,7 @@ func TestCacheFileNeedsItsEndMark(t *testing.T) {
 	if _, err := load(); err == nil || !strings.Contains(err.Error(), "cut short") {
 		t.Fatalf("a file without its end mark: %v, want it refused as cut short", err)
 	}
-	if err := enc.Encode(cacheFileEntry{End: true}); err != nil {
+	if err := enc.Encode(cacheFileEntry{End: true, Sum: crc32.Checksum(file.Bytes(), castagnoli)}); err != nil {
 		t.Fatal(err)
 	}
 	if n, err := load(); err != nil || n != 1 {
@@ -118,6 +119,44 @@ func TestCacheFileNeedsItsEndMark(t *testing.T) {
 	}
 	if _, err := load(); err == nil || !strings.Contains(err.Error(), "after its end mark") {
 		t.Fatalf("a file going on after its end mark: %v, want it refused", err)
+	}
+}
+
+// TestCacheFileDamagedIsIgnored: a byte changed before the end mark (a
+// bad sector, a partial overwrite) makes the file load nothing.
+// The file had no checksum: a byte changed in an attribute string loaded
+// as another value, written into rows as the key's enrichment, status ok,
+// until its cache_ttl ran out.
+func TestCacheFileDamagedIsIgnored(t *testing.T) {
+	h := cacheFileHeader{Version: cacheFileVersion, Key: "user_id", Fields: []Field{{Name: "segment", Type: TypeString, Attribute: "segment"}}}
+	now, mono := time.Now(), int64(time.Hour)
+	c := newCache(100, DefaultCacheMaxBytes, time.Second)
+	c.put("u-1", Values{schemas.StringAttr("platinum")}, false, time.Hour, mono)
+	c.put("u-2", nil, true, time.Hour, mono)
+	var saved bytes.Buffer
+	if _, err := c.save(&saved, h, now, mono, time.Hour, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	load := func(file []byte) (*cache, error) {
+		d := newCache(100, DefaultCacheMaxBytes, time.Second)
+		_, err := d.load(bytes.NewReader(file), h, now, mono, time.Hour, time.Hour, nil)
+		return d, err
+	}
+	if d, err := load(saved.Bytes()); err != nil || d.len() != 2 {
+		t.Fatalf("the whole file: %d entries, %v; want 2", d.len(), err)
+	}
+	at := bytes.Index(saved.Bytes(), []byte("platinum"))
+	for _, i := range []int{at, at + len("platinum") - 1} {
+		file := bytes.Clone(saved.Bytes())
+		file[i] ^= 0x10 // "platinum" reads "`latinum" or "platinue"
+		d, err := load(file)
+		if err == nil || d.len() != 0 {
+			v, _ := d.get([]byte("u-1"), mono)
+			t.Fatalf("byte %d changed: %v, %d entries loaded (u-1: %v); want an error and none", i, err, d.len(), v.vals)
+		}
+		if !strings.Contains(err.Error(), "checksum does not match") {
+			t.Fatalf("byte %d changed: %v, want a checksum mismatch", i, err)
+		}
 	}
 }
 

@@ -213,9 +213,10 @@ type Config struct {
 	// starts with the keys its last run looked up rather than with a cold
 	// start. An entry keeps its expiry (CacheTTL or NegativeCacheTTL from
 	// its lookup, whichever run made it), but no more than those settings
-	// now allow. A file saved for another key field or other fields, or
-	// that is not whole, is ignored; one saved against another URL is not:
-	// delete it when the service's answers change. Each job (each route,
+	// now allow. A file saved for another key field, other fields, or
+	// against another URL or mode, or one that is not whole or was damaged
+	// (its checksum does not match), is ignored: delete it when the
+	// service's answers change under the same URL. Each job (each route,
 	// each member on a host) needs a file of its own. It holds the
 	// attributes, so it is written readable by its owner only. floe replay
 	// neither reads nor writes it. Its directory must exist and be
