@@ -94,7 +94,7 @@ func (s *Stage) hedgeDelay() (time.Duration, bool) {
 
 // hedged is client.lookup with a hedge: if the answer takes longer than the
 // hedge delay and the breaker is closed, the request is sent again and the
-// first success wins (or the last failure, if both fail). ctx bounds both.
+// first success wins (or the first failure, if both fail). ctx bounds both.
 func (s *Stage) hedged(ctx context.Context, keys []string) (map[string]Values, error) {
 	if s.cfg.HedgeAfter < 0 {
 		return s.client.lookup(ctx, keys)
