@@ -50,8 +50,7 @@ type cacheFileHeader struct {
 // file guards against damage, not against whoever may write it, and the
 // CPU computes it at many GB/s, which keeps a scheduled job's start fast.
 // LookedUp is when the outcome was looked up (at the latest: its expiry
-// less the TTL of the run that saved it); 0 in files saved before it was
-// kept.
+// less the TTL of the run that saved it).
 type cacheFileEntry struct {
 	Key      string
 	Values   []schemas.Attr
@@ -313,10 +312,7 @@ func (c *cache) load(r io.Reader, want cacheFileHeader, now time.Time, mono int6
 		if e.Miss {
 			life = negTTL
 		}
-		from := mono
-		if e.LookedUp != 0 {
-			from = min(from, monoOf(e.LookedUp))
-		}
+		from := min(mono, monoOf(e.LookedUp))
 		expires := min(monoOf(e.Expires), from+int64(life))
 		refresh := min(monoOf(e.Refresh), from+int64(float64(life)*c.refreshAfter))
 		if expires <= mono || (!e.Miss && len(e.Values) != len(want.Fields)) {

@@ -100,7 +100,7 @@ func TestCacheFileNeedsItsEndMark(t *testing.T) {
 		}
 		return n, err
 	}
-	for _, e := range []any{h, cacheFileEntry{Key: "a", Values: []schemas.Attr{schemas.StringAttr("gold")}, Expires: now.Add(time.Minute).UnixNano(), Refresh: now.Add(time.Minute).UnixNano()}} {
+	for _, e := range []any{h, cacheFileEntry{Key: "a", Values: []schemas.Attr{schemas.StringAttr("gold")}, Expires: now.Add(time.Minute).UnixNano(), Refresh: now.Add(time.Minute).UnixNano(), LookedUp: now.UnixNano()}} {
 		if err := enc.Encode(e); err != nil {
 			t.Fatal(err)
 		}
