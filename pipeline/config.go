@@ -169,7 +169,8 @@ type KafkaConfig struct {
 	HeartbeatInterval Duration `yaml:"heartbeat_interval"`
 	// MaxMessageBytes: larger values are dead-lettered as too_large. Default 1 MiB.
 	MaxMessageBytes ByteSize `yaml:"max_message_bytes"`
-	// FetchMaxBytes bounds one fetch response per partition. Default 1 MiB.
+	// FetchMaxBytes bounds one fetch response per partition. Default 1 MiB,
+	// at most 1 GiB (maxFetchBytes).
 	FetchMaxBytes ByteSize `yaml:"fetch_max_bytes"`
 	// SASL authenticates to the brokers; absent means none.
 	SASL *SASLConfig `yaml:"sasl"`
@@ -210,6 +211,13 @@ type Duration = duration.Duration
 
 // ByteSize is a size written as 1048576, "512KiB", "4MiB" or "1GiB" in YAML.
 type ByteSize = bytesize.Size
+
+// maxFetchBytes bounds kafka.fetch_max_bytes. kafka-go refuses every fetch
+// above just under 2 GiB (a fetch request's sizes are int32) with an error
+// its reader logs and retries without end: run, replay and verify waited
+// silently. Brokers cap a fetch at their fetch.max.bytes (55 MiB by
+// default) anyway.
+const maxFetchBytes = 1 << 30
 
 var envRef = regexp.MustCompile(`\$\{([A-Za-z_][A-Za-z0-9_]*)(:-([^}]*))?\}`)
 
@@ -527,6 +535,9 @@ func (c *Config) validate() error {
 	}
 	if timeouts && k.HeartbeatInterval.D() >= k.SessionTimeout.D() {
 		bad("kafka.heartbeat_interval", "%s must be below kafka.session_timeout %s", k.HeartbeatInterval.D(), k.SessionTimeout.D())
+	}
+	if k.FetchMaxBytes > maxFetchBytes {
+		bad("kafka.fetch_max_bytes", "%d is above the 1GiB a fetch may ask for", k.FetchMaxBytes)
 	}
 	if _, err := k.security(); err != nil {
 		errs = append(errs, err)

@@ -248,6 +248,27 @@ func TestConfigRefusesNonPositiveTimeouts(t *testing.T) {
 	}
 }
 
+// TestConfigBoundsFetchMaxBytes: kafka.fetch_max_bytes of 2GiB or more was
+// accepted, and kafka-go refused every fetch of that size, its reader
+// retrying without end and without a word: run, replay and verify waited
+// for ever. Above 1GiB it is refused, naming the key.
+func TestConfigBoundsFetchMaxBytes(t *testing.T) {
+	for size, ok := range map[string]bool{"1GiB": true, "1073741825": false, "2GiB": false, "3GiB": false} {
+		body := strings.Replace(validConfig, "  group: floe-clicks\n", "  group: floe-clicks\n  fetch_max_bytes: "+size+"\n", 1)
+		cfg, err := pipeline.LoadConfig(writeConfig(t, body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = cfg.Finish()
+		if ok && err != nil {
+			t.Errorf("fetch_max_bytes %s: %v", size, err)
+		}
+		if !ok && (err == nil || !strings.Contains(err.Error(), "kafka.fetch_max_bytes")) {
+			t.Errorf("fetch_max_bytes %s: error %v, want one naming kafka.fetch_max_bytes", size, err)
+		}
+	}
+}
+
 func TestConfigSchemaFormat(t *testing.T) {
 	cfg, err := pipeline.LoadConfig(writeConfig(t, validConfig+`format: avro
 registry:

@@ -250,7 +250,7 @@ func ReadDeadLetters(ctx context.Context, k KafkaConfig, tables ...string) (lake
 func readDeadLetterPartition(ctx context.Context, dialer *kafka.Dialer, k KafkaConfig, partition int, first, last int64, tables []string, out lakehouse.DeadLetters) error {
 	rk := k
 	rk.Topic = k.DLQTopic
-	r, err := openReader(rk, int32(partition), dialer, first)
+	r, err := openReader(rk, int32(partition), dialer, first, nil)
 	if err != nil {
 		return err
 	}

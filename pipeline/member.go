@@ -809,17 +809,22 @@ func (m *Member) appended(b *partitionBuffer, msg kafka.Message, rows, bytes int
 	}
 }
 
-// partitionReader returns a pausingReader of partition p from seek.
+// partitionReader returns a pausingReader of partition p from seek. The
+// readers it opens for p share one readErrorLogger.
 func (m *Member) partitionReader(p int32, seek int64) (*pausingReader, error) {
+	errLog := readErrorLogger(m.log, m.cfg.Kafka.Topic, p)
 	return newPausingReader(seek, func(seek int64) (*kafka.Reader, error) {
-		return openReader(m.cfg.Kafka, p, m.dialer, seek)
+		return openReader(m.cfg.Kafka, p, m.dialer, seek, errLog)
 	})
 }
 
 // openReader returns a Reader of one partition positioned at seek (an
-// offset, kafka.FirstOffset or kafka.LastOffset).
-func openReader(k KafkaConfig, partition int32, dialer *kafka.Dialer, seek int64) (*kafka.Reader, error) {
-	r := kafka.NewReader(ReaderConfig(k, partition, dialer))
+// offset, kafka.FirstOffset or kafka.LastOffset) that reports the read
+// errors it retries to errLog (nil: nowhere).
+func openReader(k KafkaConfig, partition int32, dialer *kafka.Dialer, seek int64, errLog kafka.Logger) (*kafka.Reader, error) {
+	rc := ReaderConfig(k, partition, dialer)
+	rc.ErrorLogger = errLog
+	r := kafka.NewReader(rc)
 	if err := r.SetOffset(seek); err != nil {
 		r.Close()
 		return nil, fmt.Errorf("seeking %s/%d to %d: %w", k.Topic, partition, seek, err)
@@ -843,6 +848,28 @@ func ReaderConfig(k KafkaConfig, partition int32, dialer *kafka.Dialer) kafka.Re
 		ReadBackoffMax: time.Second,
 		MaxAttempts:    10,
 	}
+}
+
+// readErrorLogger returns the ErrorLogger of the readers of one partition.
+// kafka-go's reader retries without end a read that fails without a Kafka
+// error code, telling only its ErrorLogger: a fetch size it refused held
+// run, replay and verify without a word. Such an error (a leader that
+// moved, a broker that is down, a fetch from below the log's start) is
+// logged at WARN at most once a minute, as a failed join is, and at DEBUG
+// in between: a broker down for an hour would be a line a second.
+func readErrorLogger(log *slog.Logger, topic string, partition int32) kafka.Logger {
+	var mu sync.Mutex
+	var warned time.Time
+	return kafka.LoggerFunc(func(format string, args ...any) {
+		mu.Lock()
+		level := slog.LevelDebug
+		if time.Since(warned) >= time.Minute {
+			level, warned = slog.LevelWarn, time.Now()
+		}
+		mu.Unlock()
+		log.Log(context.Background(), level, "reading from Kafka, retrying",
+			"topic", topic, "partition", partition, "err", fmt.Sprintf(format, args...))
+	})
 }
 
 func partitionIDs(as []kafka.PartitionAssignment) []int {

@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"slices"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -11,7 +14,9 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/floe-dev/floe/lakehouse"
+	"github.com/floe-dev/floe/pipeline/embedded"
 	"github.com/floe-dev/floe/schemas"
+	"github.com/floe-dev/floe/schemas/clickgen"
 )
 
 // TestStalledClearedWhenRetryGivesUp: a flush whose commit fails until its
@@ -188,4 +193,90 @@ func workingPartition(t *testing.T) (*Member, *partitionBuffer) {
 	b := newPartitionBuffer(sc, "clicks", 0, lakehouse.NoWatermark, 1<<20, func(int64, int64) {})
 	t.Cleanup(b.release)
 	return &Member{stats: newStats("clicks"), log: slog.New(slog.DiscardHandler)}, b
+}
+
+// TestRetriedReadErrorIsLogged: a read error kafka-go's reader retries
+// without end (here its refusal of a fetch size above int32) is logged at
+// WARN once, the retries after it at DEBUG; it went nowhere, and run,
+// replay and verify waited without a word. A reader that reads to the end
+// of its partition and is closed logs nothing.
+func TestRetriedReadErrorIsLogged(t *testing.T) {
+	cl, err := embedded.StartTopic(t.Context(), "clicks", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Close)
+	gen := clickgen.New(clickgen.Config{Seed: 1})
+	msgs := []clickgen.Message{gen.Next(), gen.Next(), gen.Next()}
+	if _, err := cl.Produce(t.Context(), "clicks", msgs); err != nil {
+		t.Fatal(err)
+	}
+	k := KafkaConfig{Brokers: cl.Addrs(), Topic: "clicks", FetchMaxBytes: 1 << 20}
+	read := func(k KafkaConfig, records int) []slog.Record {
+		log := &recorded{}
+		r, err := openReader(k, 0, &kafka.Dialer{Timeout: 10 * time.Second}, kafka.FirstOffset, readErrorLogger(slog.New(log), k.Topic, 0))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
+		defer cancel()
+		for range records {
+			if _, err := r.FetchMessage(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, err := r.FetchMessage(ctx); !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("reading past the end: %v", err)
+		}
+		r.Close()
+		return log.taken()
+	}
+
+	if logged := read(k, len(msgs)); len(logged) != 0 {
+		t.Errorf("reading a partition to its end logged %d lines, the first %q", len(logged), logged[0].Message)
+	}
+	k.FetchMaxBytes = 3 << 30
+	logged := read(k, 0)
+	if len(logged) < 2 {
+		t.Fatalf("%d lines logged by 2 s of failing reads, want a WARN and DEBUG lines", len(logged))
+	}
+	for i, r := range logged {
+		want := slog.LevelDebug
+		if i == 0 {
+			want = slog.LevelWarn
+		}
+		var msg string
+		r.Attrs(func(a slog.Attr) bool {
+			if a.Key == "err" {
+				msg = a.Value.String()
+			}
+			return true
+		})
+		if r.Level != want || !strings.Contains(msg, "maxBytes") {
+			t.Fatalf("line %d at %s: %s err=%q; want %s naming maxBytes", i, r.Level, r.Message, msg, want)
+		}
+	}
+}
+
+// recorded is a slog.Handler that keeps the records it is given.
+type recorded struct {
+	mu      sync.Mutex
+	records []slog.Record
+}
+
+func (h *recorded) Enabled(context.Context, slog.Level) bool { return true }
+func (h *recorded) WithAttrs([]slog.Attr) slog.Handler       { return h }
+func (h *recorded) WithGroup(string) slog.Handler            { return h }
+
+func (h *recorded) Handle(_ context.Context, r slog.Record) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.records = append(h.records, r.Clone())
+	return nil
+}
+
+func (h *recorded) taken() []slog.Record {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return slices.Clone(h.records)
 }

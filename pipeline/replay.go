@@ -182,7 +182,7 @@ type replayer struct {
 
 func (rp *replayer) replay(ctx context.Context, r ReplayRange) error {
 	k := rp.cfg.Kafka
-	reader, err := openReader(k, r.Partition, rp.dialer, r.From)
+	reader, err := openReader(k, r.Partition, rp.dialer, r.From, readErrorLogger(rp.log, k.Topic, r.Partition))
 	if err != nil {
 		return err
 	}
