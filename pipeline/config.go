@@ -219,18 +219,20 @@ type ByteSize = bytesize.Size
 // default) anyway.
 const maxFetchBytes = 1 << 30
 
-var envRef = regexp.MustCompile(`\$\{([A-Za-z_][A-Za-z0-9_]*)(:-([^}]*))?\}`)
+// envRef matches a reference, ${NAME} or ${NAME:-default}, or $${, which
+// stands for a literal ${.
+var envRef = regexp.MustCompile(`\$\$\{|\$\{([A-Za-z_][A-Za-z0-9_]*)(:-([^}]*))?\}`)
 
 // envRefs are the ${NAME} and ${NAME:-default} references of a config
-// file, each replaced in its text by a placeholder of letters and digits
-// before the YAML is parsed: a reference then parses as the word it is
-// written as (also in a flow sequence, [${BROKERS}]), and the values
-// replacing the placeholders afterwards (interpolate) are never YAML
-// syntax, so a secret holding "#", "*", "!", quotes or backslashes reaches
-// its key whole and cannot appear in a parse error.
+// file (and its $${ escapes), each replaced in its text by a placeholder
+// of letters and digits before the YAML is parsed: a reference then parses
+// as the word it is written as (also in a flow sequence, [${BROKERS}]),
+// and the values replacing the placeholders afterwards (interpolate) are
+// never YAML syntax, so a secret holding "#", "*", "!", quotes or
+// backslashes reaches its key whole and cannot appear in a parse error.
 type envRefs struct {
 	token *regexp.Regexp // a placeholder; its group is the reference's index
-	refs  [][]string     // envRef's submatches of each reference
+	refs  [][]string     // envRef's submatches of each reference (or escape)
 }
 
 // placeholders returns raw with its references replaced by placeholders.
@@ -253,17 +255,34 @@ func placeholders(raw []byte) ([]byte, *envRefs) {
 // may be a number); a quoted one stays a string. References in comments
 // are ignored. Unset variables without a default are appended to missing,
 // so that the error names them rather than an empty string surfacing
-// later as a confusing connection error.
-func (r *envRefs) interpolate(n *yaml.Node, missing *[]string) {
+// later as a confusing connection error. A ${ that starts no reference
+// (${NAME-default}, ${NAME:=default}, ${ NAME }) is appended to malformed
+// with its line: it reached its key as the literal text.
+func (r *envRefs) interpolate(n *yaml.Node, missing, malformed *[]string) {
 	for _, c := range n.Content {
-		r.interpolate(c, missing)
+		r.interpolate(c, missing, malformed)
 	}
-	if n.Kind != yaml.ScalarNode || len(r.refs) == 0 {
+	if n.Kind != yaml.ScalarNode {
+		return
+	}
+	if i := strings.Index(n.Value, "${"); i >= 0 {
+		// The text up to its closing brace, references in it written
+		// as they were.
+		text, _, _ := strings.Cut(n.Value[i:], "\n")
+		if j := strings.IndexByte(text, '}'); j >= 0 {
+			text = text[:j+1]
+		}
+		text = r.token.ReplaceAllStringFunc(text, func(m string) string { return r.ref(m)[0] })
+		*malformed = append(*malformed, fmt.Sprintf("line %d: %.64s", n.Line, text))
+	}
+	if len(r.refs) == 0 {
 		return
 	}
 	v := r.token.ReplaceAllStringFunc(n.Value, func(m string) string {
-		i, _ := strconv.Atoi(r.token.FindStringSubmatch(m)[1])
-		g := r.refs[i]
+		g := r.ref(m)
+		if g[1] == "" {
+			return "${" // $${
+		}
 		v, ok := os.LookupEnv(g[1])
 		switch {
 		case ok && (v != "" || g[2] == ""):
@@ -278,6 +297,12 @@ func (r *envRefs) interpolate(n *yaml.Node, missing *[]string) {
 		n.Tag = "" // resolved again when decoded
 	}
 	n.Value = v
+}
+
+// ref returns envRef's submatches of the reference placeholder m stands for.
+func (r *envRefs) ref(m string) []string {
+	i, _ := strconv.Atoi(r.token.FindStringSubmatch(m)[1])
+	return r.refs[i]
 }
 
 // LoadConfig reads, interpolates and parses a YAML config file. Unknown keys
@@ -310,8 +335,11 @@ func LoadConfig(path string) (Config, error) {
 			return cfg, fmt.Errorf("config %s: more than one YAML document (a --- line): floe reads one", path)
 		}
 	}
-	var missing []string
-	refs.interpolate(&doc, &missing)
+	var missing, malformed []string
+	refs.interpolate(&doc, &missing, &malformed)
+	if len(malformed) > 0 {
+		return cfg, fmt.Errorf("config %s: ${ starts no reference floe replaces (${NAME} or ${NAME:-default}; $${ for a literal ${): %s", path, strings.Join(malformed, "; "))
+	}
 	if len(missing) > 0 {
 		return cfg, fmt.Errorf("config %s: environment variables not set: %s", path, strings.Join(missing, ", "))
 	}

@@ -178,6 +178,33 @@ func TestConfigInterpolationIsNotYAML(t *testing.T) {
 	}
 }
 
+// TestConfigRefusesMalformedReference: a ${ that starts no reference floe
+// replaces (a shell form it does not know, a dash in the name, spaces)
+// reached its key as the literal text, without a word: the group, password
+// or URL was the string "${...}". It is refused with its line and text;
+// $${ writes a literal ${, and a variable's value may hold one.
+func TestConfigRefusesMalformedReference(t *testing.T) {
+	t.Setenv("FLOE_TEST_GROUP", "real-group")
+	for _, ref := range []string{"${FLOE_TEST_GROUP-fallback}", "${FLOE_TEST_GROUP:=fallback}", "${FLOE-TEST-GROUP}", "${ FLOE_TEST_GROUP }", "x-${FLOE_TEST_GROUP"} {
+		body := strings.Replace(validConfig, "group: floe-clicks", "group: "+ref, 1)
+		_, err := pipeline.LoadConfig(writeConfig(t, body))
+		if err == nil || !strings.Contains(err.Error(), "line 5: "+strings.TrimPrefix(ref, "x-")) {
+			t.Errorf("group: %s: error %v, want one naming line 5 and the reference", ref, err)
+		}
+	}
+
+	t.Setenv("FLOE_TEST_PW", "a${b")
+	body := strings.Replace(validConfig, "group: floe-clicks", `group: $${FLOE_TEST_GROUP}-${FLOE_TEST_GROUP}
+  sasl: {mechanism: PLAIN, username: floe, password: "${FLOE_TEST_PW}"}`, 1)
+	cfg, err := pipeline.LoadConfig(writeConfig(t, body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Kafka.Group != "${FLOE_TEST_GROUP}-real-group" || string(cfg.Kafka.SASL.Password) != "a${b" {
+		t.Errorf("group %q, password %q; want ${FLOE_TEST_GROUP}-real-group and a${b", cfg.Kafka.Group, cfg.Kafka.SASL.Password)
+	}
+}
+
 func TestConfigErrorsNameTheKey(t *testing.T) {
 	for _, tc := range []struct {
 		name, from, to, want string
