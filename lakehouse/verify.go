@@ -356,6 +356,18 @@ func (t *Table) Verify(ctx context.Context, topic string, readDL DeadLetterReade
 		// topic must not pass for a verified one.
 		return nil, fmt.Errorf("table %s holds no offsets of topic %q, only of %s", t.Name(), topic, strings.Join(known, ", "))
 	}
+	if len(wm[topic]) == 0 {
+		// Every row would be above a watermark: a misspelt group must not
+		// pass for a table that does not reconcile. A table that replays
+		// alone wrote has no group's offsets, and is verified.
+		others, err := groupsOf(tbl, topic)
+		if err != nil {
+			return nil, err
+		}
+		if len(others) > 0 {
+			return nil, fmt.Errorf("table %s holds no offsets of topic %s under group %q, only under %s", t.Name(), topic, t.group, strings.Join(others, ", "))
+		}
+	}
 	dl, err := readDL.read(ctx)
 	if err != nil {
 		return nil, err
@@ -469,6 +481,23 @@ func topicsOf(tbl *table.Table) []string {
 		}
 	}
 	return slices.Sorted(maps.Keys(set))
+}
+
+// groupsOf returns, sorted, the groups whose offset maps in tbl hold
+// offsets of topic.
+func groupsOf(tbl *table.Table, topic string) ([]string, error) {
+	groups, err := OffsetMapsOf(tbl)
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for g, o := range groups {
+		if len(o[topic]) > 0 {
+			out = append(out, g)
+		}
+	}
+	slices.Sort(out)
+	return out, nil
 }
 
 // rowsHint sizes the row slice from the snapshot summary so that it is

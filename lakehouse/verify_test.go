@@ -493,13 +493,37 @@ func TestVerifyBesideAFlushWithDeadLetters(t *testing.T) {
 	}
 }
 
+// TestVerifyWithoutWatermark: rows a replay wrote into a table no live
+// job has committed to are above the group's watermarks, which it has none
+// of.
 func TestVerifyWithoutWatermark(t *testing.T) {
 	f := newFixture(t)
-	f.commitEvents(t, f.open(t, "g"), 0, 0, 10, lakehouse.NoWatermark, clean(0, 0, 10))
-	// Another group has committed nothing: every row is beyond its watermarks.
-	r := verify(t, f.open(t, "other"), lakehouse.DeadLetters{})
+	f.commitEvents(t, f.open(t, "g"), 0, 0, 10, lakehouse.Replay, clean(0, 0, 10))
+	r := verify(t, f.open(t, "g"), lakehouse.DeadLetters{})
 	if p := partitionOf(t, r, 0); r.OK() || p.Watermark != -1 || p.AboveWatermark != 10 {
 		t.Fatalf("OK %v, partition %+v", r.OK(), p)
+	}
+}
+
+// TestVerifyRefusesAGroupTheTableNeverHeld: verifying with a group of
+// which the table holds no offsets of the topic, while another group's
+// are there (a misspelt --group, a group renamed in the config), is an
+// error naming the groups it holds: every row was reported above the
+// watermark, a table that does not reconcile.
+func TestVerifyRefusesAGroupTheTableNeverHeld(t *testing.T) {
+	f := newFixture(t)
+	f.commitEvents(t, f.open(t, "g"), 0, 0, 10, lakehouse.NoWatermark, clean(0, 0, 10))
+	// A replay under another group leaves that group an empty map.
+	f.commitEvents(t, f.open(t, "h"), 1, 0, 5, lakehouse.Replay, clean(1, 0, 5))
+	for _, group := range []string{"gx", "h"} {
+		_, err := f.open(t, group).Verify(t.Context(), topic, nil)
+		if err == nil || !strings.Contains(err.Error(), fmt.Sprintf(`no offsets of topic %s under group %q, only under g`, topic, group)) {
+			t.Errorf("verify with group %s: %v, want it refused naming %s and g", group, err, group)
+		}
+	}
+	r := verify(t, f.open(t, "g"), nil)
+	if p := partitionOf(t, r, 0); r.Rows != 15 || p.Watermark != 10 || p.AboveWatermark != 0 {
+		t.Fatalf("verify with group g: %s", text(t, r))
 	}
 }
 
