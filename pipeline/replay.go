@@ -58,36 +58,10 @@ func Replay(ctx context.Context, cfg Config, tbl *lakehouse.Table, sc *schemas.S
 	if len(ranges) == 0 {
 		return res, fmt.Errorf("replay: no range to replay")
 	}
-	if opts.Reenrich && cfg.Enrich == nil {
-		return res, fmt.Errorf("replay: --reenrich needs an enrich section in the configuration")
+	if err := CheckReplay(ctx, cfg, ranges, opts); err != nil {
+		return res, err
 	}
 	k := cfg.Kafka
-	end, err := EndOffsets(ctx, k)
-	if err != nil {
-		return res, fmt.Errorf("kafka %v: %w", k.Brokers, err)
-	}
-	first, err := FirstOffsets(ctx, k)
-	if err != nil {
-		return res, fmt.Errorf("kafka %v: %w", k.Brokers, err)
-	}
-	for _, r := range ranges {
-		if r.From < 0 || r.To <= r.From {
-			return res, fmt.Errorf("replay: partition %d: want 0 <= from < to, got [%d, %d)", r.Partition, r.From, r.To)
-		}
-		last, ok := end[r.Partition]
-		if !ok {
-			return res, fmt.Errorf("replay: topic %s has no partition %d", k.Topic, r.Partition)
-		}
-		if r.To > last {
-			return res, fmt.Errorf("replay: to %d is beyond the end of %s/%d (%d)", r.To, k.Topic, r.Partition, last)
-		}
-		// The reader would start at the log's start instead, silently,
-		// or, with nothing left of the range, wait for it.
-		if start := first[r.Partition]; r.From < start {
-			return res, fmt.Errorf("replay: %s/%d starts at offset %d (retention deleted what came before): want from >= %d, got %d",
-				k.Topic, r.Partition, start, start, r.From)
-		}
-	}
 	if err := checkReplayRouting(ctx, cfg, tbl, ranges); err != nil {
 		return res, err
 	}
@@ -165,6 +139,48 @@ func Replay(ctx context.Context, cfg Config, tbl *lakehouse.Table, sc *schemas.S
 		}
 	}
 	return res, nil
+}
+
+// CheckReplay refuses what Replay would refuse without reading the table:
+// --reenrich without an enrich section, and ranges Kafka cannot serve
+// (empty or inverted ones, of a partition the topic lacks, past its end
+// offset, or from below the log's start). Replay checks them first;
+// `floe replay` also does before it creates the table (a refused replay
+// left a new empty table behind).
+func CheckReplay(ctx context.Context, cfg Config, ranges []ReplayRange, opts ReplayOptions) error {
+	if opts.Reenrich && cfg.Enrich == nil {
+		return fmt.Errorf("replay: --reenrich needs an enrich section in the configuration")
+	}
+	k := cfg.Kafka
+	for _, r := range ranges {
+		if r.From < 0 || r.To <= r.From {
+			return fmt.Errorf("replay: partition %d: want 0 <= from < to, got [%d, %d)", r.Partition, r.From, r.To)
+		}
+	}
+	end, err := EndOffsets(ctx, k)
+	if err != nil {
+		return fmt.Errorf("kafka %v: %w", k.Brokers, err)
+	}
+	first, err := FirstOffsets(ctx, k)
+	if err != nil {
+		return fmt.Errorf("kafka %v: %w", k.Brokers, err)
+	}
+	for _, r := range ranges {
+		last, ok := end[r.Partition]
+		if !ok {
+			return fmt.Errorf("replay: topic %s has no partition %d", k.Topic, r.Partition)
+		}
+		if r.To > last {
+			return fmt.Errorf("replay: to %d is beyond the end of %s/%d (%d)", r.To, k.Topic, r.Partition, last)
+		}
+		// The reader would start at the log's start instead, silently,
+		// or, with nothing left of the range, wait for it.
+		if start := first[r.Partition]; r.From < start {
+			return fmt.Errorf("replay: %s/%d starts at offset %d (retention deleted what came before): want from >= %d, got %d",
+				k.Topic, r.Partition, start, start, r.From)
+		}
+	}
+	return nil
 }
 
 // replayer replays ranges one after the other.

@@ -145,3 +145,36 @@ func TestReadingCommandsDoNotCreateTables(t *testing.T) {
 		}
 	}
 }
+
+// TestRefusedReplayCreatesNoTable: a replay refused for its flags or
+// ranges (an inverted or malformed range, a partition the topic lacks, a
+// range past the end) creates no table: it created the table --table
+// named first, so a misspelt one was left behind empty.
+func TestRefusedReplayCreatesNoTable(t *testing.T) {
+	e := newEnv(t, 1, "")
+	cat, err := catalog.Load(t.Context(), "floe", iceberg.Properties(sqliteCatalog(e.dir)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--partition", "0", "--from", "10", "--to", "5"}, "want 0 <= from < to"},
+		{[]string{"--from-time", "yesterday", "--to-time", "2026-11-29T10:00:00Z"}, "--from-time: want RFC 3339"},
+		{[]string{"--from-time", "2026-11-29T10:00:00Z", "--to-time", "2026-11-29T09:00:00Z"}, "is not before"},
+		{[]string{"--partition", "7", "--from", "0", "--to", "5"}, "no partition 7"},
+		{[]string{"--partition", "0", "--from", "0", "--to", "5"}, "beyond the end"},
+		{[]string{"--partition", "0", "--from", "0", "--to", "5", "--reenrich"}, "needs an enrich section"},
+	} {
+		root := rootCmd()
+		root.SetArgs(append([]string{"replay", "--config", e.config, "--table", "analytics.clikcs", "--log-level", "error"}, tc.args...))
+		err := root.ExecuteContext(t.Context())
+		if err == nil || exitCode(err) != 2 || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("floe replay %v: %v (status %d), want status 2 naming %q", tc.args, err, exitCode(err), tc.want)
+		}
+		if _, lerr := cat.LoadTable(t.Context(), []string{"analytics", "clikcs"}); !errors.Is(lerr, catalog.ErrNoSuchTable) {
+			t.Fatalf("after floe replay %v: the table exists (%v)", tc.args, lerr)
+		}
+	}
+}

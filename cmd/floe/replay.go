@@ -47,12 +47,23 @@ With routes, --table picks the route; a route with where replays only the record
 			case !byOffset && !byTime:
 				return errors.New("give a range: --partition P --from A --to B, or --from-time T1 --to-time T2")
 			}
+			var t1, t2 time.Time
+			if byTime {
+				var err error
+				if t1, err = time.Parse(time.RFC3339, fromTime); err != nil {
+					return fmt.Errorf("--from-time: want RFC 3339 (2026-11-29T10:00:00Z): %w", err)
+				}
+				if t2, err = time.Parse(time.RFC3339, toTime); err != nil {
+					return fmt.Errorf("--to-time: want RFC 3339 (2026-11-29T11:00:00Z): %w", err)
+				}
+			}
 			ctx := cmd.Context()
-			j, err := g.open(ctx, true) // a backfill may come first
+			// The table is opened once the ranges are checked: a refused
+			// replay (with a misspelt --table) created an empty table.
+			j, err := g.job()
 			if err != nil {
 				return err
 			}
-			defer j.tbl.Close()
 			cfg := j.cfg
 			var ranges []pipeline.ReplayRange
 			if byOffset {
@@ -60,14 +71,6 @@ With routes, --table picks the route; a route with where replays only the record
 					ranges = append(ranges, pipeline.ReplayRange{Partition: p, From: from, To: to})
 				}
 			} else {
-				t1, err := time.Parse(time.RFC3339, fromTime)
-				if err != nil {
-					return fmt.Errorf("--from-time: want RFC 3339 (2026-11-29T10:00:00Z): %w", err)
-				}
-				t2, err := time.Parse(time.RFC3339, toTime)
-				if err != nil {
-					return fmt.Errorf("--to-time: want RFC 3339 (2026-11-29T11:00:00Z): %w", err)
-				}
 				if ranges, err = pipeline.ResolveTimes(ctx, cfg.Kafka, partitions, t1, t2); err != nil {
 					return err
 				}
@@ -78,6 +81,15 @@ With routes, --table picks the route; a route with where replays only the record
 					j.log.Info("time range resolved", "partition", r.Partition, "from", r.From, "to", r.To)
 				}
 			}
+			if len(ranges) > 0 {
+				if err := pipeline.CheckReplay(ctx, cfg, ranges, opts); err != nil {
+					return err
+				}
+			}
+			if err := j.open(ctx, true); err != nil { // a backfill may come first
+				return err
+			}
+			defer j.tbl.Close()
 			var total int64
 			for _, r := range ranges {
 				total += r.To - r.From

@@ -122,7 +122,23 @@ type job struct {
 // picks; with create, a table the catalog lacks is created, else it is an
 // error. The caller closes j.tbl.
 func (g *globalFlags) open(ctx context.Context, create bool) (*job, error) {
-	jobs, err := g.openJobs(ctx, false, create)
+	j, err := g.job()
+	if err != nil {
+		return nil, err
+	}
+	if err := j.open(ctx, create); err != nil {
+		return nil, err
+	}
+	return j, nil
+}
+
+// job is open up to the table: j.tbl and j.sc stay nil until j.open, so
+// that a command can check its flags against the configuration before it
+// creates a table (a refused replay left a misspelt one behind, and with
+// routes but no --table every route's table was opened, even created,
+// before the refusal).
+func (g *globalFlags) job() (*job, error) {
+	jobs, err := g.jobs(false)
 	if err != nil {
 		return nil, err
 	}
@@ -130,7 +146,6 @@ func (g *globalFlags) open(ctx context.Context, create bool) (*job, error) {
 		names := make([]string, len(jobs))
 		for i, j := range jobs {
 			names[i] = j.cfg.Table.Name
-			j.tbl.Close()
 		}
 		return nil, fmt.Errorf("the configuration has %d routes: pick one with --table (%s)", len(jobs), strings.Join(names, ", "))
 	}
@@ -142,6 +157,24 @@ func (g *globalFlags) open(ctx context.Context, create bool) (*job, error) {
 // other routes of its topic, which together take each record once). The
 // caller closes each j.tbl.
 func (g *globalFlags) openJobs(ctx context.Context, siblings, create bool) ([]*job, error) {
+	jobs, err := g.jobs(siblings)
+	if err != nil {
+		return nil, err
+	}
+	for i, j := range jobs {
+		if err := j.open(ctx, create); err != nil {
+			for _, j := range jobs[:i] {
+				j.tbl.Close()
+			}
+			return nil, err
+		}
+	}
+	return jobs, nil
+}
+
+// jobs loads the configuration, applies its memory limit and returns the
+// jobs openJobs opens, their tables not opened yet.
+func (g *globalFlags) jobs(siblings bool) ([]*job, error) {
 	log, err := g.logger()
 	if err != nil {
 		return nil, err
@@ -159,25 +192,29 @@ func (g *globalFlags) openJobs(ctx context.Context, siblings, create bool) ([]*j
 			return nil, err
 		}
 	}
-	var jobs []*job
-	for _, c := range cfgs {
+	jobs := make([]*job, len(cfgs))
+	for i, c := range cfgs {
 		jlog := log
 		if cfg.Routed() {
 			jlog = log.With("route", c.Table.Name)
 		}
-		tbl, sc, err := openTable(ctx, c, jlog, create)
-		if err != nil {
-			for _, j := range jobs {
-				j.tbl.Close()
-			}
-			if cfg.Routed() {
-				err = fmt.Errorf("route of table %s: %w", c.Table.Name, err)
-			}
-			return nil, err
-		}
-		jobs = append(jobs, &job{log: jlog, cfg: c, tbl: tbl, sc: sc, routed: cfg.Routed(), base: log})
+		jobs[i] = &job{log: jlog, cfg: c, routed: cfg.Routed(), base: log}
 	}
 	return jobs, nil
+}
+
+// open opens the job's schema and table, creating the table when the
+// catalog lacks it only with create.
+func (j *job) open(ctx context.Context, create bool) error {
+	tbl, sc, err := openTable(ctx, j.cfg, j.log, create)
+	if err != nil {
+		if j.routed {
+			err = fmt.Errorf("route of table %s: %w", j.cfg.Table.Name, err)
+		}
+		return err
+	}
+	j.tbl, j.sc = tbl, sc
+	return nil
 }
 
 // pickRoute returns the route of cfgs that writes table, and with siblings,
