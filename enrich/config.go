@@ -267,13 +267,24 @@ func (c *Config) defaults() {
 	setDefault(&b.FailureRatio, 0.5)
 	setDefault(&b.MinRequests, 10)
 	setDefault(&b.OpenTimeout, Duration(5*time.Second))
-	setDefault(&b.Interval, Duration(max(10*time.Second, 2*c.RequestSpan())))
+	setDefault(&b.Interval, Duration(max(10*time.Second, 2*min(c.RequestSpan(), math.MaxInt64/2))))
 }
 
 // RequestSpan is the longest one lookup request may take: every attempt
-// timing out, with the longest backoff after each.
+// timing out, with the longest backoff after each. It stops at the longest
+// time.Duration (which validate refuses): a huge timeout or retry count
+// overflowed it, negative or small, past the breaker.interval check.
 func (c *Config) RequestSpan() time.Duration {
-	return time.Duration(max(c.Retries, 0)+1) * (c.Timeout + c.BackoffMax).D()
+	timeout, backoff := max(c.Timeout.D(), 0), max(c.BackoffMax.D(), 0)
+	if backoff > math.MaxInt64-timeout {
+		return math.MaxInt64
+	}
+	attempt := timeout + backoff
+	retries := time.Duration(max(c.Retries, 0))
+	if attempt > 0 && retries >= math.MaxInt64/attempt {
+		return math.MaxInt64
+	}
+	return (retries + 1) * attempt
 }
 
 func setDefault[T comparable](v *T, def T) {
@@ -390,7 +401,10 @@ func (c *Config) validate() error {
 	if b.OpenTimeout < 0 {
 		bad("breaker.open_timeout", "must be positive")
 	}
-	if b.Interval.D() <= c.RequestSpan() {
+	if span := c.RequestSpan(); span == math.MaxInt64 {
+		bad("timeout and enrich.retries", "%s and %d: (retries+1) × (timeout + backoff_max) is beyond the longest duration, %s",
+			c.Timeout, max(c.Retries, 0), span)
+	} else if b.Interval.D() <= span {
 		bad("breaker.interval", "%s: must exceed the longest a request may take, (retries+1) × (timeout + backoff_max) = %s: "+
 			"a request's outcome counts in the window it began in, so a service that hangs would never open the breaker",
 			b.Interval, c.RequestSpan())

@@ -143,6 +143,31 @@ func TestConfigErrorsNameTheKey(t *testing.T) {
 	}
 }
 
+// TestConfigRefusesARequestSpanBeyondAnyDuration: a timeout or retry count
+// so large that (retries+1) × (timeout + backoff_max) overflowed made the
+// span negative or small: the breaker.interval check, which must exceed
+// it, passed, and the interval defaulted to 10s. It is refused naming the
+// keys; the largest span that fits still works.
+func TestConfigRefusesARequestSpanBeyondAnyDuration(t *testing.T) {
+	for _, extra := range []string{"timeout: 2562047h", "timeout: 1h\nretries: 4000000000", "retries: 9223372036854775807", "backoff_max: 2562047h"} {
+		cfg, err := decode(t, minimalYAML+extra)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cfg.Finish(); err == nil || !strings.Contains(err.Error(), "enrich.timeout and enrich.retries") {
+			t.Errorf("%q: Finish: %v (request span %s, breaker.interval %s); want it refused naming enrich.timeout and enrich.retries",
+				extra, err, cfg.RequestSpan(), cfg.Breaker.Interval)
+		}
+	}
+	cfg, err := decode(t, minimalYAML+"timeout: 100000h\nretries: 1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cfg.Finish(); err != nil || cfg.RequestSpan() != 2*(100000*time.Hour+2*time.Second) || cfg.Breaker.Interval.D() != 2*cfg.RequestSpan() {
+		t.Errorf("timeout 100000h, 1 retry: %v, request span %s, breaker.interval %s", err, cfg.RequestSpan(), cfg.Breaker.Interval)
+	}
+}
+
 func TestConfigRedactsSecrets(t *testing.T) {
 	cfg, err := decode(t, strings.Replace(minimalYAML, "http://", "http://user:pa55word@", 1)+`auth_header: "Authorization: Bearer tok3n"`)
 	if err != nil {
