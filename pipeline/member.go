@@ -380,6 +380,9 @@ func (m *Member) generation(ctx, genCtx context.Context, gen *kafka.Generation, 
 	// pinned: where start_offset "latest" resolved, for the group's Kafka
 	// offsets (see below).
 	pinned := map[int]int64{}
+	// firsts: the log start offsets, read at most once per generation, for
+	// the lag gauges of partitions read from the log start.
+	var firsts map[int32]int64
 	for i, a := range assigned {
 		p := int32(a.ID)
 		resume, ok := wm.Get(k.Topic, p)
@@ -405,10 +408,27 @@ func (m *Member) generation(ctx, genCtx context.Context, gen *kafka.Generation, 
 				seek = e
 				pinned[int(p)] = e
 			}
-			if ps := lag[p]; ps != nil && seek >= 0 {
+			base := seek
+			if seek == kafka.FirstOffset && lag[p] != nil {
+				// From the log start, not 0: a partition retention
+				// emptied has nothing to fetch and so no commit to move
+				// the base, and counted its deleted history as lag for
+				// good.
+				if firsts == nil {
+					var ferr error
+					if firsts, ferr = FirstOffsets(stopCtx, k); ferr != nil {
+						m.log.Warn("reading log start offsets for the lag gauges", "err", ferr)
+						firsts = map[int32]int64{}
+					}
+				}
+				if f, ok := firsts[p]; ok {
+					base = f
+				}
+			}
+			if ps := lag[p]; ps != nil && base >= 0 {
 				// Lag counts from where this job reads, not the log's
 				// start (the whole history, for a job started latest).
-				ps.committed.Store(seek)
+				ps.committed.Store(base)
 			}
 		}
 		warned := false

@@ -22,6 +22,8 @@ import (
 	"github.com/apache/iceberg-go/catalog"
 	"github.com/apache/iceberg-go/table"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/floe-dev/floe/enrich"
@@ -841,6 +843,43 @@ func TestLagCountsFromWhereTheJobReads(t *testing.T) {
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("lag %v with nothing written since the start (end offsets %v), want none", lag, j.end)
+		}
+	}
+}
+
+// TestLagCountsFromTheLogStart: under start_offset earliest, a partition
+// retention emptied before the job's first commit reports no lag: nothing
+// is left to read. The gauge counted from offset 0, and with nothing to
+// fetch no commit ever moved it: the deleted history was lag for good,
+// where `floe doctor` said 0.
+func TestLagCountsFromTheLogStart(t *testing.T) {
+	j := newJob(t, 400, fastCommit, nil)
+	if j.end[0] == 0 {
+		t.Fatal("partition 0 got no records")
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(j.cl.Addrs()...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	var emptied kadm.Offsets // retention deletes everything in partition 0
+	emptied.Add(kadm.Offset{Topic: "clicks", Partition: 0, At: j.end[0]})
+	res, err := kadm.NewClient(cl).DeleteRecords(t.Context(), emptied)
+	if err == nil {
+		err = res.Error()
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := runMember(t, j.cfg, j.tbl, j.sc)
+	var lag map[int32]int64
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		lag = m.Stats().Lag()
+		if len(lag) == 4 && lag[0] == 0 && lag[1] == 0 && lag[2] == 0 && lag[3] == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("lag %v; want none (partition 0 emptied at %d, end offsets %v)", lag, j.end[0], j.end)
 		}
 	}
 }
