@@ -126,9 +126,14 @@ type LiveReport struct {
 	// the recent commit history when the sample saw no commit while a
 	// member is in the group and commits keep their pace).
 	CommitRate float64 `json:"commit_rate"`
-	// Trend is caught-up, draining, growing, steady or unknown (one sample).
+	// Trend is caught-up, draining, growing, keeping-pace (records arrive
+	// as fast as they are committed), steady (nothing arrives and nothing
+	// is committed) or unknown (one sample).
 	Trend string `json:"trend"`
-	// DrainSeconds: 0 when caught up or unknown, -1 when lag does not drain.
+	// DrainSeconds is lag / (commit rate − arrival rate) when draining, and
+	// lag / commit rate when keeping pace (the records behind are committed
+	// in that time while as many arrive: the delay a record waits); 0 when
+	// caught up or unknown, -1 when lag does not drain (growing, steady).
 	DrainSeconds         float64       `json:"drain_seconds"`
 	GroupState           string        `json:"group_state"`
 	Members              []GroupMember `json:"members"`
@@ -243,6 +248,10 @@ func DiagnoseLive(in Live) (*LiveReport, error) {
 		r.Trend, r.DrainSeconds = "draining", float64(r.TotalLag)/-r.LagTrend
 	case r.LagTrend > 0:
 		r.Trend, r.DrainSeconds = "growing", -1
+	case r.CommitRate > 0:
+		// As many arrive as are committed: lag holds at what is in
+		// flight, and a job doing so is not idle.
+		r.Trend, r.DrainSeconds = "keeping-pace", float64(r.TotalLag)/r.CommitRate
 	default:
 		r.Trend, r.DrainSeconds = "steady", -1
 	}
@@ -331,6 +340,10 @@ func (r *LiveReport) lagFinding(before int64, trended bool) {
 		f.Conclusion = fmt.Sprintf("Draining: lag falls by %s records/s; caught up in about %s if rates hold.", num(-r.LagTrend), dur(d))
 	case "growing":
 		f.Conclusion = fmt.Sprintf("Growing: lag rises by %s records/s and will not drain at the current commit rate.", num(r.LagTrend))
+	case "keeping-pace":
+		d := sec(r.DrainSeconds)
+		f.Math = append(f.Math, fmt.Sprintf("time to commit the records behind = %s / %s per second = %s", group(r.TotalLag), num(r.CommitRate), dur(d)))
+		f.Conclusion = fmt.Sprintf("Keeping pace: %s records/s arrive and are committed; lag stays at %s records, each committed about %s after it arrived.", num(r.CommitRate), group(r.TotalLag), dur(d))
 	default:
 		f.Conclusion = fmt.Sprintf("Steady at %s records: nothing arrived and nothing was committed during the sample; it does not drain until a member consumes.", group(r.TotalLag))
 	}

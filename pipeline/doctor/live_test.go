@@ -184,6 +184,31 @@ func TestLiveStoppedJobDoesNotDrain(t *testing.T) {
 	}
 }
 
+// TestLiveJobKeepingPace: a job committing as many records as arrive keeps
+// its lag where it is (what one commit interval holds) and is said to keep
+// pace, each record committed lag / commit rate after it arrived. It was
+// reported idle: "nothing arrived and nothing was committed", never
+// draining (-1).
+func TestLiveJobKeepingPace(t *testing.T) {
+	// Over 5 s, 500 records arrive and 500 are committed; lag stays at 100.
+	s1 := Sample{At: t0, End: map[int32]int64{0: 1000}, Watermarks: map[int32]int64{0: 900}}
+	s2 := Sample{At: t0.Add(5 * time.Second), End: map[int32]int64{0: 1500}, Watermarks: map[int32]int64{0: 1400}}
+	r, err := DiagnoseLive(Live{Topic: "clicks", GroupState: "Stable", Members: []GroupMember{{ID: "m1", Partitions: []int32{0}}},
+		First: s1, Second: &s2, Commits: []Commit{{At: t0.Add(-time.Second), Offsets: 900}, {At: t0.Add(4 * time.Second), Offsets: 1400}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.ArrivalRate != 100 || r.CommitRate != 100 || r.Trend != "keeping-pace" || r.DrainSeconds != 1 {
+		t.Fatalf("arrival %v commit %v trend %s drain %v; want 100, 100, keeping-pace, 1 (100 / 100 per second)", r.ArrivalRate, r.CommitRate, r.Trend, r.DrainSeconds)
+	}
+	text := render(t, r)
+	mustContain(t, text, "time to commit the records behind = 100 / 100 per second = 1s",
+		"Keeping pace: 100 records/s arrive and are committed; lag stays at 100 records")
+	if strings.Contains(text, "nothing arrived") {
+		t.Fatalf("a job keeping pace reported idle:\n%s", text)
+	}
+}
+
 // TestLiveDrainBeyondDurationRange: a backlog that drains too slowly for a
 // time.Duration (40 M records at one offset committed every 290 s: 370
 // years) is reported as such. The drain time converted to a Duration wrapped
