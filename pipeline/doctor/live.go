@@ -461,6 +461,14 @@ func (r *LiveReport) metricsFindings(in Live, cur Sample) {
 	if in.Second != nil {
 		prev = in.First.Metrics
 	}
+	if why := counterReset(prev, m); why != "" {
+		// Differences across a restart, or between two members behind one
+		// address, are no rates: read the second scrape alone, as without
+		// a first.
+		prev = nil
+		r.Findings = append(r.Findings, Finding{Topic: "metrics", Math: []string{why},
+			Conclusion: "The member restarted between the two scrapes, or --metrics-url reached another member: its counters are read from the second scrape alone (since its start)."})
+	}
 
 	// Rebalances.
 	name := MetricRebalances
@@ -567,6 +575,32 @@ func (r *LiveReport) metricsFindings(in Live, cur Sample) {
 		f.Conclusion = fmt.Sprintf("Enrichment has headroom: it could carry %s lookups/s at this latency.", num(perLookup))
 	}
 	r.Findings = append(r.Findings, f)
+}
+
+// counterReset says why the counters of cur cannot be compared with prev's
+// (its process started anew, or a counter went down), "" when they can or
+// prev is nil.
+func counterReset(prev, cur *Metrics) string {
+	if prev == nil {
+		return ""
+	}
+	if a, b := prev.Values[MetricProcessStart], cur.Values[MetricProcessStart]; a > 0 && b > 0 && a != b {
+		return fmt.Sprintf("%s %s → %s", MetricProcessStart, time.Unix(0, int64(a*1e9)).UTC().Format(time.RFC3339), time.Unix(0, int64(b*1e9)).UTC().Format(time.RFC3339))
+	}
+	names := make([]string, 0, len(cur.Values))
+	for name := range cur.Values {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		if before, ok := prev.Values[name]; ok && strings.HasSuffix(name, "_total") && cur.Values[name] < before {
+			return fmt.Sprintf("%s %s → %s", name, num(before), num(cur.Values[name]))
+		}
+	}
+	if prev.Latency != nil && cur.Latency != nil && cur.Latency.Count < prev.Latency.Count {
+		return fmt.Sprintf("%s_count %s → %s", MetricEnrichLatency, num(prev.Latency.Count), num(cur.Latency.Count))
+	}
+	return ""
 }
 
 func sortedKeys(m map[int32]int64) []int32 {

@@ -331,6 +331,56 @@ func TestParseMetricsAndLittlesLaw(t *testing.T) {
 	}
 }
 
+// TestLiveCountersResetBetweenScrapes: when the scraped member restarted
+// between the two scrapes, or --metrics-url answers from another member of
+// the group, the counters are read from the second scrape alone, and the
+// report says why. Their differences were taken as rates: a negative
+// enrichment rate and Little's law, "+-2 during the sample".
+func TestLiveCountersResetBetweenScrapes(t *testing.T) {
+	started := func(at time.Time) string { return strings.Replace(scrape1, "%START%", fmt.Sprint(at.Unix()), 1) }
+	m1, err := ParseMetrics(strings.NewReader(started(t0.Add(-30*time.Minute))), "clicks", "a.t", t0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Counters smaller than the first scrape's.
+	lower := strings.NewReplacer("floe_records_consumed_total 100000", "floe_records_consumed_total 500",
+		"floe_rebalances_total 3", "floe_rebalances_total 1", "hits_total 50000", "hits_total 100", "misses_total 50000", "misses_total 400",
+		`le="1"} 90`, `le="1"} 9`, `le="5"} 100`, `le="5"} 10`, `le="+Inf"} 100`, `le="+Inf"} 10`, "_sum 60", "_sum 6", "_count 100", "_count 10")
+	for _, tc := range []struct {
+		name  string
+		start time.Time
+		// rate is the enrichment rate since the second scrape's start.
+		rate float64
+		why  string
+	}{
+		// Started 2 s before the second scrape.
+		{"restarted", t0.Add(3 * time.Second), 250, "process_start_time_seconds 2026-11-29T11:30:00Z → 2026-11-29T12:00:03Z"},
+		// Another member, started with the first: its counters are lower.
+		{"another member", t0.Add(-30 * time.Minute), 500.0 / 1805, "floe_enrich_cache_hits_total 50,000 → 100"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m2, err := ParseMetrics(strings.NewReader(lower.Replace(started(tc.start))), "clicks", "a.t", t0.Add(5*time.Second))
+			if err != nil {
+				t.Fatal(err)
+			}
+			end, wm := map[int32]int64{0: 2000, 1: 2000}, map[int32]int64{0: 800, 1: 800}
+			r, err := DiagnoseLive(Live{Topic: "clicks", GroupState: "Stable", Members: []GroupMember{{ID: "m1", Partitions: []int32{0, 1}}},
+				Enrich: &EnrichLimits{MaxInFlightRecords: 1000, MaxInFlightRequests: 64, KeysPerRequest: 100},
+				First:  Sample{At: t0, End: end, Watermarks: wm, Metrics: m1},
+				Second: &Sample{At: t0.Add(5 * time.Second), End: end, Watermarks: wm, Metrics: m2}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			text := render(t, r)
+			if r.Enrich == nil || math.Abs(r.Enrich.RatePerSecond-tc.rate) > 1e-9 || strings.Contains(text, "during the 5s sample") {
+				t.Fatalf("enrich %+v; want the rate since the second scrape's start, %v/s, and no rebalances counted during the sample:\n%s", r.Enrich, tc.rate, text)
+			}
+			mustContain(t, text, tc.why, "The member restarted between the two scrapes, or --metrics-url reached another member",
+				"latency since start: mean 600ms", "80 % cache misses")
+		})
+	}
+}
+
 // TestLiveScrapeOfOneOfSeveralMembers: --metrics-url scrapes one member of
 // several. A partition another member holds has no lag series in the
 // scrape: its lag in seconds is unknown ("-"), where it read 0 as for a
