@@ -119,13 +119,18 @@ type LiveReport struct {
 	SampleSeconds float64        `json:"sample_seconds"`
 	Partitions    []PartitionLag `json:"partitions"`
 	TotalLag      int64          `json:"total_lag"`
-	// LagTrend is records per second, positive when lag grows.
+	// LagTrend is ArrivalRate − CommitRate in records per second, positive
+	// when the job falls behind; lag itself changes by LagTrend −
+	// DeletedRate.
 	LagTrend    float64 `json:"lag_trend_per_second"`
 	ArrivalRate float64 `json:"arrival_rate"`
-	// CommitRate is offsets committed per second (over the sample, or over
-	// the recent commit history when the sample saw no commit while a
-	// member is in the group and commits keep their pace).
+	// CommitRate is offsets committed per second: the table's watermarks
+	// over the sample, or the recent commit history when the sample saw no
+	// commit while a member is in the group and commits keep their pace.
 	CommitRate float64 `json:"commit_rate"`
+	// DeletedRate is offsets per second retention deleted over the sample
+	// before they were committed: lag they take away was not drained.
+	DeletedRate float64 `json:"deleted_by_retention_per_second,omitempty"`
 	// Trend is caught-up, draining, growing, keeping-pace (records arrive
 	// as fast as they are committed), steady (nothing arrives and nothing
 	// is committed) or unknown (one sample).
@@ -182,18 +187,19 @@ func DiagnoseLive(in Live) (*LiveReport, error) {
 	}
 
 	// Lag per partition and its trend.
-	var endBefore, endNow, wmBefore, wmNow, lagBefore int64
+	var endBefore, endNow, lagBefore, committed, deleted int64
 	for _, p := range sortedKeys(cur.End) {
 		pl := lagOf(cur, p)
 		r.TotalLag += pl.Lag
 		endNow += pl.End
-		wmNow += pl.Watermark
 		if in.Second != nil {
 			before := lagOf(in.First, p)
 			pl.Trend = float64(pl.Lag-before.Lag) / dt
 			lagBefore += before.Lag
 			endBefore += before.End
-			wmBefore += before.Watermark
+			c, d := progress(before, pl)
+			committed += c
+			deleted += d
 		}
 		if cur.Metrics != nil {
 			if s, ok := cur.Metrics.LagSeconds[p]; ok {
@@ -233,8 +239,9 @@ func DiagnoseLive(in Live) (*LiveReport, error) {
 
 	if in.Second != nil {
 		r.ArrivalRate = float64(endNow-endBefore) / dt
-		r.CommitRate = float64(wmNow-wmBefore) / dt
-		if wmNow == wmBefore && historyRate > 0 {
+		r.CommitRate = float64(committed) / dt
+		r.DeletedRate = float64(deleted) / dt
+		if committed == 0 && historyRate > 0 {
 			// Commits are less frequent than the sample: use the history.
 			r.CommitRate = historyRate
 		}
@@ -280,6 +287,21 @@ func lagOf(s Sample, p int32) PartitionLag {
 	}
 	pl.Lag = max(pl.End-max(pl.Watermark, start), 0)
 	return pl
+}
+
+// progress splits the move, between two samples, of where a partition's
+// lag counts from (its watermark, or the log start where that is later):
+// committed is the table's watermark rising above where lag counted from,
+// deleted the rest, retention's. A partition the table has no watermark for
+// commits nothing: its lag counts from a fixed group offset or the log
+// start, which only retention moves.
+func progress(before, now PartitionLag) (committed, deleted int64) {
+	from := before.Watermark + before.Deleted
+	if now.InTable {
+		committed = max(now.Watermark-from, 0)
+	}
+	deleted = max(now.Watermark+now.Deleted-from-committed, 0)
+	return committed, deleted
 }
 
 // retentionHazard reports records retention deleted before the job
@@ -331,6 +353,10 @@ func (r *LiveReport) lagFinding(before int64, trended bool) {
 	}
 	f.Math = append(f.Math, fmt.Sprintf("over %s: lag %s → %s; arrivals %s/s − commits %s/s = %s/s",
 		dur(sec(r.SampleSeconds)), group(before), group(r.TotalLag), num(r.ArrivalRate), num(r.CommitRate), num(r.LagTrend)))
+	if r.DeletedRate > 0 {
+		f.Math = append(f.Math, fmt.Sprintf("retention deleted %s records/s before they were committed: lag changed by %s − %s = %s/s",
+			num(r.DeletedRate), num(r.LagTrend), num(r.DeletedRate), num(r.LagTrend-r.DeletedRate)))
+	}
 	switch r.Trend {
 	case "caught-up":
 		f.Conclusion = "Caught up: every offset produced is committed to the table."
@@ -346,6 +372,9 @@ func (r *LiveReport) lagFinding(before int64, trended bool) {
 		f.Conclusion = fmt.Sprintf("Keeping pace: %s records/s arrive and are committed; lag stays at %s records, each committed about %s after it arrived.", num(r.CommitRate), group(r.TotalLag), dur(d))
 	default:
 		f.Conclusion = fmt.Sprintf("Steady at %s records: nothing arrived and nothing was committed during the sample; it does not drain until a member consumes.", group(r.TotalLag))
+	}
+	if r.DeletedRate > 0 {
+		f.Conclusion += fmt.Sprintf(" Retention deletes %s records/s before they are committed: lost to the table, not drained.", num(r.DeletedRate))
 	}
 	r.Findings = append(r.Findings, f)
 }

@@ -184,6 +184,30 @@ func TestLiveStoppedJobDoesNotDrain(t *testing.T) {
 	}
 }
 
+// TestLiveRetentionIsNoCommit: retention moving a log start over offsets
+// not committed yet takes them out of lag, but commits nothing: a stopped
+// job is not draining. The log start of a partition the table has no
+// watermark for counted as its watermark, and its moves as commits: no
+// member, nothing committed, and doctor said "Draining".
+func TestLiveRetentionIsNoCommit(t *testing.T) {
+	// Over 5 s: partition 0 (not in the table) gets 100 records and its log
+	// start moves by 1,000; partition 1's log start passes its watermark,
+	// 500, by 200.
+	s1 := Sample{At: t0, End: map[int32]int64{0: 5000, 1: 1000}, Start: map[int32]int64{0: 1000, 1: 400}, Watermarks: map[int32]int64{1: 500}}
+	s2 := Sample{At: t0.Add(5 * time.Second), End: map[int32]int64{0: 5100, 1: 1000}, Start: map[int32]int64{0: 2000, 1: 700}, Watermarks: map[int32]int64{1: 500}}
+	r, err := DiagnoseLive(Live{Topic: "clicks", GroupState: "Empty", First: s1, Second: &s2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := render(t, r)
+	if r.CommitRate != 0 || r.DeletedRate != 240 || r.LagTrend != 20 || r.Trend != "growing" {
+		t.Fatalf("commit rate %v, deleted %v/s, trend %v %s; want 0, 240 = (1,000 + 200) / 5 s, 20, growing:\n%s", r.CommitRate, r.DeletedRate, r.LagTrend, r.Trend, text)
+	}
+	mustContain(t, text, "lag 4,500 → 3,400; arrivals 20/s − commits 0/s = 20/s",
+		"retention deleted 240 records/s before they were committed: lag changed by 20 − 240 = -220/s",
+		"Retention deletes 240 records/s before they are committed: lost to the table, not drained.")
+}
+
 // TestLiveJobKeepingPace: a job committing as many records as arrive keeps
 // its lag where it is (what one commit interval holds) and is said to keep
 // pace, each record committed lag / commit rate after it arrived. It was
