@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"maps"
 	"slices"
 	"strconv"
@@ -211,8 +212,10 @@ func (d *deadLetterWriter) close() error {
 // for which reason it keeps).
 // With tables given, only the dead letters of those tables' routes count
 // (HeaderTable), and those without the header (written before it existed);
-// without, every dead letter of the topic counts.
-func ReadDeadLetters(ctx context.Context, k KafkaConfig, tables ...string) (lakehouse.DeadLetters, error) {
+// without, every dead letter of the topic counts. A read error the reader
+// retries is logged to log, as the job's fetches log theirs: it would wait
+// without a word until ctx ends (nil: not logged).
+func ReadDeadLetters(ctx context.Context, k KafkaConfig, log *slog.Logger, tables ...string) (lakehouse.DeadLetters, error) {
 	dialer, err := k.dialer()
 	if err != nil {
 		return nil, err
@@ -238,7 +241,7 @@ func ReadDeadLetters(ctx context.Context, k KafkaConfig, tables ...string) (lake
 		if first[p] >= last[p] {
 			continue
 		}
-		if err := readDeadLetterPartition(ctx, dialer, k, int(p), first[p], last[p], tables, out); err != nil {
+		if err := readDeadLetterPartition(ctx, dialer, k, int(p), first[p], last[p], tables, out, log); err != nil {
 			return nil, err
 		}
 	}
@@ -247,10 +250,14 @@ func ReadDeadLetters(ctx context.Context, k KafkaConfig, tables ...string) (lake
 
 // readDeadLetterPartition reads offsets [first, last) of a partition of the
 // dead-letter topic into out.
-func readDeadLetterPartition(ctx context.Context, dialer *kafka.Dialer, k KafkaConfig, partition int, first, last int64, tables []string, out lakehouse.DeadLetters) error {
+func readDeadLetterPartition(ctx context.Context, dialer *kafka.Dialer, k KafkaConfig, partition int, first, last int64, tables []string, out lakehouse.DeadLetters, log *slog.Logger) error {
 	rk := k
 	rk.Topic = k.DLQTopic
-	r, err := openReader(rk, int32(partition), dialer, first, nil)
+	var errLog kafka.Logger
+	if log != nil {
+		errLog = readErrorLogger(log, rk.Topic, int32(partition))
+	}
+	r, err := openReader(rk, int32(partition), dialer, first, errLog)
 	if err != nil {
 		return err
 	}

@@ -593,7 +593,7 @@ func TestEnrichFailedOnlyForRecordsThatWouldBeRows(t *testing.T) {
 		t.Fatal(err)
 	}
 	runUntilCaughtUp(t, j)
-	dl, err := pipeline.ReadDeadLetters(t.Context(), j.cfg.Kafka)
+	dl, err := pipeline.ReadDeadLetters(t.Context(), j.cfg.Kafka, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -643,7 +643,7 @@ func TestEnrichFailedDeadLettersRedoneAsRowsVerify(t *testing.T) {
 
 	srv.SetOutage(false)
 	runUntilCaughtUp(t, j)
-	dl, err := pipeline.ReadDeadLetters(t.Context(), j.cfg.Kafka)
+	dl, err := pipeline.ReadDeadLetters(t.Context(), j.cfg.Kafka, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -550,7 +550,7 @@ func TestEvolveIncompatibleChange(t *testing.T) {
 					t.Errorf("order %d: %v", i, row)
 				}
 			}
-			letters, err := pipeline.ReadDeadLetters(t.Context(), r.cfg.Kafka)
+			letters, err := pipeline.ReadDeadLetters(t.Context(), r.cfg.Kafka, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -602,7 +602,7 @@ func TestEvolveColumnConflict(t *testing.T) {
 			t.Errorf("order %d: row %v", i, ok)
 		}
 	}
-	letters, err := pipeline.ReadDeadLetters(t.Context(), r.cfg.Kafka)
+	letters, err := pipeline.ReadDeadLetters(t.Context(), r.cfg.Kafka, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

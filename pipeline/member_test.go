@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"maps"
 	"net"
 	"net/http"
@@ -717,7 +718,7 @@ func TestUnansweredDeadLetterWriteHoldsNoStop(t *testing.T) {
 
 	answer.Store(true)
 	runUntilCaughtUp(t, j)
-	dl, err := pipeline.ReadDeadLetters(t.Context(), j.cfg.Kafka)
+	dl, err := pipeline.ReadDeadLetters(t.Context(), j.cfg.Kafka, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -905,15 +906,43 @@ func TestReadDeadLettersTriesEveryBroker(t *testing.T) {
 		}
 		return n
 	}
-	want, err := pipeline.ReadDeadLetters(t.Context(), j.cfg.Kafka)
+	want, err := pipeline.ReadDeadLetters(t.Context(), j.cfg.Kafka, nil)
 	if err != nil || count(want) == 0 {
 		t.Fatalf("dead letters: %d, %v; want some", count(want), err)
 	}
 	k := j.cfg.Kafka
 	k.Brokers = append([]string{"127.0.0.1:1"}, k.Brokers...) // the first broker is down
-	got, err := pipeline.ReadDeadLetters(t.Context(), k)
+	got, err := pipeline.ReadDeadLetters(t.Context(), k, nil)
 	if err != nil || count(got) != count(want) {
 		t.Fatalf("with the first broker down: %d dead letters, %v; want %d", count(got), err, count(want))
+	}
+}
+
+// TestReadDeadLettersLogsRetriedReadErrors: a read error kafka-go's reader
+// retries while verify reads the dead-letter topic (here its refusal of a
+// fetch size above int32) is logged at WARN, naming the topic. The
+// dead-letter reader alone had no ErrorLogger: verify waited without a word.
+func TestReadDeadLettersLogsRetriedReadErrors(t *testing.T) {
+	cl, err := embedded.StartTopic(t.Context(), "clicks", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Close)
+	if err := cl.CreateTopic(t.Context(), "clicks.dlq", 1); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cl.Produce(t.Context(), "clicks.dlq", []clickgen.Message{clickgen.New(clickgen.Config{Seed: 1}).Next()}); err != nil {
+		t.Fatal(err)
+	}
+	k := pipeline.KafkaConfig{Brokers: cl.Addrs(), Topic: "clicks", DLQTopic: "clicks.dlq", FetchMaxBytes: 3 << 30}
+	log := &lockedBuffer{}
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
+	defer cancel()
+	if _, err := pipeline.ReadDeadLetters(ctx, k, slog.New(slog.NewTextHandler(log, nil))); err == nil {
+		t.Fatal("the dead-letter topic was read with every fetch refused")
+	}
+	if out := log.String(); !strings.Contains(out, "level=WARN") || !strings.Contains(out, "topic=clicks.dlq") {
+		t.Fatalf("2 s of refused fetches logged %q; want a WARN naming clicks.dlq", out)
 	}
 }
 

@@ -378,7 +378,7 @@ func runPayments(t *testing.T, values [][]byte, good []bool, format string, regi
 	if rows != wantGood || len(seen) != wantGood || sum.Cmp(wantSum) != 0 {
 		t.Fatalf("%d rows, %d distinct payments, amounts sum to %s cents; want %d, %d, %s", rows, len(seen), sum, wantGood, wantGood, wantSum)
 	}
-	letters, err := pipeline.ReadDeadLetters(ctx, cfg.Kafka)
+	letters, err := pipeline.ReadDeadLetters(ctx, cfg.Kafka, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -641,7 +641,7 @@ func TestPaymentsRetriedProducerDedupe(t *testing.T) {
 		t.Fatalf("skipped %d business duplicates, committed %d rows in %d + %d commits; want %d, %d, several",
 			skipped, rows, a.Stats().Commits.Load(), b.Stats().Commits.Load(), copies, n)
 	}
-	dl, err := pipeline.ReadDeadLetters(t.Context(), cfg.Kafka)
+	dl, err := pipeline.ReadDeadLetters(t.Context(), cfg.Kafka, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

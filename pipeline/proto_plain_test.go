@@ -60,7 +60,7 @@ func TestPlainProtobufEndToEnd(t *testing.T) {
 			t.Errorf("order %d: %v (malformed: %v)", i, row, bad[i])
 		}
 	}
-	letters, err := pipeline.ReadDeadLetters(t.Context(), r.cfg.Kafka)
+	letters, err := pipeline.ReadDeadLetters(t.Context(), r.cfg.Kafka, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -210,7 +210,7 @@ func TestRouteRoutingChange(t *testing.T) {
 
 	orders, _ := r.table(t, changed[0])
 	other, _ := r.table(t, changed[1])
-	dl, err := pipeline.ReadDeadLetters(t.Context(), changed[0].Kafka, "shop.orders", "shop.other")
+	dl, err := pipeline.ReadDeadLetters(t.Context(), changed[0].Kafka, nil, "shop.orders", "shop.other")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -338,7 +338,7 @@ func TestRouteAddedJoinsAtTheCommonOffset(t *testing.T) {
 	r.run(t, added[0], end2)
 	r.run(t, added[1], end2)
 	other, _ := r.table(t, added[1])
-	dl, err := pipeline.ReadDeadLetters(t.Context(), added[0].Kafka, "shop.orders", "shop.other")
+	dl, err := pipeline.ReadDeadLetters(t.Context(), added[0].Kafka, nil, "shop.orders", "shop.other")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -449,7 +449,7 @@ func TestRouteAddedJoinsWhenRoutingChangeAccepted(t *testing.T) {
 			}
 			orders, _ := r.table(t, added[0])
 			other, _ := r.table(t, added[2])
-			dl, err := pipeline.ReadDeadLetters(t.Context(), added[0].Kafka, "shop.orders", "shop.checkouts", "shop.other")
+			dl, err := pipeline.ReadDeadLetters(t.Context(), added[0].Kafka, nil, "shop.orders", "shop.checkouts", "shop.other")
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -552,7 +552,7 @@ func TestRouteDeadLettersByTable(t *testing.T) {
 		tables []string
 		want   int
 	}{{[]string{"analytics.clicks"}, 0}, {[]string{"finance.payments"}, 500}, {nil, 500}} {
-		dl, err := pipeline.ReadDeadLetters(t.Context(), k, c.tables...)
+		dl, err := pipeline.ReadDeadLetters(t.Context(), k, nil, c.tables...)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -561,7 +561,7 @@ func TestRouteDeadLettersByTable(t *testing.T) {
 		}
 	}
 	clicks, _ := r.table(t, jobs[0])
-	own, err := pipeline.ReadDeadLetters(t.Context(), k, "analytics.clicks")
+	own, err := pipeline.ReadDeadLetters(t.Context(), k, nil, "analytics.clicks")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -573,7 +573,7 @@ func TestRouteDeadLettersByTable(t *testing.T) {
 		t.Errorf("verify of analytics.clicks with its own dead letters: ok %v, %d rows, %d dead letters; want ok, 500, 0",
 			rep.OK(), rep.Rows, rep.DeadLetters)
 	}
-	all, err := pipeline.ReadDeadLetters(t.Context(), k)
+	all, err := pipeline.ReadDeadLetters(t.Context(), k, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

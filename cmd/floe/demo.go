@@ -200,7 +200,7 @@ func runDemo(ctx context.Context, d *demoFlags, log *slog.Logger) error {
 				if err := halt(); err != nil {
 					return err
 				}
-				return demoVerify(ctx, cfg, tbl, d.asJSON)
+				return demoVerify(ctx, cfg, tbl, log, d.asJSON)
 			}
 		}
 	}
@@ -238,9 +238,9 @@ func reached(wm lakehouse.Offsets, topic string, end map[int32]int64) bool {
 	return true
 }
 
-func demoVerify(ctx context.Context, cfg pipeline.Config, tbl *lakehouse.Table, asJSON bool) error {
+func demoVerify(ctx context.Context, cfg pipeline.Config, tbl *lakehouse.Table, log *slog.Logger, asJSON bool) error {
 	rep, err := tbl.Verify(ctx, cfg.Kafka.Topic, func(ctx context.Context) (lakehouse.DeadLetters, error) {
-		return pipeline.ReadDeadLetters(ctx, cfg.Kafka)
+		return pipeline.ReadDeadLetters(ctx, cfg.Kafka, log)
 	})
 	if err != nil {
 		return err

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"os"
 	"strings"
 
@@ -40,7 +41,7 @@ of them or a dead letter.`,
 			}()
 			if !jobs[0].routed {
 				j := jobs[0]
-				rep, err := j.tbl.Verify(ctx, j.cfg.Kafka.Topic, deadLetterReader(noDLQ, []string{j.cfg.Table.Name}, j.cfg.Kafka))
+				rep, err := j.tbl.Verify(ctx, j.cfg.Kafka.Topic, deadLetterReader(noDLQ, j.log, []string{j.cfg.Table.Name}, j.cfg.Kafka))
 				if err != nil {
 					return err
 				}
@@ -56,10 +57,11 @@ of them or a dead letter.`,
 
 // deadLetterReader returns the reader of the dead-letter topics of ks for
 // their topic, which Verify calls once it has loaded the tables, or nil (not
-// read) with --no-dlq; the reader fails when they cannot be read. Only
-// the dead letters of tables count (and those written without a table
-// header): routes of one topic share its dead-letter topic by default.
-func deadLetterReader(noDLQ bool, tables []string, ks ...pipeline.KafkaConfig) lakehouse.DeadLetterReader {
+// read) with --no-dlq; the reader fails when they cannot be read, and logs
+// to log the read errors it retries. Only the dead letters of tables count
+// (and those written without a table header): routes of one topic share
+// its dead-letter topic by default.
+func deadLetterReader(noDLQ bool, log *slog.Logger, tables []string, ks ...pipeline.KafkaConfig) lakehouse.DeadLetterReader {
 	if noDLQ {
 		return nil
 	}
@@ -71,7 +73,7 @@ func deadLetterReader(noDLQ bool, tables []string, ks ...pipeline.KafkaConfig) l
 				continue
 			}
 			read[k.DLQTopic] = true
-			dl, err := pipeline.ReadDeadLetters(ctx, k, tables...)
+			dl, err := pipeline.ReadDeadLetters(ctx, k, log, tables...)
 			if err != nil {
 				// Its dead letters would be gaps: status 1, a table that
 				// does not reconcile, for an unreachable broker.
@@ -106,7 +108,7 @@ func verifyRoutes(ctx context.Context, jobs []*job, noDLQ, asJSON bool) error {
 	var topics []string
 	for _, j := range jobs {
 		if !j.cfg.FieldRouted() {
-			rep, err := j.tbl.Verify(ctx, j.cfg.Kafka.Topic, deadLetterReader(noDLQ, []string{j.cfg.Table.Name}, j.cfg.Kafka))
+			rep, err := j.tbl.Verify(ctx, j.cfg.Kafka.Topic, deadLetterReader(noDLQ, j.log, []string{j.cfg.Table.Name}, j.cfg.Kafka))
 			if err != nil {
 				return fmt.Errorf("verifying %s: %w", j.cfg.Table.Name, err)
 			}
@@ -127,7 +129,7 @@ func verifyRoutes(ctx context.Context, jobs []*job, noDLQ, asJSON bool) error {
 		for i, j := range siblings {
 			tables[i], ks[i], names[i] = j.tbl, j.cfg.Kafka, j.cfg.Table.Name
 		}
-		rep, err := lakehouse.VerifyRoutes(ctx, t, tables, deadLetterReader(noDLQ, names, ks...))
+		rep, err := lakehouse.VerifyRoutes(ctx, t, tables, deadLetterReader(noDLQ, siblings[0].base, names, ks...))
 		if err != nil {
 			return fmt.Errorf("verifying the routes of topic %s: %w", t, err)
 		}
