@@ -208,6 +208,13 @@ func (b *partitionBuffer) appendEnriched(msg kafka.Message, now time.Time, res e
 			err = b.builder.AppendEnriched(msg.Value, meta, now, string(res.Status), res.Extra())
 		}
 	}
+	if errors.As(err, &req) && b.evolve != nil {
+		// Still asking after the rounds: the evolved table and the schema
+		// derived from it disagree (evolving again will not help), or
+		// other partitions kept switching the schema. Not known to be the
+		// record's fault, so held and retried rather than dead-lettered.
+		err = fmt.Errorf("%s, still after %d switches to the evolved table's schema", req.Error(), maxEvolveRounds)
+	}
 	if err != nil {
 		return b.refuse(msg, err)
 	}

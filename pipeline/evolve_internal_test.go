@@ -2,9 +2,11 @@ package pipeline
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -14,6 +16,7 @@ import (
 	"github.com/twmb/franz-go/pkg/sr"
 	"github.com/twmb/franz-go/pkg/sr/srfake"
 
+	"github.com/floe-dev/floe/enrich"
 	"github.com/floe-dev/floe/lakehouse"
 	"github.com/floe-dev/floe/schemas"
 )
@@ -119,5 +122,94 @@ func TestBufferCarriesRowsAcrossSchemaSwitch(t *testing.T) {
 		if got[k] != v {
 			t.Errorf("row %s = %s, want %s", k, got[k], v)
 		}
+	}
+}
+
+// TestWriterFieldNamedLikeAnEnrichmentColumn: the job enriches into a
+// column segment, and a producer's new writer schema gains a field segment
+// (and a field tag). The two values cannot share the column, so the writer
+// schema is incompatible and on_incompatible decides: dlq dead-letters its
+// records (incompatible_schema, naming the field and the enrichment
+// column), stop holds the partition with an error naming both; the table
+// is not evolved for them. Before, the buffer asked the table to add
+// segment, which it already had, until the rounds ran out: every record of
+// the writer schema failed the partition, under dlq too, with "needs the
+// table to change: add column segment". (The config takes enrichment with
+// format json only for now; the buffer and the decoders do not assume it.)
+func TestWriterFieldNamedLikeAnEnrichmentColumn(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "o.avsc")
+	if err := os.WriteFile(path, []byte(`{"type": "record", "name": "O", "fields": [
+	  {"name": "id", "type": "string"}, {"name": "n", "type": "int"}]}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	file, err := schemas.LoadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc, err := WithEnrichment(file, &enrich.Config{Fields: []enrich.Field{{Name: "segment", Type: enrich.TypeString}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tbl, err := lakehouse.Open(t.Context(), lakehouse.Config{Table: "a.o", Group: "g", Catalog: map[string]string{
+		"type": "sql", "uri": "file:" + filepath.Join(dir, "c.db"), "sql.dialect": "sqlite", "sql.driver": "sqlite",
+		"warehouse": "file://" + filepath.Join(dir, "wh")}}, sc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { tbl.Close() })
+	reg := srfake.New()
+	t.Cleanup(reg.Close)
+	cl, err := sr.NewClient(sr.URLs(reg.URL()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	v2 := `{"type": "record", "name": "O", "fields": [{"name": "id", "type": "string"}, {"name": "n", "type": "int"},
+	  {"name": "tag", "type": ["null", "string"], "default": null},
+	  {"name": "segment", "type": ["null", "string"], "default": null}]}`
+	ss, err := cl.CreateSchema(t.Context(), "o-value", sr.Schema{Schema: v2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, err := avro.Marshal(avro.MustParse(v2), map[string]any{"id": "a", "n": 1, "tag": "t", "segment": "from-producer"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg := kafka.Message{Offset: 0, Time: time.Now(), Value: append(binary.BigEndian.AppendUint32([]byte{0}, uint32(ss.ID)), body...)}
+	const clash = `collides with enrichment column "segment"`
+	for _, mode := range []string{"dlq", "stop"} {
+		t.Run(mode, func(t *testing.T) {
+			wsc, err := sc.WithFormat(schemas.Format{Kind: schemas.FormatAvro, Registry: &schemas.RegistryConfig{URL: reg.URL(), OnIncompatible: mode}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			evo := &evolver{table: tbl, current: wsc.Evolving()}
+			b := newPartitionBuffer(evo.schema(), "o", 0, lakehouse.NoWatermark, 0, nil)
+			t.Cleanup(b.release)
+			b.evolve = func(from *schemas.Schema, req *schemas.EvolveRequest) (*schemas.Schema, error) {
+				return evo.evolve(t.Context(), from, req)
+			}
+			_, _, dead, err := b.appendEnriched(msg, time.Now(), enrich.Result{Status: enrich.StatusOK})
+			if mode == "dlq" {
+				if err != nil || !dead || len(b.letters) != 1 {
+					t.Fatalf("dead %v, %d letters, %v; want the record dead-lettered", dead, len(b.letters), err)
+				}
+				if l := b.letters[0]; l.reason != schemas.ReasonIncompatibleSchema || l.field != "segment" || !strings.Contains(l.detail, clash) {
+					t.Fatalf("dead letter %s %q: %s; want incompatible_schema of segment, %s", l.reason, l.field, l.detail, clash)
+				}
+			} else {
+				var ie *schemas.IncompatibleSchemaError
+				if !errors.As(err, &ie) || ie.Field != "segment" || !strings.Contains(err.Error(), clash) || dead {
+					t.Fatalf("dead %v, %v; want the partition stopped on segment, %s", dead, err, clash)
+				}
+			}
+			it, err := tbl.Load(t.Context())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, ok := it.Schema().FindFieldByName("tag"); ok {
+				t.Fatal("the table was evolved (tag) for a record it does not hold")
+			}
+		})
 	}
 }

@@ -100,24 +100,52 @@ func (s *Schema) Evolving() *Schema {
 	return &out
 }
 
+// writerPlan is what a writer schema needs of the table: changes, or the
+// name of a field the table can never hold because an enrichment column
+// has its name (clash): the writer's value and the enrichment's would share
+// the column.
+type writerPlan struct {
+	changes []Change
+	clash   string
+}
+
 // request returns the EvolveRequest of writer schema id (key: the parsed
-// writer schema or message type), or nil when the table fits it.
-func (d *wireDecoder) request(id int, key any, plan func() []Change) *EvolveRequest {
+// writer schema or message type), nil when the table fits it, or, for a
+// writer field named like an enrichment column, the error that refuses the
+// message as for any change the table cannot make (EvolveRequest.Refuse).
+func (d *wireDecoder) request(id int, key any, plan func() writerPlan) error {
 	if !d.evolve {
 		return nil
 	}
-	changes, ok := d.plans[key]
+	p, ok := d.plans[key]
 	if !ok {
-		changes = plan()
+		p = plan()
 		if d.plans == nil {
-			d.plans = map[any][]Change{}
+			d.plans = map[any]writerPlan{}
 		}
-		d.plans[key] = changes
+		d.plans[key] = p
 	}
-	if len(changes) == 0 {
+	req := &EvolveRequest{SchemaID: id, Changes: p.changes, stop: d.reg.stop}
+	switch {
+	case p.clash != "":
+		return req.Refuse(p.clash, enrichmentClash(p.clash))
+	case len(p.changes) == 0:
 		return nil
 	}
-	return &EvolveRequest{SchemaID: id, Changes: changes, stop: d.reg.stop}
+	return req
+}
+
+// enrichmentClash says why a field or column named name cannot be one of
+// the schema's own: an enrichment column (enrich.fields) has its name. It
+// is the same at start-up (a schema file's column, WithColumns) and for a
+// registry's writer schema that gains such a field.
+func enrichmentClash(name string) string {
+	return "collides with enrichment column " + strconv.Quote(name) + " (enrich.fields); rename one of them"
+}
+
+// isExtra reports whether name is one of the extra (enrichment) columns.
+func isExtra(extra []Column, name string) bool {
+	return slices.ContainsFunc(extra, func(c Column) bool { return c.Name == name })
 }
 
 // avroPlan lists the changes the Avro writer schema w needs of the columns
@@ -127,16 +155,20 @@ func (d *wireDecoder) request(id int, key any, plan func() []Change) *EvolveRequ
 // skips it), a wider type where the writer's is a promotion of the
 // column's, and an optional column where the writer's field is a union
 // with null. Anything else that does not fit is left to the decoder, which
-// reports it as incompatible.
-func avroPlan(w avro.Schema, record *node) []Change {
+// reports it as incompatible. A new field named like one of the extra
+// columns is a clash, not a change.
+func avroPlan(w avro.Schema, record *node, extra []Column) writerPlan {
 	rec, ok := deref(w).(*avro.RecordSchema)
 	if !ok {
-		return nil
+		return writerPlan{}
 	}
 	var out []Change
 	for _, wf := range rec.Fields() {
 		i := record.fieldIndexName(wf.Name())
 		if i < 0 {
+			if isExtra(extra, wf.Name()) {
+				return writerPlan{clash: wf.Name()}
+			}
 			if isMetadataColumn(wf.Name()) || record.hasColumn(wf.Name()) {
 				continue // not addable: the name is a column's, of another field
 			}
@@ -157,7 +189,7 @@ func avroPlan(w avro.Schema, record *node) []Change {
 			out = append(out, Change{Kind: WidenColumn, Column: t.name, Type: wide})
 		}
 	}
-	return out
+	return writerPlan{changes: out}
 }
 
 // hasColumn reports whether one of n's fields is stored in a column named
@@ -202,7 +234,7 @@ func avroWider(w avro.Schema, t *node) iceberg.Type {
 // optional in proto3, so a new field becomes an optional column; a scalar
 // with presence makes a required column optional; a 64-bit or unsigned
 // integer widens an int column to long, a double a float column to double.
-func protoPlan(md protoreflect.MessageDescriptor, record *node) []Change {
+func protoPlan(md protoreflect.MessageDescriptor, record *node, extra []Column) writerPlan {
 	var out []Change
 	fields := md.Fields()
 	for i := range fields.Len() {
@@ -210,6 +242,9 @@ func protoPlan(md protoreflect.MessageDescriptor, record *node) []Change {
 		name := string(fd.Name())
 		j := record.fieldIndexName(name)
 		if j < 0 {
+			if isExtra(extra, name) {
+				return writerPlan{clash: name}
+			}
 			if isMetadataColumn(name) || record.hasColumn(name) {
 				continue // not addable: the name is a column's, of another field
 			}
@@ -243,7 +278,7 @@ func protoPlan(md protoreflect.MessageDescriptor, record *node) []Change {
 			}
 		}
 	}
-	return out
+	return writerPlan{changes: out}
 }
 
 // protoColumn numbers the nested fields of a column made from a Protobuf

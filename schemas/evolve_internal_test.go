@@ -389,6 +389,80 @@ func TestWithTableRefusesFixedOfNoBytes(t *testing.T) {
 	}
 }
 
+// TestEvolveWriterFieldNamedLikeAnExtraColumn: a writer schema (Avro or
+// Protobuf) whose new field has the name of an extra (enrichment) column
+// asks nothing of the table: the writer's value and the enrichment's
+// cannot share the column, so the schema is incompatible, refused as
+// on_incompatible says, naming the field and the column. It used to ask to
+// add the column, which the table had, at every round, until the
+// partition stopped for good.
+func TestEvolveWriterFieldNamedLikeAnExtraColumn(t *testing.T) {
+	reg, cl := testRegistry(t)
+	file, err := ParseAvsc("orders", []byte(ordersFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	file, err = file.WithColumns([]Column{{Name: "segment", Type: iceberg.PrimitiveTypes.String}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	avroV2 := `{"type": "record", "name": "Order", "fields": [
+	  {"name": "id", "type": "string"}, {"name": "qty", "type": "int"}, {"name": "price", "type": "float"},
+	  {"name": "coupon", "type": ["null", "string"], "default": null},
+	  {"name": "segment", "type": ["null", "string"], "default": null}]}`
+	protoV2 := `syntax = "proto3";
+message Order { string id = 1; int32 qty = 2; float price = 3; string segment = 4; }`
+	avroID := register(t, cl, "a", avroV2, sr.TypeAvro)
+	protoID := register(t, cl, "p", protoV2, sr.TypeProtobuf)
+	avroValue, err := avro.Marshal(avro.MustParse(avroV2), map[string]any{"id": "o-1", "qty": 1, "price": float32(1), "segment": "s"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fd, err := compileProto(protoID, protoV2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	md := fd.Messages().ByName("Order")
+	pm := dynamicpb.NewMessage(md)
+	pm.Set(md.Fields().ByName("segment"), protoreflect.ValueOfString("s"))
+	protoValue, err := proto.Marshal(pm)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const clash = `collides with enrichment column "segment"`
+	for _, tc := range []struct {
+		kind, onIncompatible string
+		msg                  []byte
+	}{
+		{FormatAvro, "dlq", wire(avroID, nil, avroValue)},
+		{FormatAvro, "stop", wire(avroID, nil, avroValue)},
+		{FormatProtobuf, "dlq", wire(protoID, []int{0}, protoValue)},
+		{FormatProtobuf, "stop", wire(protoID, []int{0}, protoValue)},
+	} {
+		t.Run(tc.kind+"/"+tc.onIncompatible, func(t *testing.T) {
+			sc, err := file.WithFormat(Format{Kind: tc.kind, Registry: &RegistryConfig{URL: reg.URL(), OnIncompatible: tc.onIncompatible}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			b := sc.Evolving().NewRecordBuilder(memory.DefaultAllocator, 0)
+			defer b.Release()
+			err = b.Append(tc.msg, Meta{Topic: "o"}, time.Time{}, "")
+			var ie *IncompatibleSchemaError
+			var de *DecodeError
+			var field, detail string
+			switch {
+			case tc.onIncompatible == "stop" && errors.As(err, &ie):
+				field, detail = ie.Field, ie.Detail
+			case tc.onIncompatible == "dlq" && errors.As(err, &de) && de.Reason == ReasonIncompatibleSchema:
+				field, detail = de.Field, de.Detail
+			}
+			if field != "segment" || !strings.Contains(detail, clash) || b.Len() != 0 {
+				t.Fatalf("append: %v (%d rows), want the writer schema refused (%s) with %q", err, b.Len(), tc.onIncompatible, clash)
+			}
+		})
+	}
+}
+
 // TestEvolveRequestRefuse: a change the table refuses stops the partition
 // (on_incompatible: stop) or dead-letters the record (dlq).
 func TestEvolveRequestRefuse(t *testing.T) {

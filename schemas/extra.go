@@ -28,14 +28,18 @@ func (s *Schema) WithColumns(cols []Column) (*Schema, error) {
 		return s, nil
 	}
 	fields := s.Iceberg.Fields()
-	seen := map[string]bool{}
+	seen, own := map[string]bool{}, map[string]bool{}
 	for _, f := range fields {
 		seen[f.Name] = true
+		own[f.Name] = !isMetadataColumn(f.Name) && !isExtra(s.Extra, f.Name)
 	}
 	next := s.Iceberg.HighestFieldID() + 1
 	for _, c := range cols {
 		if c.Name == "" {
 			return nil, fmt.Errorf("schema %s: an extra column has no name", s.Name)
+		}
+		if own[c.Name] {
+			return nil, fmt.Errorf("schema %s: column %q %s", s.Name, c.Name, enrichmentClash(c.Name))
 		}
 		if seen[c.Name] {
 			return nil, fmt.Errorf("schema %s: column %q already exists", s.Name, c.Name)

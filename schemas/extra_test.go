@@ -72,7 +72,8 @@ func TestWithColumnsRejects(t *testing.T) {
 		cols []schemas.Column
 		want string
 	}{
-		{[]schemas.Column{{Name: "session_id", Type: iceberg.PrimitiveTypes.String}}, "already exists"},
+		{[]schemas.Column{{Name: "session_id", Type: iceberg.PrimitiveTypes.String}}, `column "session_id" collides with enrichment column "session_id"`},
+		{[]schemas.Column{{Name: "_kafka_offset", Type: iceberg.PrimitiveTypes.Int64}}, "already exists"},
 		{[]schemas.Column{{Name: "", Type: iceberg.PrimitiveTypes.String}}, "no name"},
 		{[]schemas.Column{{Name: "d", Type: iceberg.PrimitiveTypes.Date}}, "not supported"},
 		{[]schemas.Column{{Name: "a", Type: iceberg.PrimitiveTypes.String}, {Name: "a", Type: iceberg.PrimitiveTypes.Int64}}, "already exists"},

@@ -148,7 +148,7 @@ func (s *Schema) newDecoder() valueDecoder {
 	record := s.user.record
 	switch {
 	case s.reg != nil:
-		return &wireDecoder{reg: s.reg, kind: s.kind, record: record, evolve: s.evolve}
+		return &wireDecoder{reg: s.reg, kind: s.kind, record: record, extra: s.Extra, evolve: s.evolve}
 	case s.kind == FormatAvro:
 		return &avroDecoder{writer: s.user.avro, record: record}
 	case s.kind == FormatProtobuf:
@@ -387,11 +387,13 @@ type wireDecoder struct {
 	reg    *registry
 	kind   string
 	record *node
+	// extra are the enrichment columns, which no writer field can become.
+	extra []Column
 	// evolve makes a writer schema that needs the table to change return
 	// an *EvolveRequest (see Schema.Evolving); plans caches, per Avro
-	// writer schema or Protobuf message type, the changes it needs.
+	// writer schema or Protobuf message type, what it needs.
 	evolve bool
-	plans  map[any][]Change
+	plans  map[any]writerPlan
 }
 
 func (d *wireDecoder) decode(value []byte, cols []array.Builder) (int, error) {
@@ -411,8 +413,8 @@ func (d *wireDecoder) decode(value []byte, cols []array.Builder) (int, error) {
 	var derr *DecodeError
 	var grown int
 	if ws.avro != nil {
-		if req := d.request(id, ws.avro, func() []Change { return avroPlan(ws.avro, d.record) }); req != nil {
-			return 0, req
+		if err := d.request(id, ws.avro, func() writerPlan { return avroPlan(ws.avro, d.record, d.extra) }); err != nil {
+			return 0, err
 		}
 		r := avroReader{buf: rest}
 		if derr = r.record(ws.avro, d.record, nil, cols, 0); derr == nil && r.pos != len(r.buf) {
@@ -422,8 +424,8 @@ func (d *wireDecoder) decode(value []byte, cols []array.Builder) (int, error) {
 	} else {
 		var md protoreflect.MessageDescriptor
 		if md, rest, derr = protoMessageDescriptor(ws.proto, rest); derr == nil {
-			if req := d.request(id, md, func() []Change { return protoPlan(md, d.record) }); req != nil {
-				return 0, req
+			if err := d.request(id, md, func() writerPlan { return protoPlan(md, d.record, d.extra) }); err != nil {
+				return 0, err
 			}
 			grown, derr = decodeProto(md, rest, d.record, cols)
 		}
