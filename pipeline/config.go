@@ -373,10 +373,11 @@ func LoadConfig(path string) (Config, error) {
 	return cfg, nil
 }
 
-// emptySections refuses a kafka.tls key written without a value (every
-// setting under it commented out, say): YAML reads it as absent, and the
-// connections would be plaintext while the file seems to ask for TLS. path
-// is n's dotted path.
+// emptySections refuses a kafka.tls or kafka.sasl key written without a
+// value (every setting under it commented out, or a template that rendered
+// nothing): YAML reads it as absent, and the connections would be
+// plaintext, or unauthenticated, while the file seems to ask for TLS or
+// SASL. path is n's dotted path.
 func emptySections(n *yaml.Node, path string) error {
 	if n.Kind == yaml.DocumentNode || n.Kind == yaml.SequenceNode {
 		for i, c := range n.Content {
@@ -396,8 +397,13 @@ func emptySections(n *yaml.Node, path string) error {
 	for i := 0; i+1 < len(n.Content); i += 2 {
 		k, v := n.Content[i].Value, n.Content[i+1]
 		p := strings.TrimPrefix(path+"."+k, ".")
-		if k == "tls" && (path == "kafka" || strings.HasSuffix(path, ".kafka")) && v.Kind == yaml.ScalarNode && v.Tag == "!!null" {
-			return fmt.Errorf("%s has no value: write tls: {} for TLS with the system's roots, or remove the key for plaintext", p)
+		if (path == "kafka" || strings.HasSuffix(path, ".kafka")) && v.Kind == yaml.ScalarNode && v.Tag == "!!null" {
+			switch k {
+			case "tls":
+				return fmt.Errorf("%s has no value: write tls: {} for TLS with the system's roots, or remove the key for plaintext", p)
+			case "sasl":
+				return fmt.Errorf("%s has no value: write its mechanism, username and password, or remove the key for no SASL", p)
+			}
 		}
 		if err := emptySections(v, p); err != nil {
 			return err

@@ -448,6 +448,9 @@ func TestConfigKafkaSecurity(t *testing.T) {
 		{"key is not the cert's", "  tls:\n    cert_file: " + cert + "\n    key_file: " + pwFile + "\n", "kafka.tls.cert_file"},
 		// Every setting commented out: read as no TLS at all, plaintext.
 		{"tls without a value", "  tls:\n    # ca_file: " + cert + "\n", "kafka.tls has no value: write tls: {}"},
+		// Likewise: read as no SASL, the job connected unauthenticated.
+		{"sasl without a value", "  sasl:\n    # mechanism: PLAIN\n    # username: floe\n", "kafka.sasl has no value: write its mechanism, username and password"},
+		{"sasl null", "  sasl: null\n", "kafka.sasl has no value"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg, err := pipeline.LoadConfig(writeConfig(t, securityConfig(tc.extra)))
