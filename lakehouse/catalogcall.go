@@ -2,6 +2,8 @@ package lakehouse
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"time"
 
 	"github.com/apache/iceberg-go"
@@ -53,4 +55,34 @@ func (c boundedCatalog) Close() error {
 		return cl.Close()
 	}
 	return nil
+}
+
+// errReportedConflict marks a conflict a catalog reported through
+// keepFilesCatalog; isConflict reads it as a conflict.
+var errReportedConflict = errors.New("catalog reported a conflict")
+
+// keepFilesCatalog is a catalog whose commit conflicts do not read as
+// table.ErrCommitFailed. iceberg-go takes that error for proof that nothing
+// was committed, and its manifest rewrite then deletes the manifests it
+// merged; but a catalog may report a conflict for a commit it applied (AWS's
+// client resends a Glue UpdateTable whose answer was lost), and the head
+// would then name deleted manifests. Any other error is an unknown outcome
+// to iceberg-go, which keeps every file and does not retry: the caller looks
+// for its commit id, and after a conflict that did not apply the files are
+// orphans for a later run.
+type keepFilesCatalog struct{ catalog.Catalog }
+
+func (c keepFilesCatalog) CommitTable(ctx context.Context, ident table.Identifier, reqs []table.Requirement, updates []table.Update) (table.Metadata, string, error) {
+	meta, loc, err := c.Catalog.CommitTable(ctx, ident, reqs, updates)
+	if errors.Is(err, table.ErrCommitFailed) {
+		// Not wrapped: errors.Is would find ErrCommitFailed down the chain.
+		err = fmt.Errorf("%w: %v", errReportedConflict, err)
+	}
+	return meta, loc, err
+}
+
+// keepingFiles returns tbl bound to t's catalog wrapped in keepFilesCatalog,
+// for a transaction whose files iceberg-go deletes after ErrCommitFailed.
+func (t *Table) keepingFiles(tbl *table.Table) *table.Table {
+	return table.New(tbl.Identifier(), tbl.Metadata(), tbl.MetadataLocation(), tbl.FS, keepFilesCatalog{t.cat})
 }

@@ -515,9 +515,11 @@ func (e *stagingError) Unwrap() error { return e.err }
 // isConflict reports a commit the catalog rejected without applying it.
 // iceberg-go's SQL catalog reports a failed requirement (the branch moved)
 // as a plain error whose text starts "requirement failed:", checked before
-// anything is staged, so it is as clean as ErrCommitFailed.
+// anything is staged, so it is as clean as ErrCommitFailed. A conflict
+// through keepFilesCatalog is one too.
 func isConflict(err error) bool {
-	return errors.Is(err, table.ErrCommitFailed) || strings.Contains(err.Error(), "requirement failed:")
+	return errors.Is(err, table.ErrCommitFailed) || errors.Is(err, errReportedConflict) ||
+		strings.Contains(err.Error(), "requirement failed:")
 }
 
 // fence checks that every part's partition still has the watermark the

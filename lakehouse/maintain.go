@@ -416,7 +416,10 @@ func checkMaps(tx *table.Transaction, want map[string]string) error {
 
 // rewriteManifests merges small manifests. iceberg-go's manifest rewrite
 // takes no summary properties, so the same transaction stages an empty
-// append carrying the offset maps on top of it.
+// append carrying the offset maps on top of it. It commits through
+// keepFilesCatalog: after ErrCommitFailed iceberg-go deletes the merged
+// manifests, which the head names when the conflict was reported for a
+// commit that applied (found by commit's search for its id).
 func (m *maintenance) rewriteManifests(ctx context.Context) error {
 	if m.opts.DryRun {
 		return nil
@@ -430,7 +433,7 @@ func (m *maintenance) rewriteManifests(ctx context.Context) error {
 			return nil
 		}
 		want := offsetMaps(tbl)
-		tx := tbl.NewTransaction()
+		tx := m.t.keepingFiles(tbl).NewTransaction()
 		if err := tx.AssertRefSnapshotID(table.MainBranch); err != nil {
 			return err
 		}

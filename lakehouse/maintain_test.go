@@ -777,6 +777,63 @@ func TestMaintainCompactionReportedAsConflictButApplied(t *testing.T) {
 	}
 }
 
+// TestMaintainManifestRewriteReportedAsConflict: a manifest rewrite whose
+// commit is reported as a conflict is redone, or, when it had applied (a
+// Glue UpdateTable resent by the AWS client), recognised by its commit id;
+// either way the head's manifests are all there and ingestion carries on.
+// iceberg-go deleted the merged manifests on the conflict, and the applied
+// rewrite left a head naming them: no scan, MERGE or maintenance could read
+// the table again.
+func TestMaintainManifestRewriteReportedAsConflict(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		fault     faultcat.Fault
+		conflicts int
+	}{
+		{"applied", faultcat.AppliedConflict, 0},
+		{"not applied", faultcat.Conflict, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t)
+			tbl, fc := f.openFaulty(t, "g")
+			next := commitRounds(t, f, tbl, []int32{0}, 0, 4, 20)
+			idsBefore := ids(t, tbl)
+			fc.Inject(tc.fault) // no compaction: the rewrite's is the first commit
+			rep, err := tbl.Maintain(t.Context(), lakehouse.MaintainOptions{MinInputFiles: 100})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if fc.Injected(tc.fault) != 1 || rep.ManifestsRewritten != 4 || rep.Conflicts != tc.conflicts {
+				t.Fatalf("%d faults injected, %d manifests rewritten, %d conflicts; want 1, 4, %d",
+					fc.Injected(tc.fault), rep.ManifestsRewritten, rep.Conflicts, tc.conflicts)
+			}
+			it, err := tbl.Load(t.Context())
+			if err != nil {
+				t.Fatal(err)
+			}
+			fsys, err := it.FS(t.Context())
+			if err != nil {
+				t.Fatal(err)
+			}
+			mans, err := it.CurrentSnapshot().Manifests(fsys)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, m := range mans {
+				if _, err := os.Stat(strings.TrimPrefix(m.FilePath(), "file://")); err != nil {
+					t.Errorf("the head's manifest: %v", err)
+				}
+			}
+			if !maps.Equal(ids(t, tbl), idsBefore) {
+				t.Fatal("the table's ids changed")
+			}
+			if _, err := tbl.Commit(t.Context(), []lakehouse.Part{f.part(t, 0, next, next+20, next)}); err != nil {
+				t.Fatalf("the next flush: %v", err)
+			}
+		})
+	}
+}
+
 // TestMaintainStopsWhenTheCatalogStalls: maintenance stopped during a
 // commit (SIGTERM cancels the request) looks for the commit's outcome for a
 // bounded time: a catalog that then takes requests and never answers held
