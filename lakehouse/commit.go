@@ -50,7 +50,13 @@ const maxAttempts = 12
 // that long (a frozen process, a catalog call that hung) may be gone, and
 // a snapshot naming them would lose their rows behind advanced watermarks.
 // A variable for tests.
-var uncommittedMaxAge = MinOrphanOlderThan / 2
+var uncommittedMaxAge = MinOrphanOlderThan - maxClockSkew
+
+// maxClockSkew is the most a storage's clock may be off the maintaining
+// host's (measured) or a writer's (not measurable) for orphan removal: the
+// margin by which files of commits in flight stay younger than the orphan
+// age.
+const maxClockSkew = MinOrphanOlderThan / 2
 
 // tooOld refuses to commit what (data files) written at written once they
 // are uncommittedMaxAge old.

@@ -517,13 +517,40 @@ func (m *maintenance) expireSnapshots(ctx context.Context) error {
 }
 
 // removeOrphans deletes files under the table location that no snapshot or
-// metadata file references and that are older than OrphanOlderThan.
+// metadata file references and that are older than OrphanOlderThan on the
+// storage's clock. A file's age is its modification time, stamped by the
+// storage (an HDFS NameNode, an NFS server), read against this host's
+// clock: a storage clock behind makes a flush's files, just written, look
+// old enough to delete, while its commit (aging them on the writer's
+// monotonic clock, tooOld) still lands, naming deleted files. So the
+// storage's clock is measured (storageClockOffset) and the cutoff shifted
+// onto it; beyond maxClockSkew the clocks are taken to be unsynchronised
+// (writers' clocks too, which stamp files on a local or NFS file system and
+// cannot be measured from here), and nothing is removed.
 func (m *maintenance) removeOrphans(ctx context.Context) error {
 	tbl, err := m.t.Load(ctx)
 	if err != nil {
 		return err
 	}
-	plan, err := tbl.PlanOrphanFiles(ctx, table.WithFilesOlderThan(m.opts.OrphanOlderThan))
+	olderThan := m.opts.OrphanOlderThan
+	// A dry run writes nothing, so it does not measure: it plans on this
+	// host's clock.
+	if !m.opts.DryRun {
+		offset, err := m.storageClockOffset(ctx, tbl)
+		if err != nil {
+			return fmt.Errorf("measuring the storage's clock: %w", err)
+		}
+		if offset.Abs() > maxClockSkew {
+			return fmt.Errorf("refusing to remove orphan files: the clock of the storage under %s is %s %s this host's, more than the %s margin for files of commits in flight; synchronise the clocks (NTP)",
+				tbl.Location(), offset.Abs().Round(time.Second), aheadOrBehind(offset), maxClockSkew)
+		}
+		if offset.Abs() >= time.Minute {
+			m.t.log.Warn("the storage's clock differs from this host's; orphan files are aged on the storage's",
+				"table", m.t.Name(), "offset", offset.Round(time.Second))
+		}
+		olderThan -= offset // at least MinOrphanOlderThan - maxClockSkew > 0
+	}
+	plan, err := tbl.PlanOrphanFiles(ctx, table.WithFilesOlderThan(olderThan))
 	if err != nil {
 		return err
 	}
@@ -586,6 +613,51 @@ func (m *maintenance) removeOrphans(ctx context.Context) error {
 			"orphans", len(res.OrphanFiles), "deleted", len(deleted))
 	}
 	return nil
+}
+
+// storageClockOffset returns how far the clock that stamps files under
+// tbl's location is ahead of this host's (negative: behind): it writes an
+// empty probe file there, reads its modification time and deletes it. The
+// time is read against this host's clock after the write, so the offset
+// errs behind, toward older cutoffs (as does a storage that truncates
+// times to seconds).
+func (m *maintenance) storageClockOffset(ctx context.Context, tbl *table.Table) (time.Duration, error) {
+	fs, err := tbl.FS(ctx)
+	if err != nil {
+		return 0, err
+	}
+	wfs, ok := fs.(iceio.WriteFileIO)
+	if !ok {
+		return 0, fmt.Errorf("the file IO of %s cannot write", tbl.Location())
+	}
+	probe := strings.TrimSuffix(tbl.Location(), "/") + "/floe-clock-probe-" + m.id
+	if err := wfs.WriteFile(probe, nil); err != nil {
+		return 0, err
+	}
+	written := time.Now()
+	defer func() {
+		// Left behind, it is an orphan for a later run.
+		if err := fs.Remove(probe); err != nil {
+			m.t.log.Warn("cannot delete the clock probe", "table", m.t.Name(), "file", probe, "err", err)
+		}
+	}()
+	f, err := fs.Open(probe)
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	info, err := f.Stat()
+	if err != nil {
+		return 0, err
+	}
+	return info.ModTime().Sub(written), nil
+}
+
+func aheadOrBehind(offset time.Duration) string {
+	if offset > 0 {
+		return "ahead of"
+	}
+	return "behind"
 }
 
 // nestedTables returns the roots of other tables under tbl's location: a

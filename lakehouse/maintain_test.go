@@ -834,6 +834,77 @@ func TestMaintainManifestRewriteReportedAsConflict(t *testing.T) {
 	}
 }
 
+// TestMaintainRefusesOrphanRemovalUnderClockSkew: with the storage's clock
+// two hours behind, a flush's files look two hours old the moment they are
+// written; a maintenance run beside the flush refuses to remove orphans,
+// naming the skew, and the flush's rows stay readable. Orphan ages were read
+// against the maintainer's clock: the run deleted the flush's files, and
+// the flush's commit (aging them on its own clock) landed naming them.
+func TestMaintainRefusesOrphanRemovalUnderClockSkew(t *testing.T) {
+	f := newFixture(t)
+	tbl, fc := f.openFaulty(t, "g")
+	maint, err := lakehouse.OpenIn(t.Context(), fc, lakehouse.Config{Table: "analytics.clicks", Group: "m"}, f.schema)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { maint.Close() })
+	commitRounds(t, f, tbl, []int32{0}, 0, 1, 10)
+	fc.ClockBehind(2 * time.Hour)
+	var merr error
+	fc.Before(func() { // the flush's files are written, not committed
+		_, merr = maint.Maintain(t.Context(), lakehouse.MaintainOptions{OrphanOlderThan: time.Hour})
+	})
+	if _, err := tbl.Commit(t.Context(), []lakehouse.Part{f.part(t, 0, 10, 20, 10)}); err != nil {
+		t.Fatal(err)
+	}
+	if merr == nil || !strings.Contains(merr.Error(), "2h0m0s behind") {
+		t.Errorf("maintain beside the flush: %v, want orphan removal refused for a clock 2h behind", merr)
+	}
+	assertHolds(t, tbl, 20)
+}
+
+// TestMaintainAgesOrphansOnTheStoragesClock: with the storage's clock 20
+// minutes behind (within the margin), an orphan is aged on the storage's
+// clock: one stamped 70 minutes ago by this host's is 50 minutes old and
+// stays, one stamped 100 minutes ago goes; the clock probe is gone too.
+// They were aged on the maintainer's clock, 20 minutes too old.
+func TestMaintainAgesOrphansOnTheStoragesClock(t *testing.T) {
+	f := newFixture(t)
+	tbl, fc := f.openFaulty(t, "g")
+	commitRounds(t, f, tbl, []int32{0}, 0, 2, 10)
+	fc.ClockBehind(20 * time.Minute)
+	dir := warehousePath(t, tbl)
+	young := filepath.Join(dir, "data", "orphan-young.parquet")
+	old := filepath.Join(dir, "data", "orphan-old.parquet")
+	for p, ago := range map[string]time.Duration{young: 70 * time.Minute, old: 100 * time.Minute} {
+		if err := os.WriteFile(p, []byte("left by a crashed writer"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		at := time.Now().Add(-ago)
+		if err := os.Chtimes(p, at, at); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rep, err := tbl.Maintain(t.Context(), lakehouse.MaintainOptions{OrphanOlderThan: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(young); err != nil {
+		t.Errorf("the orphan 50 minutes old on the storage's clock: %v", err)
+	}
+	if _, err := os.Stat(old); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the orphan 80 minutes old on the storage's clock is still there (stat: %v)", err)
+	}
+	if rep.OrphansRemoved != 1 {
+		t.Errorf("%d orphans removed, want 1", rep.OrphansRemoved)
+	}
+	probes, _ := filepath.Glob(filepath.Join(dir, "floe-clock-probe-*"))
+	if len(probes) > 0 {
+		t.Errorf("clock probes left: %v", probes)
+	}
+	assertHolds(t, tbl, 20)
+}
+
 // TestMaintainStopsWhenTheCatalogStalls: maintenance stopped during a
 // commit (SIGTERM cancels the request) looks for the commit's outcome for a
 // bounded time: a catalog that then takes requests and never answers held

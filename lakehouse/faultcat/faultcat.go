@@ -2,8 +2,8 @@
 // failures the commit protocol must survive: clean conflicts, ambiguous
 // commits (applied, but the caller sees an error, even a conflict) and
 // failed commits,
-// failed table loads, and another writer's commit landing just before one.
-// It
+// failed table loads, another writer's commit landing just before one, and
+// a storage whose clock is behind. It
 // exists for floe's tests; the catalog underneath is real, so every injected
 // outcome leaves the same state a real failure would.
 package faultcat
@@ -12,9 +12,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"strings"
 	"sync"
+	"time"
 
 	"github.com/apache/iceberg-go/catalog"
+	iceio "github.com/apache/iceberg-go/io"
 	"github.com/apache/iceberg-go/table"
 )
 
@@ -58,6 +62,7 @@ type Catalog struct {
 	failedLoads int
 	before      func()
 	down        bool
+	behind      time.Duration
 }
 
 // Wrap returns c with an empty fault plan.
@@ -106,6 +111,15 @@ func (c *Catalog) Before(fn func()) {
 	c.before = fn
 }
 
+// ClockBehind makes the file IO of the tables loaded from now on stamp each
+// file it writes d in the past: a storage (an HDFS NameNode, an NFS server)
+// whose clock is d behind the caller's. Local files only.
+func (c *Catalog) ClockBehind(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.behind = d
+}
+
 // Injected returns how many commits got fault f so far.
 func (c *Catalog) Injected(f Fault) int {
 	c.mu.Lock()
@@ -127,6 +141,7 @@ func (c *Catalog) LoadTable(ctx context.Context, ident table.Identifier) (*table
 	if f == Unavailable {
 		c.failedLoads++
 	}
+	behind := c.behind
 	c.mu.Unlock()
 	switch f {
 	case Unavailable:
@@ -139,7 +154,69 @@ func (c *Catalog) LoadTable(ctx context.Context, ident table.Identifier) (*table
 	if err != nil {
 		return nil, err
 	}
-	return table.New(ident, tbl.Metadata(), tbl.MetadataLocation(), tbl.FS, c), nil
+	fsF := tbl.FS
+	if behind != 0 {
+		fsF = func(ctx context.Context) (iceio.IO, error) {
+			fs, err := tbl.FS(ctx)
+			if err != nil {
+				return nil, err
+			}
+			local, ok := fs.(localIO)
+			if !ok {
+				return nil, fmt.Errorf("faultcat: the clock of %T cannot be set back", fs)
+			}
+			return skewedIO{local, behind}, nil
+		}
+	}
+	return table.New(ident, tbl.Metadata(), tbl.MetadataLocation(), fsF, c), nil
+}
+
+// localIO is what iceberg-go's local file IO offers and floe uses.
+type localIO interface {
+	iceio.WriteFileIO
+	iceio.ReadFileIO
+	iceio.ListableIO
+	iceio.StatIO
+}
+
+// skewedIO is a local file IO whose files are stamped behind in the past
+// once written.
+type skewedIO struct {
+	localIO
+	behind time.Duration
+}
+
+func (s skewedIO) stamp(name string) error {
+	t := time.Now().Add(-s.behind)
+	return os.Chtimes(strings.TrimPrefix(name, "file://"), t, t)
+}
+
+func (s skewedIO) WriteFile(name string, p []byte) error {
+	if err := s.localIO.WriteFile(name, p); err != nil {
+		return err
+	}
+	return s.stamp(name)
+}
+
+func (s skewedIO) Create(name string) (iceio.FileWriter, error) {
+	w, err := s.localIO.Create(name)
+	if err != nil {
+		return nil, err
+	}
+	return skewedWriter{w, s, name}, nil
+}
+
+type skewedWriter struct {
+	iceio.FileWriter
+	io   skewedIO
+	name string
+}
+
+func (w skewedWriter) Close() error {
+	if err := w.FileWriter.Close(); err != nil {
+		return err
+	}
+	return w.io.stamp(w.name)
 }
 
 // CommitTable applies the next fault of the plan around the real commit.
