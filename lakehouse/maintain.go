@@ -327,9 +327,9 @@ const (
 	unknown
 )
 
-// commit commits tx, whose snapshot carries commit id mark ("" for none: an
-// expiry adds no snapshot). A failed commit is looked for by mark in the
-// new head's ancestry: a catalog may report a conflict for a commit it
+// commit commits tx. A failed commit is looked for in a reload, applied
+// telling whether the reloaded table holds it (hasMark for a commit that
+// adds a snapshot): a catalog may report a conflict for a commit it
 // applied (AWS's client resends a Glue UpdateTable whose answer was lost,
 // and the resend conflicts with it), and the redo would then find its
 // inputs rewritten and delete its outputs, the files the table now holds.
@@ -337,7 +337,7 @@ const (
 // the caller to reload and redo (with ctx's error if it ends during the
 // pause); an outcome the search cannot resolve as unknown, with an error
 // (op names the step).
-func (m *maintenance) commit(ctx context.Context, tx *table.Transaction, attempt int, op, mark string) (commitResult, error) {
+func (m *maintenance) commit(ctx context.Context, tx *table.Transaction, attempt int, op string, applied func(*table.Table) bool) (commitResult, error) {
 	after, err := tx.Commit(ctx)
 	switch {
 	case err == nil:
@@ -348,15 +348,13 @@ func (m *maintenance) commit(ctx context.Context, tx *table.Transaction, attempt
 		m.t.log.Warn("maintenance committed, clean-up failed", "table", m.t.Name(), "op", op, "err", err)
 		return committed, nil
 	}
-	if mark != "" {
-		applied, lerr := m.landed(ctx, mark)
-		switch {
-		case lerr != nil:
-			return unknown, fmt.Errorf("commit state unknown (%v), reload failed: %w", err, lerr)
-		case applied:
-			m.t.log.Warn("maintenance commit that failed had applied", "table", m.t.Name(), "op", op, "err", err)
-			return committed, nil
-		}
+	found, lerr := m.landed(ctx, applied)
+	switch {
+	case lerr != nil:
+		return unknown, fmt.Errorf("commit state unknown (%v), reload failed: %w", err, lerr)
+	case found:
+		m.t.log.Warn("maintenance commit that failed had applied", "table", m.t.Name(), "op", op, "err", err)
+		return committed, nil
 	}
 	if isConflict(err) {
 		m.rep.Conflicts++
@@ -374,27 +372,35 @@ func (m *maintenance) commit(ctx context.Context, tx *table.Transaction, attempt
 	return unknown, fmt.Errorf("commit state unknown: %w", err)
 }
 
-// landed reports whether the head's ancestry holds the maintenance commit
-// mark. Once ctx has ended (the commit interrupted) it looks with a short
+// landed reloads the table and reports whether applied finds the commit in
+// it. Once ctx has ended (the commit interrupted) it looks with a short
 // fresh deadline, so a catalog that stalls cannot hold a stopped run.
-func (m *maintenance) landed(ctx context.Context, mark string) (bool, error) {
+func (m *maintenance) landed(ctx context.Context, applied func(*table.Table) bool) (bool, error) {
 	ctx, cancel := outcomeContext(ctx)
 	defer cancel()
 	tbl, err := m.t.Load(ctx)
 	if err != nil {
 		return false, err
 	}
-	meta := tbl.Metadata()
-	for snap := meta.CurrentSnapshot(); snap != nil; {
-		if snap.Summary != nil && snap.Summary.Properties[MaintenanceIDKey] == mark {
-			return true, nil
+	return applied(tbl), nil
+}
+
+// hasMark returns whether a table's head ancestry holds the maintenance
+// commit mark.
+func hasMark(mark string) func(*table.Table) bool {
+	return func(tbl *table.Table) bool {
+		meta := tbl.Metadata()
+		for snap := meta.CurrentSnapshot(); snap != nil; {
+			if snap.Summary != nil && snap.Summary.Properties[MaintenanceIDKey] == mark {
+				return true
+			}
+			if snap.ParentSnapshotID == nil {
+				break
+			}
+			snap = meta.SnapshotByID(*snap.ParentSnapshotID)
 		}
-		if snap.ParentSnapshotID == nil {
-			break
-		}
-		snap = meta.SnapshotByID(*snap.ParentSnapshotID)
+		return false
 	}
-	return false, nil
 }
 
 // checkMaps fails when the staged metadata of tx would change any group's
@@ -451,7 +457,7 @@ func (m *maintenance) rewriteManifests(ctx context.Context) error {
 		if err := checkMaps(tx, want); err != nil {
 			return err
 		}
-		r, err := m.commit(ctx, tx, attempt, "rewrite-manifests", props[MaintenanceIDKey])
+		r, err := m.commit(ctx, tx, attempt, "rewrite-manifests", hasMark(props[MaintenanceIDKey]))
 		if err != nil {
 			return err
 		}
@@ -493,27 +499,60 @@ func (m *maintenance) expireSnapshots(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		expired := len(tbl.Metadata().Snapshots()) - len(staged.Metadata().Snapshots())
-		if expired == 0 {
+		var expired []int64
+		for _, s := range tbl.Metadata().Snapshots() {
+			if staged.Metadata().SnapshotByID(s.SnapshotID) == nil {
+				expired = append(expired, s.SnapshotID)
+			}
+		}
+		if len(expired) == 0 {
 			return nil
 		}
 		if err := checkMaps(tx, want); err != nil {
 			return err
 		}
 		if m.opts.DryRun {
-			m.rep.SnapshotsExpired = expired
+			m.rep.SnapshotsExpired = len(expired)
 			return nil
 		}
-		r, err := m.commit(ctx, tx, attempt, "expire-snapshots", "")
+		// An expiry adds no snapshot to look for: it applied when none of
+		// its snapshots is left (or a concurrent run's expiry took them,
+		// which this cannot tell from its own). post is the table found so.
+		var post *table.Table
+		gone := func(reloaded *table.Table) bool {
+			for _, id := range expired {
+				if reloaded.Metadata().SnapshotByID(id) != nil {
+					return false
+				}
+			}
+			post = reloaded
+			return true
+		}
+		r, err := m.commit(ctx, tx, attempt, "expire-snapshots", gone)
 		if err != nil {
 			return err
 		}
 		if r == committed {
-			m.rep.SnapshotsExpired += expired
+			m.rep.SnapshotsExpired += len(expired)
+			if post != nil {
+				m.cleanExpired(ctx, tbl, post, expired)
+			}
 			return nil
 		}
 	}
 	return ErrContended
+}
+
+// cleanExpired deletes the files only the snapshots ids of base referenced,
+// as iceberg-go does after an expiry only when its commit reports success:
+// post is the table reloaded after the expiry applied, so whatever its
+// snapshots reference (those committed since included) stays. Whatever
+// cannot be deleted is an orphan for a later run.
+func (m *maintenance) cleanExpired(ctx context.Context, base, post *table.Table, ids []int64) {
+	if err := table.NewRemoveSnapshotsUpdate(ids, true).PostCommit(ctx, base, post); err != nil {
+		m.t.log.Warn("cannot delete the files of expired snapshots; orphan removal takes them later",
+			"table", m.t.Name(), "snapshots", len(ids), "err", err)
+	}
 }
 
 // removeOrphans deletes files under the table location that no snapshot or

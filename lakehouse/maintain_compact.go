@@ -174,7 +174,7 @@ func (m *maintenance) commitCompaction(ctx context.Context, tbl *table.Table, ba
 			return err
 		}
 		var r commitResult
-		r, err = m.commit(ctx, tx, attempt, "compact", props[MaintenanceIDKey])
+		r, err = m.commit(ctx, tx, attempt, "compact", hasMark(props[MaintenanceIDKey]))
 		switch {
 		case r == unknown:
 			keep = true

@@ -905,6 +905,57 @@ func TestMaintainAgesOrphansOnTheStoragesClock(t *testing.T) {
 	assertHolds(t, tbl, 20)
 }
 
+// TestMaintainExpiryReportedAsFailedButApplied: an expiry that applied but
+// was reported as a conflict (a Glue UpdateTable resent) or as an unknown
+// outcome (a timeout) is recognised by its snapshots being gone: it is
+// counted, the expired snapshots' files are deleted, and orphan removal
+// runs. It was counted as a conflict with nothing expired (or failed the
+// run as an unknown outcome, skipping orphan removal), and the expired
+// snapshots' files stayed.
+func TestMaintainExpiryReportedAsFailedButApplied(t *testing.T) {
+	for name, fault := range map[string]faultcat.Fault{"conflict": faultcat.AppliedConflict, "unknown": faultcat.Ambiguous} {
+		t.Run(name, func(t *testing.T) {
+			f := newFixture(t)
+			tbl, fc := f.openFaulty(t, "g")
+			commitRounds(t, f, tbl, []int32{0}, 0, 6, 20)
+			it, err := tbl.Load(t.Context())
+			if err != nil {
+				t.Fatal(err)
+			}
+			before := it.Metadata().Snapshots()
+			time.Sleep(20 * time.Millisecond) // every snapshot is older than ExpireOlderThan
+			// No compaction: the manifest rewrite's commit, then the expiry's.
+			fc.Inject(faultcat.None, fault)
+			rep, err := tbl.Maintain(t.Context(), lakehouse.MaintainOptions{MinInputFiles: 100, ExpireOlderThan: 5 * time.Millisecond})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if it, err = tbl.Load(t.Context()); err != nil {
+				t.Fatal(err)
+			}
+			var expired []table.Snapshot
+			for _, s := range before {
+				if it.Metadata().SnapshotByID(s.SnapshotID) == nil {
+					expired = append(expired, s)
+				}
+			}
+			// The manifest rewrite added two snapshots (the rewrite, the
+			// offset maps).
+			gone := len(before) + 2 - len(it.Metadata().Snapshots())
+			if fc.Injected(fault) != 1 || len(expired) == 0 || rep.SnapshotsExpired != gone || rep.Conflicts != 0 {
+				t.Fatalf("%d faults injected, %d snapshots expired, reported %d expired and %d conflicts; want 1, some, %d and 0",
+					fc.Injected(fault), gone, rep.SnapshotsExpired, rep.Conflicts, gone)
+			}
+			for _, s := range expired {
+				if _, err := os.Stat(strings.TrimPrefix(s.ManifestList, "file://")); !errors.Is(err, os.ErrNotExist) {
+					t.Errorf("the manifest list of expired snapshot %d is still there (stat: %v)", s.SnapshotID, err)
+				}
+			}
+			assertHolds(t, tbl, 120)
+		})
+	}
+}
+
 // TestMaintainStopsWhenTheCatalogStalls: maintenance stopped during a
 // commit (SIGTERM cancels the request) looks for the commit's outcome for a
 // bounded time: a catalog that then takes requests and never answers held
