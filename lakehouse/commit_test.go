@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -17,6 +18,7 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/memory"
 	"github.com/apache/iceberg-go/table"
 
+	"github.com/floe-dev/floe/internal/unwritable"
 	"github.com/floe-dev/floe/lakehouse"
 	"github.com/floe-dev/floe/lakehouse/faultcat"
 	"github.com/floe-dev/floe/schemas"
@@ -470,6 +472,40 @@ func TestTableCreatedWithWriteProperties(t *testing.T) {
 	}
 	if spec := it.Spec(); spec.NumFields() != 1 || spec.Field(0).Name != "event_ts_day" {
 		t.Errorf("partition spec %v, want day(event_ts) as event_ts_day", spec)
+	}
+}
+
+// TestCheckWriteRefusesAnUnwritableDataLocation: a table whose data location
+// cannot be written opens (loading needs only read access), and CheckWrite
+// fails naming the location, with an error that is fs.ErrPermission as a
+// commit's is. Before, nothing checked write access: `floe run` started and
+// failed every flush.
+func TestCheckWriteRefusesAnUnwritableDataLocation(t *testing.T) {
+	f := newFixture(t)
+	tbl := f.open(t, "g")
+	if err := tbl.CheckWrite(t.Context()); err != nil {
+		t.Fatalf("CheckWrite of a writable table: %v", err)
+	}
+	it, err := tbl.Load(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	data := strings.TrimPrefix(it.Location(), "file://") + "/data"
+	if n := dataFiles(t, data); n != 0 {
+		t.Fatalf("%d files left under %s", n, data)
+	}
+	if entries, err := os.ReadDir(data); err != nil || len(entries) != 0 {
+		t.Fatalf("%s after CheckWrite: %v, %v; want it empty (the probe deleted)", data, entries, err)
+	}
+	unwritable.Dir(t, data)
+
+	err = f.open(t, "g").CheckWrite(t.Context())
+	if !errors.Is(err, fs.ErrPermission) || !strings.Contains(err.Error(), data) {
+		t.Fatalf("CheckWrite of a table whose data location is unwritable: %v; want a permission error naming %s", err, data)
+	}
+	_, err = tbl.Commit(t.Context(), []lakehouse.Part{f.part(t, 0, 0, 10, lakehouse.NoWatermark)})
+	if !errors.Is(err, fs.ErrPermission) {
+		t.Fatalf("Commit to an unwritable data location: %v; want fs.ErrPermission", err)
 	}
 }
 

@@ -21,7 +21,9 @@ import (
 
 	"github.com/apache/iceberg-go"
 	"github.com/apache/iceberg-go/catalog"
+	iceio "github.com/apache/iceberg-go/io"
 	"github.com/apache/iceberg-go/table"
+	"github.com/google/uuid"
 
 	// Catalog implementations selectable with catalog.type.
 	_ "github.com/apache/iceberg-go/catalog/glue"
@@ -251,6 +253,42 @@ func (t *Table) PartitionCount(ctx context.Context, topic string) (int, bool, er
 func (t *Table) Close() error {
 	if c, ok := t.cat.(interface{ Close() error }); ok {
 		return c.Close()
+	}
+	return nil
+}
+
+// CheckWrite writes a small probe file where the table's data files go and
+// deletes it. Loading a table needs only read access, so without it a job
+// whose user cannot write there (a changed ACL, a wrong hdfs.user) started
+// and then failed every flush. The error names the location and the cause
+// (on HDFS a permission error names the user).
+func (t *Table) CheckWrite(ctx context.Context) error {
+	tbl, err := t.Load(ctx)
+	if err != nil {
+		return err
+	}
+	fsys, err := tbl.FS(ctx)
+	if err != nil {
+		return fmt.Errorf("table %s: %w", t.Name(), err)
+	}
+	lp, err := tbl.LocationProvider()
+	if err != nil {
+		return fmt.Errorf("table %s: %w", t.Name(), err)
+	}
+	probe := lp.NewDataLocation("floe-write-probe-" + uuid.NewString())
+	wfs, ok := fsys.(iceio.WriteFileIO)
+	if !ok {
+		return fmt.Errorf("table %s: the file IO of %s cannot write", t.Name(), tbl.Location())
+	}
+	// A few bytes, so that on HDFS a DataNode is written to as well.
+	if err := wfs.WriteFile(probe, []byte("floe\n")); err != nil {
+		dir := probe[:strings.LastIndex(probe, "/")] // path.Dir would make file:///x file:/x
+		return fmt.Errorf("table %s: cannot write its data files under %s: %w", t.Name(), dir, err)
+	}
+	if err := fsys.Remove(probe); err != nil {
+		// Writing is what a flush needs; left behind, the probe is an
+		// orphan for maintenance.
+		t.log.Warn("cannot delete the write probe", "table", t.Name(), "file", probe, "err", err)
 	}
 	return nil
 }

@@ -19,6 +19,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"maps"
 	"slices"
@@ -264,7 +265,8 @@ func (m *Member) Run(ctx context.Context) error {
 		case errors.Is(err, errCaughtUp):
 			m.done.Store(true)
 			return nil
-		case errors.Is(err, errPartitionStopped), errors.Is(err, errLogBehind):
+		case errors.Is(err, errPartitionStopped), errors.Is(err, errLogBehind),
+			m.until != nil && errors.Is(err, fs.ErrPermission): // see retry
 			return err
 		case ctx.Err() != nil:
 			if err != nil {
@@ -1017,7 +1019,10 @@ func (f *flusher) flush(ctx context.Context) error {
 // retry runs op until it succeeds, is fenced, or ctx ends, backing off up
 // to 30 s. An unreachable catalog or broker therefore pauses the member in
 // place — the window fills, fetching stops, heartbeats go on — instead of
-// ending the generation and rebalancing the whole group.
+// ending the generation and rebalancing the whole group. A permission error
+// (the table's files not writable by the job's user) ends a scheduled run,
+// which would retry it until killed; the long-running job retries it, as
+// access may be granted meanwhile, and logs it as an error.
 func (m *Member) retry(ctx context.Context, what string, op func() error) error {
 	backoff := 250 * time.Millisecond
 	for {
@@ -1026,15 +1031,22 @@ func (m *Member) retry(ctx context.Context, what string, op func() error) error 
 			m.stats.Stalled.Store(false)
 			return err
 		}
-		if ctx.Err() != nil {
-			// Given up (revoked, or commit.grace over): nothing is held
-			// back by it any more, and the next flush will tell.
+		denied := errors.Is(err, fs.ErrPermission)
+		if ctx.Err() != nil || denied && m.until != nil {
+			// Given up: revoked or commit.grace over (nothing is held
+			// back by it any more, and the next flush will tell), or a
+			// scheduled run denied access (Run ends with it).
 			m.stats.Stalled.Store(false)
 			return fmt.Errorf("%s: %w", what, err)
 		}
 		m.stats.Stalled.Store(true)
 		m.stats.FlushRetries.Add(1)
-		m.log.Warn("flush failed, retrying", "op", what, "in", backoff, "err", err)
+		if denied {
+			m.log.Error("flush failed: no write access to the table's files; retrying until access is granted",
+				"op", what, "in", backoff, "err", err)
+		} else {
+			m.log.Warn("flush failed, retrying", "op", what, "in", backoff, "err", err)
+		}
 		select {
 		case <-ctx.Done():
 			m.stats.Stalled.Store(false)

@@ -3,12 +3,15 @@ package pipeline_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"maps"
 	"net"
 	"net/http"
+	"os"
 	"path/filepath"
 	"runtime"
 	"slices"
@@ -28,6 +31,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/floe-dev/floe/enrich"
+	"github.com/floe-dev/floe/internal/unwritable"
 	"github.com/floe-dev/floe/lakehouse"
 	"github.com/floe-dev/floe/lakehouse/faultcat"
 	"github.com/floe-dev/floe/pipeline"
@@ -533,6 +537,55 @@ func TestScheduledIdleTickSurvivesAFailedLoad(t *testing.T) {
 	if fc.FailedLoads() != 1 || m.Stats().Generations.Load() != 1 {
 		t.Fatalf("%d failed loads, %d generations; want 1 and 1", fc.FailedLoads(), m.Stats().Generations.Load())
 	}
+}
+
+// TestUnwritableTableEndsAScheduledRun: flushes the table's storage refuses
+// (permission denied: a changed ACL, a wrong hdfs.user) end a scheduled run
+// with the error, while the long-running job retries them, logging an
+// error, and commits once access is granted. The scheduled run retried
+// them too, for ever: `floe run --until-caught-up` never exited.
+func TestUnwritableTableEndsAScheduledRun(t *testing.T) {
+	j := newJob(t, 200, fastCommit, nil)
+	it, err := j.tbl.Load(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	data := strings.TrimPrefix(it.Location(), "file://") + "/data"
+	if err := os.MkdirAll(data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	restore := unwritable.Dir(t, data)
+
+	m, err := pipeline.NewMember(j.cfg, j.tbl, j.sc, pipeline.UntilOffsets(j.end))
+	if err != nil {
+		t.Fatal(err)
+	}
+	done, stop := startRun(m)
+	defer stop()
+	select {
+	case err := <-done:
+		if !errors.Is(err, fs.ErrPermission) || !strings.Contains(err.Error(), data) {
+			t.Fatalf("scheduled run on an unwritable table: %v; want a permission error naming %s", err, data)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the scheduled run on an unwritable table still running after 30 s")
+	}
+
+	log := &lockedBuffer{}
+	m, err = pipeline.NewMember(j.cfg, j.tbl, j.sc, pipeline.WithLogger(slog.New(slog.NewTextHandler(log, nil))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	done, stop = startRun(m)
+	defer stop()
+	waitFor(t, 30*time.Second, "the long-running job logged no error", func() bool {
+		out := log.String()
+		return strings.Contains(out, "level=ERROR") && strings.Contains(out, "no write access")
+	})
+	restore()
+	waitCaughtUp(t, j.tbl, j.end, 60*time.Second) // retried within 30 s
+	stop()
+	waitRun(t, done, 30*time.Second, "the member did not stop")
 }
 
 // TestUnansweredOffsetCommitHoldsNothing: a group coordinator that never

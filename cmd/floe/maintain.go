@@ -69,6 +69,11 @@ With routes, --table picks the route's table.`,
 				opts.OrphanOlderThan = orphan
 			}
 			opts.DryRun = dryRun
+			if !dryRun {
+				if err := j.tbl.CheckWrite(ctx); err != nil {
+					return err
+				}
+			}
 			// What a run that failed in part did (failed groups,
 			// contended steps) is reported before its error.
 			rep, err := j.tbl.Maintain(ctx, opts)

@@ -96,6 +96,9 @@ With routes, --table picks the route; a route with where replays only the record
 			}
 			res := pipeline.ReplayResult{Ranges: ranges}
 			if len(ranges) > 0 {
+				if err := j.tbl.CheckWrite(ctx); err != nil {
+					return err
+				}
 				var read atomic.Int64
 				opts.Read = &read
 				stop := reportProgress(j.log, "replaying", total, read.Load)

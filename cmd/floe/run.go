@@ -58,6 +58,13 @@ topic changed while its routes are not at a common offset (see README, Routing).
 					jobs = append(jobs, j)
 				}
 			}
+			// Loading a table needs only read access: a job that cannot
+			// write its files would start and fail every flush.
+			for _, j := range jobs {
+				if err := j.tbl.CheckWrite(ctx); err != nil {
+					return err
+				}
+			}
 			if err := pipeline.CheckStart(ctx, checked, accept, all[0].base); err != nil {
 				return err
 			}

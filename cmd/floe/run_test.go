@@ -16,6 +16,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/floe-dev/floe/internal/unwritable"
 	"github.com/floe-dev/floe/schemas/clickgen"
 )
 
@@ -111,6 +112,50 @@ func TestRecreatedTopicIsRefused(t *testing.T) {
 		if !errors.As(err, &exit) || exit.ExitCode() != 2 || !strings.Contains(p.output(), "the topic was recreated or truncated") {
 			t.Fatalf("floe %s on the recreated topic: %v, want status 2 naming the cause\n%s", strings.Join(args, " "), err, p.output())
 		}
+	}
+}
+
+// TestTableItCannotWriteIsRefusedAtStart: a table whose data location the
+// job's user cannot write (a changed ACL, a wrong hdfs.user) is refused at
+// start-up by the commands that write it — status 2 naming the location —,
+// while verify, which only reads, still runs. Nothing checked write access
+// before: `floe run --until-caught-up` started, failed every flush and
+// never exited.
+func TestTableItCannotWriteIsRefusedAtStart(t *testing.T) {
+	e := newEnv(t, 2, "")
+	gen := clickgen.New(clickgen.Config{Seed: 1})
+	if _, err := e.cluster.ProduceRate(t.Context(), e.topic, gen, 300, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.start("first", "run", "--until-caught-up").wait(t, 60*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	tbl, err := e.loadTable(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	data := strings.TrimPrefix(tbl.Location(), "file://") + "/data"
+	unwritable.Dir(t, data)
+	if _, err := e.cluster.ProduceRate(t.Context(), e.topic, gen, 300, 0); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{
+		{"run", "--until-caught-up"},
+		{"run"},
+		{"replay", "--partition", "0", "--from", "0", "--to", "10"},
+		{"maintain"},
+	} {
+		p := e.start(args[0], args...)
+		err := p.wait(t, 30*time.Second)
+		var exit *exec.ExitError
+		if !errors.As(err, &exit) || exit.ExitCode() != 2 ||
+			!strings.Contains(p.output(), "cannot write its data files under "+tbl.Location()+"/data") {
+			t.Fatalf("floe %s on a table it cannot write: %v; want status 2 naming its data location\n%s",
+				strings.Join(args, " "), err, tail(p.output(), 3000))
+		}
+	}
+	if err := e.start("verify", "verify").wait(t, 30*time.Second); err != nil {
+		t.Fatalf("floe verify of a table it cannot write: %v", err)
 	}
 }
 

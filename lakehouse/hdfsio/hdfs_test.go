@@ -163,6 +163,7 @@ func TestHDFS(t *testing.T) {
 		}
 	})
 	t.Run("IcebergTableOnHDFS", func(t *testing.T) { icebergTable(t, h, props) })
+	t.Run("TableItsUserCannotWrite", func(t *testing.T) { tableItsUserCannotWrite(t, h, props) })
 	t.Run("UncleanLocationHasNoOrphans", func(t *testing.T) { uncleanLocation(t, h, props) })
 }
 
@@ -274,6 +275,59 @@ func icebergTable(t *testing.T, h *infra.HDFS, props map[string]string) {
 	}
 	if parquet < 3 || metadata < 2 {
 		t.Fatalf("on HDFS under %s: %d Parquet and %d metadata files; want at least 3 and 2", it.Location(), parquet, metadata)
+	}
+}
+
+// tableItsUserCannotWrite: a table opened as an HDFS user who may read its
+// files but not write them (a wrong hdfs.user, a changed ACL) fails
+// CheckWrite naming the location and the user, and a commit fails with a
+// permission error (fs.ErrPermission, which ends a scheduled run). Nothing
+// checked write access before: `floe run` started and failed every flush.
+func tableItsUserCannotWrite(t *testing.T, h *infra.HDFS, props map[string]string) {
+	sc, err := schemas.Lookup(schemas.Clickstream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	catalog := map[string]string{
+		"type": "sql", "uri": "file:" + filepath.Join(t.TempDir(), "catalog.db"),
+		"sql.dialect": "sqlite", "sql.driver": "sqlite",
+		"warehouse": h.URL("/readonly"),
+	}
+	maps.Copy(catalog, props)
+	owner, err := lakehouse.Open(t.Context(), lakehouse.Config{Table: "analytics.clicks", Group: "g", Catalog: catalog}, sc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer owner.Close()
+	if err := owner.CheckWrite(t.Context()); err != nil {
+		t.Fatalf("CheckWrite as the table's owner: %v", err)
+	}
+
+	catalog[hdfsio.PropUser] = "mallory" // may read (0755), not write
+	tbl, err := lakehouse.Open(t.Context(), lakehouse.Config{Table: "analytics.clicks", Group: "g", Catalog: catalog, Existing: true}, sc)
+	if err != nil {
+		t.Fatalf("opening a table its user may read: %v", err)
+	}
+	defer tbl.Close()
+	err = tbl.CheckWrite(t.Context())
+	data := h.URL("/readonly/analytics.db/clicks/data")
+	if !errors.Is(err, fs.ErrPermission) || !strings.Contains(err.Error(), `HDFS user "mallory"`) ||
+		!strings.Contains(err.Error(), "under "+data) {
+		t.Fatalf("CheckWrite as a user who cannot write: %v; want a permission error naming %s and the user", err, data)
+	}
+	b := sc.NewBuilder(memory.DefaultAllocator, 0)
+	for o := range int64(10) {
+		v := fmt.Sprintf(`{"session_id":"s-%d","event_type":"click","ts":%d,"seq":%d}`, o%7, 1732860000000+o, o)
+		if err := b.Append([]byte(v), schemas.Meta{Topic: "clicks", Offset: o, Timestamp: time.UnixMilli(1732860000000)}, time.Now(), "off"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rows := b.NewRecord()
+	b.Release()
+	_, err = tbl.Commit(t.Context(), []lakehouse.Part{{Range: lakehouse.Range{Topic: "clicks", From: 0, To: 10},
+		Resume: lakehouse.NoWatermark, Rows: rows}})
+	if !errors.Is(err, fs.ErrPermission) {
+		t.Fatalf("Commit as a user who cannot write: %v; want fs.ErrPermission", err)
 	}
 }
 
