@@ -52,12 +52,39 @@ type FS struct {
 	// noDataProtection: Kerberos without PropDataTransferProtection, so a
 	// DataNode that wants SASL drops the connection; cause says so.
 	noDataProtection bool
+	namenodes        *addrSet // of the client's NameNode connections
 }
 
 var (
 	clientsMu sync.Mutex
-	clients   = map[string]*hdfs.Client{}
+	clients   = map[string]*client{}
 )
+
+// client is a shared colinmarc/hdfs client and the remote addresses of the
+// NameNode connections it made.
+type client struct {
+	*hdfs.Client
+	namenodes *addrSet
+}
+
+// addrSet is a set of remote addresses, safe for concurrent use.
+type addrSet struct{ sync.Map }
+
+// recording wraps dial to add the remote address of each connection made.
+func (s *addrSet) recording(dial func(ctx context.Context, network, addr string) (net.Conn, error)) func(ctx context.Context, network, addr string) (net.Conn, error) {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := dial(ctx, network, addr)
+		if err == nil {
+			s.Store(c.RemoteAddr().String(), true)
+		}
+		return c, err
+	}
+}
+
+func (s *addrSet) has(a net.Addr) bool {
+	_, ok := s.Load(a.String())
+	return ok
+}
 
 // Load returns the IO for the hdfs:// authority (host[:port], or an HA
 // nameservice name when hdfs.namenode lists the NameNodes) configured from
@@ -68,7 +95,7 @@ func Load(authority string, props map[string]string) (*FS, error) {
 	if err != nil {
 		return nil, fmt.Errorf("hdfs://%s: %w", authority, err)
 	}
-	c, user, err := sharedClient(cfg)
+	c, err := sharedClient(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("hdfs://%s: %w", authority, err)
 	}
@@ -76,23 +103,23 @@ func Load(authority string, props map[string]string) (*FS, error) {
 	if cfg.AnyAuthority {
 		served = "" // as README says: whatever the location's authority
 	}
-	return &FS{client: c, authority: served, user: user,
+	return &FS{client: c.Client, authority: served, user: c.User(), namenodes: c.namenodes,
 		noDataProtection: cfg.Kerberos != nil && cfg.DataTransferProtection == ""}, nil
 }
 
-func sharedClient(cfg Config) (*hdfs.Client, string, error) {
+func sharedClient(cfg Config) (*client, error) {
 	clientsMu.Lock()
 	defer clientsMu.Unlock()
 	key := cfg.key()
 	if c, ok := clients[key]; ok {
-		return c, c.User(), nil
+		return c, nil
 	}
 	c, err := newClient(cfg)
 	if err != nil {
-		return nil, "", err
+		return nil, err
 	}
 	clients[key] = c
-	return c, c.User(), nil
+	return c, nil
 }
 
 // refusedSimple reports whether err is how a NameNode that requires Kerberos
@@ -106,15 +133,16 @@ func refusedSimple(err error) bool {
 		strings.HasSuffix(msg, "connection reset by peer")
 }
 
-func newClient(cfg Config) (*hdfs.Client, error) {
+func newClient(cfg Config) (*client, error) {
 	timeout := cfg.DialTimeout
 	if timeout == 0 {
 		timeout = 10 * time.Second
 	}
 	dial := deadlineDialer((&net.Dialer{Timeout: timeout, KeepAlive: 30 * time.Second}).DialContext, cfg.IOTimeout)
+	namenodes := &addrSet{}
 	opts := hdfs.ClientOptions{
 		Addresses:              cfg.Namenodes,
-		NamenodeDialFunc:       dial,
+		NamenodeDialFunc:       namenodes.recording(dial),
 		DatanodeDialFunc:       dial,
 		DataTransferProtection: cfg.DataTransferProtection,
 		// DataNodes are addressed by the hostname they register with, which
@@ -151,7 +179,7 @@ func newClient(cfg Config) (*hdfs.Client, error) {
 		}
 		return nil, fmt.Errorf("connecting to NameNode %s as %s: %w", strings.Join(cfg.Namenodes, ","), c.User(), cause)
 	}
-	return c, nil
+	return &client{Client: c, namenodes: namenodes}, nil
 }
 
 // User is the HDFS user the IO acts as (the principal's short name under
@@ -213,20 +241,29 @@ func (f *FS) cause(err error) error {
 	}
 	// A Kerberized cluster whose DataNodes run on unprivileged ports
 	// requires SASL on every DataNode connection and resets one without it.
+	// A NameNode's connection drops for other reasons (a restart, a
+	// failover); a bare EOF names no connection, so the hint stays a guess.
 	var hinted noDataProtectionError
-	if f.noDataProtection && !errors.As(err, &hinted) &&
+	if f.noDataProtection && !errors.As(err, &hinted) && !f.fromNamenode(err) &&
 		(errors.Is(err, syscall.ECONNRESET) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF)) {
 		err = noDataProtectionError{err}
 	}
 	return err
 }
 
-// noDataProtectionError is a dropped DataNode connection under Kerberos
-// without PropDataTransferProtection: its message says what to set.
+// fromNamenode reports whether err names a connection to a NameNode.
+func (f *FS) fromNamenode(err error) bool {
+	var op *net.OpError
+	return f.namenodes != nil && errors.As(err, &op) && op.Addr != nil && f.namenodes.has(op.Addr)
+}
+
+// noDataProtectionError is a dropped connection, not a NameNode's, under
+// Kerberos without PropDataTransferProtection: its message says what to
+// set if a DataNode dropped it.
 type noDataProtectionError struct{ err error }
 
 func (e noDataProtectionError) Error() string {
-	return fmt.Sprintf("%v (a DataNode dropped the connection: with Kerberos, DataNodes on unprivileged ports require SASL; "+
+	return fmt.Sprintf("%v (if a DataNode dropped the connection: with Kerberos, DataNodes on unprivileged ports require SASL; "+
 		"set %s to the cluster's dfs.data.transfer.protection)", e.err, PropDataTransferProtection)
 }
 
