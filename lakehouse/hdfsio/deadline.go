@@ -3,8 +3,10 @@ package hdfsio
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"os"
+	"sync/atomic"
 	"time"
 )
 
@@ -24,16 +26,21 @@ func deadlineDialer(dial func(ctx context.Context, network, addr string) (net.Co
 		if err != nil {
 			return nil, err
 		}
-		return &deadlineConn{Conn: c, timeout: timeout}, nil
+		return &deadlineConn{Conn: c, addr: addr, timeout: timeout}, nil
 	}
 }
 
 type deadlineConn struct {
 	net.Conn
-	timeout time.Duration
+	addr     string // as dialed
+	timeout  time.Duration
+	timedOut atomic.Bool
 }
 
 func (c *deadlineConn) Read(b []byte) (int, error) {
+	if err := c.usable(); err != nil {
+		return 0, err
+	}
 	if err := c.Conn.SetReadDeadline(time.Now().Add(c.timeout)); err != nil {
 		return 0, err
 	}
@@ -43,6 +50,9 @@ func (c *deadlineConn) Read(b []byte) (int, error) {
 }
 
 func (c *deadlineConn) Write(b []byte) (int, error) {
+	if err := c.usable(); err != nil {
+		return 0, err
+	}
 	if err := c.Conn.SetWriteDeadline(time.Now().Add(c.timeout)); err != nil {
 		return 0, err
 	}
@@ -53,6 +63,31 @@ func (c *deadlineConn) Write(b []byte) (int, error) {
 
 func (c *deadlineConn) closeOnTimeout(err error) {
 	if errors.Is(err, os.ErrDeadlineExceeded) {
+		c.timedOut.Store(true)
 		c.Conn.Close()
 	}
 }
+
+// usable fails the use of a connection closed on a timeout with what
+// happened: colinmarc/hdfs keeps a NameNode connection whose call failed
+// and tries its next call on it, which reported "use of closed network
+// connection" rather than the timeout.
+func (c *deadlineConn) usable() error {
+	if c.timedOut.Load() {
+		return &timedOutError{addr: c.addr, timeout: c.timeout}
+	}
+	return nil
+}
+
+// timedOutError is the use of a connection closed after its node did not
+// answer within hdfs.io-timeout. It is os.ErrDeadlineExceeded.
+type timedOutError struct {
+	addr    string
+	timeout time.Duration
+}
+
+func (e *timedOutError) Error() string {
+	return fmt.Sprintf("%s did not answer within %s %s", e.addr, PropIOTimeout, e.timeout)
+}
+
+func (e *timedOutError) Unwrap() error { return os.ErrDeadlineExceeded }
