@@ -27,6 +27,7 @@ import (
 	"github.com/moby/buildkit/frontend/dockerfile/shell"
 	"gopkg.in/yaml.v3"
 
+	"github.com/floe-dev/floe/lakehouse/hdfsio"
 	"github.com/floe-dev/floe/pipeline"
 )
 
@@ -687,8 +688,15 @@ func TestCompose(t *testing.T) {
 	if err != nil {
 		t.Fatalf("services.floe.stop_grace_period: %v", err)
 	}
-	if stop <= cfg.Commit.Grace.D() {
-		t.Errorf("services.floe.stop_grace_period %s is not longer than commit.grace %s: the final flush would be killed", stop, cfg.Commit.Grace.D())
+	// The table's files are on HDFS: an HDFS call no node answers, in
+	// progress when commit.grace ends, runs until hdfs.io-timeout.
+	hcfg, err := hdfsio.ConfigFromProps(rpc, cfg.Table.Catalog)
+	if err != nil {
+		t.Fatalf("floe's table.catalog as hdfs:// IO properties: %v", err)
+	}
+	if hcfg.IOTimeout == 0 || stop <= cfg.Commit.Grace.D()+hcfg.IOTimeout {
+		t.Errorf("services.floe.stop_grace_period %s is not longer than commit.grace %s + hdfs.io-timeout %s (2m unless set): "+
+			"a stop during an HDFS call no node answers would be killed mid-flush", stop, cfg.Commit.Grace.D(), hcfg.IOTimeout)
 	}
 
 	// Both floe services build the image from this repository.
