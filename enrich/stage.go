@@ -436,10 +436,14 @@ func cachedResult(v cached) Result {
 // would otherwise open the breaker against a service that answers
 // everything else (with a warm cache, few other requests dilute its
 // failures), and then take the probes meant to find the service
-// answering. Only others' answers isolate a key: failed rounds and failed
-// probes also find a service answering 500 to everyone, which must open
-// the breaker however few keys it is asked for. An isolated key's other
-// failures (transport errors, timeouts, 502–504, 401…) still count.
+// answering. Others' answers isolate a key, and so does a probe it failed
+// alone (else, counted as waiting for the probe, it would take every probe,
+// fail it, and keep isolated keys the service answers from asking again);
+// failed rounds alone do not: they also find a service answering 500 to
+// everyone, which must open the breaker however few keys it is asked for
+// (a failed probe has opened it already, and an isolated key's probes
+// still count). An isolated key's other failures (transport errors,
+// timeouts, 502–504, 401…) still count.
 func (s *Stage) resolve(ctx context.Context, keys []string, half, isolated bool) {
 	s.m.inFlightRequests.Inc()
 	defer s.m.inFlightRequests.Dec()
@@ -520,18 +524,25 @@ func (s *Stage) resolve(ctx context.Context, keys []string, half, isolated bool)
 		}
 		closed := s.cb.State() == gobreaker.StateClosed
 		othersAnswered := closed && s.answered.Load() > since
-		if !splits(err) || !(probe && keysAtFault(err) || othersAnswered || closed && failures >= splitRounds && keysAtFault(err)) {
+		failedProbe := probe && keysAtFault(err)
+		if !splits(err) || !(failedProbe || othersAnswered || closed && failures >= splitRounds && keysAtFault(err)) {
 			continue
 		}
+		// A key alone is isolated once others were answered while it
+		// failed, or once it failed a probe: a key that took every probe
+		// and failed it would otherwise count as waiting for the probe
+		// for good, and keep an isolated key the service answers again
+		// from ever asking.
+		isolate := len(keys) == 1 && (othersAnswered || failedProbe)
 		switch {
 		case len(keys) > 1:
 			s.split(ctx, keys)
 			return
 		case !half: // one key alone: off its request slot, as a half
-			s.halves.Go(func() { s.resolve(ctx, keys, true, othersAnswered) })
+			s.halves.Go(func() { s.resolve(ctx, keys, true, isolated || isolate) })
 			return
 		}
-		isolated = isolated || othersAnswered
+		isolated = isolated || isolate
 	}
 }
 

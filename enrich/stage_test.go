@@ -1194,3 +1194,68 @@ func TestAnAnswerThatIsNoObjectFailsOnlyItsKey(t *testing.T) {
 		})
 	}
 }
+
+// TestAnIsolatedKeyAsksAgainBesideAKeyFailingEveryProbe: a key isolated
+// by a failure while another lookup was answered, which the service then
+// answers again, is answered although a key the service never answers
+// (never isolated by others' answers: none came while it failed) keeps
+// the breaker open. That key took every probe and failed it, counted as
+// waiting for the probe, so the isolated key never asked again and its
+// partition waited for good.
+func TestAnIsolatedKeyAsksAgainBesideAKeyFailingEveryProbe(t *testing.T) {
+	var goodFails atomic.Bool
+	goodFails.Store(true)
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var req struct{ Keys []string }
+		if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		results := map[string]any{}
+		for _, k := range req.Keys {
+			switch {
+			case k == "bad":
+				http.Error(w, "cannot answer "+k, http.StatusInternalServerError)
+				return
+			case k == "good" && goodFails.Load():
+				time.Sleep(50 * time.Millisecond) // other is answered meanwhile
+				http.Error(w, "cannot answer "+k, http.StatusInternalServerError)
+				return
+			}
+			results[k] = map[string]any{"segment": "gold"}
+		}
+		_ = json.NewEncoder(w).Encode(map[string]any{"results": results})
+	}))
+	t.Cleanup(ts.Close)
+	cfg := testConfig(ts.URL)
+	cfg.BatchSize = 1
+	cfg.HedgeAfter = -1
+	h := startStage(t, cfg)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	lane := func(k string) *enrich.Queue {
+		q := h.st.NewQueue()
+		t.Cleanup(q.Abort)
+		if err := q.Submit(ctx, k, k); err != nil {
+			t.Fatal(err)
+		}
+		return q
+	}
+	good := lane("good")
+	time.Sleep(10 * time.Millisecond)
+	// Answered while good fails: good is isolated.
+	if got, err := lane("other").Take(ctx, nil); err != nil || len(got) != 1 || got[0].Result.Status != enrich.StatusOK {
+		t.Fatalf("other: %v, %v", got, err)
+	}
+	time.Sleep(500 * time.Millisecond)
+	lane("bad")
+	waitFor(t, 10*time.Second, "the breaker to open", func() bool { return h.metric(t, "floe_enrich_breaker_state") == 2 })
+	goodFails.Store(false)
+	short, stop := context.WithTimeout(ctx, 8*time.Second)
+	defer stop()
+	got, err := good.Take(short, nil)
+	if err != nil || len(got) != 1 || got[0].Result.Status != enrich.StatusOK {
+		t.Fatalf("good, answered again, still waits (%v, %v); breaker opened %v times", got, err,
+			h.metric(t, "floe_enrich_breaker_transitions_total", "to", "open"))
+	}
+}
