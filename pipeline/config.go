@@ -243,7 +243,14 @@ func placeholders(raw []byte) ([]byte, *envRefs) {
 	}
 	r := &envRefs{token: regexp.MustCompile(prefix + `(\d+)Z`)}
 	out := envRef.ReplaceAllFunc(raw, func(m []byte) []byte {
-		r.refs = append(r.refs, envRef.FindStringSubmatch(string(m)))
+		g := envRef.FindStringSubmatch(string(m))
+		if strings.Contains(g[3], "${") {
+			// ${A:-${B}}: a reference in a default is not one (the
+			// default ends at the first brace); left as written, it is
+			// refused as malformed rather than read as the text ${B.
+			return m
+		}
+		r.refs = append(r.refs, g)
 		return fmt.Appendf(nil, "%s%dZ", prefix, len(r.refs)-1)
 	})
 	return out, r

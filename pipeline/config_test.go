@@ -192,9 +192,15 @@ func TestConfigRefusesMalformedReference(t *testing.T) {
 			t.Errorf("group: %s: error %v, want one naming line 5 and the reference", ref, err)
 		}
 	}
+	// A reference in a default (the shell's ${A:-${B}}) was read as the
+	// default text ${B, then a brace.
+	body := strings.Replace(validConfig, "group: floe-clicks", "group: ${FLOE_TEST_UNSET:-${FLOE_TEST_GROUP}}", 1)
+	if _, err := pipeline.LoadConfig(writeConfig(t, body)); err == nil || !strings.Contains(err.Error(), "line 5: ${FLOE_TEST_UNSET:-${FLOE_TEST_GROUP}") {
+		t.Errorf("a reference in a default: error %v, want one naming line 5 and the reference", err)
+	}
 
 	t.Setenv("FLOE_TEST_PW", "a${b")
-	body := strings.Replace(validConfig, "group: floe-clicks", `group: $${FLOE_TEST_GROUP}-${FLOE_TEST_GROUP}
+	body = strings.Replace(validConfig, "group: floe-clicks", `group: $${FLOE_TEST_GROUP}-${FLOE_TEST_GROUP}
   sasl: {mechanism: PLAIN, username: floe, password: "${FLOE_TEST_PW}"}`, 1)
 	cfg, err := pipeline.LoadConfig(writeConfig(t, body))
 	if err != nil {
