@@ -135,7 +135,8 @@ func (t *Table) SetRoutingSince(topic string, from map[int32]int64) {
 // OpenCatalog loads the configured catalog, adding SQLite's WAL mode and busy
 // timeout: without them concurrent commits surface "database is locked" as an
 // unknown commit state. A Hive catalog makes one call at a time
-// (serialCatalog).
+// (serialCatalog); a REST catalog's client talks only to its uri's origin
+// (openREST).
 func OpenCatalog(ctx context.Context, props map[string]string) (catalog.Catalog, error) {
 	p := iceberg.Properties{}
 	for k, v := range props {
@@ -148,7 +149,13 @@ func OpenCatalog(ctx context.Context, props map[string]string) (catalog.Catalog,
 	if name == "" {
 		name = "floe"
 	}
-	cat, err := catalog.Load(ctx, name, p)
+	var cat catalog.Catalog
+	var err error
+	if isREST(p) {
+		cat, err = openREST(ctx, name, p)
+	} else {
+		cat, err = catalog.Load(ctx, name, p)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("loading %s catalog: %w", p["type"], err)
 	}

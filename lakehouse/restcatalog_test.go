@@ -1,0 +1,78 @@
+package lakehouse_test
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/floe-dev/floe/lakehouse"
+)
+
+// TestRESTCatalogCredentialsStayAtItsOrigin: a REST catalog that answers
+// with a redirect to another host gets its client refused, naming the
+// target, and the other host never sees the token. Before, iceberg-go's
+// session transport added the token to the redirected request too, so
+// whoever the 3xx named (over http:// as well) received it. An OAuth2
+// token endpoint on its own host (oauth2-server-uri) is still reached,
+// and the token it hands out is sent with the first request, GET
+// /v1/config.
+func TestRESTCatalogCredentialsStayAtItsOrigin(t *testing.T) {
+	const token = "cat-t0ken-s3cret"
+	var leaked atomic.Value
+	other := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		leaked.Store(r.Header.Get("Authorization"))
+		_, _ = w.Write([]byte(`{"defaults":{},"overrides":{}}`))
+	}))
+	t.Cleanup(other.Close)
+	redirecting := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, other.URL+r.URL.RequestURI(), http.StatusTemporaryRedirect)
+	}))
+	t.Cleanup(redirecting.Close)
+
+	_, err := lakehouse.OpenCatalog(context.Background(), map[string]string{"type": "rest", "uri": redirecting.URL, "token": token})
+	if err == nil || !strings.Contains(err.Error(), "refusing a request to "+other.URL) {
+		t.Errorf("got %v, want the redirect to %s refused", err, other.URL)
+	}
+	if err != nil && strings.Contains(err.Error(), token) {
+		t.Errorf("the error holds the token: %v", err)
+	}
+	if got := leaked.Load(); got != nil {
+		t.Errorf("the redirect's target got a request (Authorization %q)", got)
+	}
+
+	auth := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"access_token":"issued-t0ken","token_type":"bearer","expires_in":3600}`))
+	}))
+	t.Cleanup(auth.Close)
+	cat := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Authorization") != "Bearer issued-t0ken" {
+			http.Error(w, `{"error":{"message":"no token","type":"NotAuthorizedException","code":401}}`, http.StatusUnauthorized)
+			return
+		}
+		_, _ = w.Write([]byte(`{"defaults":{},"overrides":{}}`))
+	}))
+	t.Cleanup(cat.Close)
+	c, err := lakehouse.OpenCatalog(context.Background(), map[string]string{
+		"type": "rest", "uri": cat.URL, "credential": "floe:s3cret", "oauth2-server-uri": auth.URL + "/token",
+	})
+	if err != nil {
+		t.Fatalf("with an OAuth2 server on another host: %v", err)
+	}
+	if cl, ok := c.(interface{ Close() error }); ok {
+		_ = cl.Close()
+	}
+}
+
+// TestRESTCatalogURIPasswordNotInError: a uri whose password does not
+// parse is named redacted. Before, url.Parse's error quoted it whole in
+// the "loading rest catalog" error floe run exits with.
+func TestRESTCatalogURIPasswordNotInError(t *testing.T) {
+	_, err := lakehouse.OpenCatalog(context.Background(), map[string]string{"type": "rest", "uri": "https://floe:pa%ss-w0rd@catalog.example.com:8181"})
+	if err == nil || strings.Contains(err.Error(), "w0rd") || !strings.Contains(err.Error(), "catalog.example.com:8181") {
+		t.Errorf("got %v, want an error naming the uri without its password", err)
+	}
+}
