@@ -5,12 +5,15 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -55,6 +58,12 @@ type client struct {
 	bufs      sync.Pool // *bytes.Buffer for response bodies
 	authName  string
 	authValue string
+	// shownURL is the URL as errors name it: redacted, {key} as written.
+	shownURL string
+	// secrets are what scrub removes: the auth header's value and the
+	// Basic credentials of the URL's user info, each as a server may echo
+	// them.
+	secrets []string
 }
 
 func newClient(cfg *Config, badAttr func(string)) (*client, error) {
@@ -81,6 +90,7 @@ func newClient(cfg *Config, badAttr func(string)) (*client, error) {
 		transport: t,
 		mode:      cfg.Mode,
 		url:       cfg.URL,
+		shownURL:  redactURL(cfg.URL),
 		dec:       newDecoder(cfg.Fields, badAttr),
 	}
 	if cfg.AuthHeader != "" {
@@ -88,7 +98,22 @@ func newClient(cfg *Config, badAttr func(string)) (*client, error) {
 		if err != nil {
 			return nil, fmt.Errorf("enrich.auth_header: %w", err)
 		}
+		c.secrets = append(c.secrets, c.authValue)
+		if _, cred, ok := strings.Cut(c.authValue, " "); ok {
+			c.secrets = append(c.secrets, strings.TrimSpace(cred))
+		}
 	}
+	// net/http sends a URL's user info as "Authorization: Basic
+	// base64(user:password)".
+	if u, err := url.Parse(strings.ReplaceAll(cfg.URL, "{key}", "k")); err == nil && u.User != nil {
+		if pw, ok := u.User.Password(); ok {
+			basic := base64.StdEncoding.EncodeToString([]byte(u.User.Username() + ":" + pw))
+			c.secrets = append(c.secrets, "Basic "+basic, basic, pw)
+		}
+	}
+	// The credentials alone shorter than minSecret would match ordinary
+	// text; the auth header's value is scrubbed whatever its length.
+	c.secrets = slices.DeleteFunc(c.secrets, func(s string) bool { return s != c.authValue && len(s) < minSecret })
 	return c, nil
 }
 
@@ -231,13 +256,19 @@ func (c *client) transportError(err error) error {
 	var hne x509.HostnameError
 	var cie x509.CertificateInvalidError
 	permanent := errors.As(err, &cve) || errors.As(err, &uae) || errors.As(err, &hne) || errors.As(err, &cie)
+	// A *url.Error quotes the request's URL whole, its query included;
+	// net/http hides only a user-info password.
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		err = &url.Error{Op: ue.Op, URL: c.shownURL, Err: ue.Err}
+	}
 	if errors.Is(err, context.DeadlineExceeded) {
 		return c.fail(0, true, "timed out: %v", err)
 	}
 	return c.fail(0, !permanent, "%v", err)
 }
 
-// fail builds a RequestError, with the auth header's secret scrubbed from
+// fail builds a RequestError, with the secrets scrubbed from
 // anything the server or the transport echoed.
 func (c *client) fail(code int, retryable bool, format string, args ...any) *RequestError {
 	return &RequestError{StatusCode: code, Retryable: retryable, Attempts: 1, msg: c.scrub(fmt.Sprintf(format, args...), false)}
@@ -250,23 +281,15 @@ const (
 	snippetShown = 256
 )
 
-// scrub replaces the auth header's value in s, and its credential alone
-// (the value without a scheme such as "Bearer "), which a server may echo
-// too. When s was cut (a body read to its limit), an end of s that begins
-// the secret is dropped as well.
+// scrub replaces the secrets in s (see client.secrets). When s was cut (a
+// body read to its limit), an end of s that begins a secret is dropped as
+// well.
 func (c *client) scrub(s string, cut bool) string {
-	if c.authValue == "" {
-		return s
-	}
-	secrets := []string{c.authValue}
-	if _, cred, ok := strings.Cut(c.authValue, " "); ok && len(strings.TrimSpace(cred)) >= minSecret {
-		secrets = append(secrets, strings.TrimSpace(cred))
-	}
-	for _, secret := range secrets {
+	for _, secret := range c.secrets {
 		s = strings.ReplaceAll(s, secret, "REDACTED")
 	}
 	if cut {
-		for _, secret := range secrets {
+		for _, secret := range c.secrets {
 			for n := min(len(secret)-1, len(s)); n >= minSecret; n-- {
 				if strings.HasSuffix(s, secret[:n]) {
 					s = s[:len(s)-n] + "REDACTED"

@@ -13,6 +13,7 @@ import (
 
 	"github.com/floe-dev/floe/internal/bytesize"
 	"github.com/floe-dev/floe/internal/duration"
+	"github.com/floe-dev/floe/internal/redact"
 )
 
 // FieldType is the type an enrichment attribute takes in the table. The
@@ -455,15 +456,9 @@ func (c Config) redacted() Config {
 	return c
 }
 
-// redactURL hides a password in the URL's user info.
+// redactURL hides a password in the URL's user info and the values of its
+// query (a lookup API's token is often one), keeping {key} as written.
 func redactURL(s string) string {
 	const placeholder = "floe-enrich-key-placeholder"
-	u, err := url.Parse(strings.ReplaceAll(s, "{key}", placeholder))
-	if err != nil || u.User == nil {
-		return s
-	}
-	if _, has := u.User.Password(); !has {
-		return s
-	}
-	return strings.ReplaceAll(u.Redacted(), placeholder, "{key}")
+	return strings.ReplaceAll(redact.URL(strings.ReplaceAll(s, "{key}", placeholder)), placeholder, "{key}")
 }

@@ -8,6 +8,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/base64"
 	"encoding/pem"
 	"errors"
 	"fmt"
@@ -253,6 +254,81 @@ func TestMutualTLSWithCAFile(t *testing.T) {
 		cfg.TLS = enrich.TLSConfig{CertFile: keyFile, KeyFile: certFile}
 		if _, err := enrich.NewStage(cfg, nil, nil); err == nil || !strings.Contains(err.Error(), "enrich.tls.cert_file") {
 			t.Fatalf("NewStage: %v", err)
+		}
+	})
+}
+
+// TestURLCredentialsNeverLeaked: credentials in enrich.url itself, a token
+// in its query or a password in its user info, stay out of errors (and so
+// of dead letters' floe.detail), logs and the printed configuration.
+// Before, a transport error quoted the whole URL (net/http hides only a
+// user-info password), a password that url.Parse refuses was quoted whole
+// by the config error, and a server echoing the Basic credentials net/http
+// makes of the user info had them logged.
+func TestURLCredentialsNeverLeaked(t *testing.T) {
+	t.Run("token in the query", func(t *testing.T) {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		closed := "http://" + l.Addr().String()
+		_ = l.Close()
+		for _, mode := range []string{enrich.ModeBatch, enrich.ModeSingle} {
+			cfg := testConfig(closed)
+			cfg.URL += "?api_key=" + secret
+			if cfg.Mode = mode; mode == enrich.ModeSingle {
+				cfg.URL = closed + "/users/{key}?api_key=" + secret
+			}
+			cfg.Retries = -1
+			cfg.Breaker.Policy = enrich.PolicyDLQ
+			h := startStage(t, cfg)
+			q := h.st.NewQueue()
+			if err := q.Submit(context.Background(), "u-1", nil); err != nil {
+				t.Fatal(err)
+			}
+			r := (<-q.Out()).Result
+			q.Close()
+			collect(q)
+			h.stop()
+			if r.Err == nil || !strings.Contains(r.Err.Error(), "api_key=REDACTED") {
+				t.Fatalf("%s: got %s (%v), want an error naming the URL redacted", mode, r.Status, r.Err)
+			}
+			for what, s := range map[string]string{"error": r.Err.Error(), "logs": h.logs.String(), "String": cfg.String()} {
+				if strings.Contains(s, secret) || strings.Contains(s, "u-1") {
+					t.Errorf("%s: the query's token or the key leaked into %s: %s", mode, what, s)
+				}
+			}
+		}
+	})
+
+	t.Run("password that does not parse", func(t *testing.T) {
+		for _, pw := range []string{"pa%ss-" + secret, "pa ss-" + secret, "pa#ss-" + secret} {
+			cfg := testConfig("https://floe:" + pw + "@lookup.example.com")
+			err := cfg.Finish()
+			if err == nil || !strings.Contains(err.Error(), "lookup.example.com") {
+				t.Fatalf("%q: got %v, want enrich.url refused", pw, err)
+			}
+			if strings.Contains(err.Error(), secret) {
+				t.Errorf("the password leaked into the config error: %v", err)
+			}
+		}
+	})
+
+	t.Run("user info echoed as Basic credentials", func(t *testing.T) {
+		echo := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			user, pw, _ := r.BasicAuth()
+			http.Error(w, "bad request from "+r.Header.Get("Authorization")+" alias "+user+":"+pw, http.StatusBadRequest)
+		}))
+		defer echo.Close()
+		r, h := lookupOnce(t, strings.Replace(echo.URL, "http://", "http://floe:"+secret+"@", 1), "")
+		if r.Err == nil || !strings.Contains(r.Err.Error(), "400") {
+			t.Fatalf("got %s (%v), want the 400", r.Status, r.Err)
+		}
+		basic := base64.StdEncoding.EncodeToString([]byte("floe:" + secret))
+		for what, s := range map[string]string{"error": r.Err.Error(), "logs": h.logs.String()} {
+			if strings.Contains(s, basic) || strings.Contains(s, secret) {
+				t.Errorf("the user info's credentials leaked into %s: %s", what, s)
+			}
 		}
 	})
 }
