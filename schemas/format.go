@@ -18,6 +18,8 @@ import (
 	"github.com/hamba/avro/v2"
 	"github.com/twmb/franz-go/pkg/sr"
 	"google.golang.org/protobuf/reflect/protoreflect"
+
+	"github.com/floe-dev/floe/internal/redact"
 )
 
 // Message formats, the values of the `format:` configuration key.
@@ -200,7 +202,7 @@ func newRegistry(c RegistryConfig) (*registry, error) {
 		return nil, errors.New("registry.url: required")
 	}
 	if !strings.HasPrefix(c.URL, "http://") && !strings.HasPrefix(c.URL, "https://") {
-		return nil, fmt.Errorf("registry.url %q: want an http:// or https:// URL", c.URL)
+		return nil, fmt.Errorf("registry.url %q: want an http:// or https:// URL", redact.URL(c.URL))
 	}
 	switch c.OnIncompatible {
 	case "", "stop", "dlq":

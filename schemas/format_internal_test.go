@@ -481,3 +481,13 @@ func TestRegistryAvroSchemaReferences(t *testing.T) {
 		t.Fatalf("row %q", row)
 	}
 }
+
+// TestRegistryURLPasswordNotShown: a registry.url refused for its scheme is
+// named without its user-info password. Before, the error quoted it as
+// given.
+func TestRegistryURLPasswordNotShown(t *testing.T) {
+	_, err := newRegistry(RegistryConfig{URL: "ftp://floe:s3cret-pw@registry.example.com"})
+	if err == nil || strings.Contains(err.Error(), "s3cret-pw") || !strings.Contains(err.Error(), "registry.example.com") {
+		t.Errorf("got %v, want registry.url refused without its password", err)
+	}
+}

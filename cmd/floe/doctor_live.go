@@ -12,6 +12,7 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/floe-dev/floe/enrich"
+	"github.com/floe-dev/floe/internal/redact"
 	"github.com/floe-dev/floe/lakehouse"
 	"github.com/floe-dev/floe/pipeline"
 	"github.com/floe-dev/floe/pipeline/doctor"
@@ -183,20 +184,23 @@ func scrape(ctx context.Context, url, topic, table string) (*doctor.Metrics, err
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
-		return nil, fmt.Errorf("--metrics-url %s: %w", url, err)
+		return nil, fmt.Errorf("--metrics-url %w", redact.ParseError(url, err))
 	}
+	// A scrape endpoint may sit behind basic auth or take a token in the
+	// query: every message names the URL redacted.
+	shown := redact.URL(url)
 	req.Header.Set("Accept", "text/plain; version=0.0.4")
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return nil, fmt.Errorf("--metrics-url: scraping %s: %w", url, err)
+		return nil, fmt.Errorf("--metrics-url: scraping %s: %w", shown, redact.RequestError(err))
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("--metrics-url: scraping %s: %s", url, resp.Status)
+		return nil, fmt.Errorf("--metrics-url: scraping %s: %s", shown, resp.Status)
 	}
 	m, err := doctor.ParseMetrics(resp.Body, topic, table, time.Now())
 	if err != nil {
-		return nil, fmt.Errorf("--metrics-url %s: %w", url, err)
+		return nil, fmt.Errorf("--metrics-url %s: %w", shown, err)
 	}
 	return m, nil
 }

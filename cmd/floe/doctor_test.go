@@ -1,10 +1,13 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"os/exec"
 	"strconv"
 	"strings"
@@ -295,5 +298,36 @@ func TestDoctorStartOffsetLatest(t *testing.T) {
 	member.signal(t, syscall.SIGTERM)
 	if err := member.wait(t, 30*time.Second); err != nil {
 		t.Fatalf("member exit after SIGTERM: %v", err)
+	}
+}
+
+// TestDoctorMetricsURLCredentialsNotShown: --metrics-url's password and
+// query token stay out of doctor's errors, whether the scrape fails, is
+// refused or the URL does not parse. Before, each message quoted the URL
+// as given.
+func TestDoctorMetricsURLCredentialsNotShown(t *testing.T) {
+	const secret = "sCr4pe-s3cret"
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := ln.Addr().String()
+	_ = ln.Close()
+	refusing := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Error(w, "no", http.StatusUnauthorized)
+	}))
+	t.Cleanup(refusing.Close)
+	for _, u := range []string{
+		"http://prom:" + secret + "@" + closed + "/metrics?token=" + secret,
+		strings.Replace(refusing.URL, "http://", "http://prom:"+secret+"@", 1) + "/metrics?token=" + secret,
+		"http://prom:pa%ss-" + secret + "@" + closed + "/metrics",
+	} {
+		_, err := scrape(context.Background(), u, "t", "x.y")
+		if err == nil || !strings.Contains(err.Error(), "--metrics-url") {
+			t.Fatalf("%s: got %v, want a --metrics-url error", u, err)
+		}
+		if strings.Contains(err.Error(), secret) {
+			t.Errorf("a credential leaked: %v", err)
+		}
 	}
 }
