@@ -332,3 +332,35 @@ func TestURLCredentialsNeverLeaked(t *testing.T) {
 		}
 	})
 }
+
+// TestPlainHTTPCredentialsWarned: credentials sent over plain http are
+// warned about at start, whichever way the scheme is written and whether
+// they come from auth_header or from the URL's user info. Before, only a
+// URL beginning with the lower-case "http://" and an auth_header were.
+func TestPlainHTTPCredentialsWarned(t *testing.T) {
+	for _, tc := range []struct {
+		url, auth string
+		warned    bool
+	}{
+		{"http://127.0.0.1:9/lookup", "Authorization: Bearer " + secret, true},
+		{"HTTP://127.0.0.1:9/lookup", "Authorization: Bearer " + secret, true},
+		{"http://floe:" + secret + "@127.0.0.1:9/lookup", "", true},
+		{"http://" + secret + "@127.0.0.1:9/lookup", "", true},
+		{"https://127.0.0.1:9/lookup", "Authorization: Bearer " + secret, false},
+		{"http://127.0.0.1:9/lookup", "", false},
+	} {
+		cfg := testConfig("")
+		cfg.URL, cfg.AuthHeader = tc.url, tc.auth
+		if err := cfg.Finish(); err != nil {
+			t.Fatalf("%s: %v", tc.url, err)
+		}
+		h := startStage(t, cfg)
+		h.stop()
+		if got := strings.Contains(h.logs.String(), "plain http"); got != tc.warned {
+			t.Errorf("%s (auth_header %t): warned %t, want %t: %s", tc.url, tc.auth != "", got, tc.warned, h.logs.String())
+		}
+		if strings.Contains(h.logs.String(), secret) {
+			t.Errorf("%s: the warning holds the credentials: %s", tc.url, h.logs.String())
+		}
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net/http"
+	"net/url"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -226,8 +227,13 @@ func (s *Stage) warnRisky() {
 	if c.TLS.InsecureSkipVerify {
 		s.log.Warn("enrich.tls.insecure_skip_verify is on: the enrichment service's certificate is not checked")
 	}
-	if c.AuthHeader != "" && strings.HasPrefix(c.URL, "http://") {
-		s.log.Warn("enrich.auth_header is sent over plain http://; use https:// outside a trusted network")
+	// validate accepted the URL; its scheme is compared parsed, as net/http
+	// reads it ("HTTP://" is plain http too), and user info is sent as
+	// Basic credentials.
+	if u, err := url.Parse(strings.ReplaceAll(c.URL, "{key}", "k")); err == nil && u.Scheme == "http" {
+		if c.AuthHeader != "" || u.User != nil {
+			s.log.Warn("enrich credentials (auth_header or the url's user info) are sent over plain http; use https:// outside a trusted network")
+		}
 	}
 	if c.Breaker.Policy == PolicyPause && c.Retries < 0 {
 		s.log.Warn("enrich.retries is none (0 or -1) under policy pause: every transient error holds the lanes until the breaker cycles")

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/url"
@@ -111,4 +112,22 @@ func origin(u *url.URL) string {
 		port = map[string]string{"http": "80", "https": "443"}[scheme]
 	}
 	return scheme + "://" + net.JoinHostPort(strings.ToLower(u.Hostname()), port)
+}
+
+// warnInsecureREST logs, as the catalog is opened, REST settings that give
+// its credentials away: a certificate not checked hands them to whoever
+// answers the TLS handshake, plain http to whoever is on the path.
+func warnInsecureREST(log *slog.Logger, p map[string]string) {
+	if !isREST(p) {
+		return
+	}
+	if strings.EqualFold(p["rest.tls.skip-verify"], "true") {
+		log.Warn("table.catalog rest.tls.skip-verify is on: the catalog's certificate is not checked, so whoever answers the TLS handshake receives its token or credential (and the tables' metadata)")
+	}
+	creds := p["token"] != "" || p["credential"] != ""
+	for _, key := range []string{"uri", "oauth2-server-uri", "rest.authorization-url"} {
+		if u, err := url.Parse(p[key]); err == nil && u.Scheme == "http" && (creds || u.User != nil) {
+			log.Warn("table.catalog credentials (token, credential or user info) are sent over plain http; use https:// outside a trusted network", "key", "table.catalog."+key)
+		}
+	}
 }

@@ -1,7 +1,10 @@
 package lakehouse_test
 
 import (
+	"bytes"
 	"context"
+	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -9,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/floe-dev/floe/lakehouse"
+	"github.com/floe-dev/floe/schemas"
 )
 
 // TestRESTCatalogCredentialsStayAtItsOrigin: a REST catalog that answers
@@ -74,5 +78,51 @@ func TestRESTCatalogURIPasswordNotInError(t *testing.T) {
 	_, err := lakehouse.OpenCatalog(context.Background(), map[string]string{"type": "rest", "uri": "https://floe:pa%ss-w0rd@catalog.example.com:8181"})
 	if err == nil || strings.Contains(err.Error(), "w0rd") || !strings.Contains(err.Error(), "catalog.example.com:8181") {
 		t.Errorf("got %v, want an error naming the uri without its password", err)
+	}
+}
+
+// TestRESTCatalogInsecureSettingsWarned: opening a REST catalog whose
+// certificate is not checked, or whose credentials go over plain http,
+// logs a warning naming the setting, and a safe one logs none. Before,
+// neither was warned about.
+func TestRESTCatalogInsecureSettingsWarned(t *testing.T) {
+	sc, err := schemas.Lookup(schemas.Clickstream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := ln.Addr().String()
+	_ = ln.Close()
+	for _, tc := range []struct {
+		name  string
+		props map[string]string
+		want  []string
+	}{
+		{"skip-verify", map[string]string{"type": "rest", "uri": "https://" + closed, "rest.tls.skip-verify": "true"}, []string{"rest.tls.skip-verify is on"}},
+		{"token over http", map[string]string{"type": "rest", "uri": "http://" + closed, "token": "t0ken"}, []string{"plain http", "table.catalog.uri"}},
+		{"credential to an http token endpoint", map[string]string{"uri": "https://" + closed, "credential": "id:s3cret", "oauth2-server-uri": "http://" + closed + "/token"}, []string{"plain http", "table.catalog.oauth2-server-uri"}},
+		{"user info over http", map[string]string{"type": "rest", "uri": "http://floe:pw@" + closed}, []string{"plain http"}},
+		{"no credentials over http", map[string]string{"type": "rest", "uri": "http://" + closed}, nil},
+		{"token over https", map[string]string{"type": "rest", "uri": "https://" + closed, "token": "t0ken"}, nil},
+	} {
+		var logs bytes.Buffer
+		_, err := lakehouse.Open(context.Background(), lakehouse.Config{
+			Table: "db.events", Group: "g", Catalog: tc.props, Logger: slog.New(slog.NewTextHandler(&logs, nil)),
+		}, sc)
+		if err == nil || !strings.Contains(err.Error(), "loading") {
+			t.Fatalf("%s: got %v, want the catalog at a closed port failing to load", tc.name, err)
+		}
+		got := logs.String()
+		if len(tc.want) == 0 && got != "" {
+			t.Errorf("%s: logged %q, want nothing", tc.name, got)
+		}
+		for _, w := range tc.want {
+			if !strings.Contains(got, w) {
+				t.Errorf("%s: logged %q, want a warning with %q", tc.name, got, w)
+			}
+		}
 	}
 }

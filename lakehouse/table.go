@@ -187,6 +187,9 @@ func Open(ctx context.Context, cfg Config, sc *schemas.Schema) (*Table, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
+	if cfg.Logger != nil {
+		warnInsecureREST(cfg.Logger, cfg.Catalog)
+	}
 	cat, err := OpenCatalog(ctx, cfg.Catalog)
 	if err != nil {
 		return nil, err

@@ -177,9 +177,17 @@ func (k KafkaConfig) Client() (c *kafka.Client, done func(), err error) {
 }
 
 // warnInsecure logs, once at start-up, a SASL password that would cross the
-// network in clear text.
+// network in clear text, and brokers whose certificates are not checked:
+// whoever answers the TLS handshake then reads every record, and with PLAIN
+// the password too.
 func (k KafkaConfig) warnInsecure(log *slog.Logger) {
-	if k.SASL != nil && k.SASL.Mechanism == "PLAIN" && k.TLS == nil {
+	plain := k.SASL != nil && k.SASL.Mechanism == "PLAIN"
+	switch {
+	case plain && k.TLS == nil:
 		log.Warn("kafka.sasl PLAIN without kafka.tls sends the password in clear text")
+	case k.TLS != nil && k.TLS.InsecureSkipVerify && plain:
+		log.Warn("kafka.tls.insecure_skip_verify is on with kafka.sasl PLAIN: the brokers' certificates are not checked, so whoever answers the TLS handshake receives the password (and every record)")
+	case k.TLS != nil && k.TLS.InsecureSkipVerify:
+		log.Warn("kafka.tls.insecure_skip_verify is on: the brokers' certificates are not checked, so whoever answers the TLS handshake reads every record")
 	}
 }
