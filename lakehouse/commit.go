@@ -70,9 +70,15 @@ func tooOld(what string, written time.Time) error {
 // Part is one partition's share of a flush.
 type Part struct {
 	// Range is the block of offsets the flush covers. Offsets in it with no
-	// row were dead-lettered (or are gaps in the log, such as compacted
-	// records) and must already be acknowledged by the dead-letter topic.
+	// row were dead-lettered and must already be acknowledged by the
+	// dead-letter topic, or are in Absent.
 	Range Range
+	// Absent holds the runs [from, to) of offsets the log did not hold when
+	// the flush read them (compacted away, or deleted by retention before
+	// they were read), in offset order; they may lie just before Range,
+	// between the previous flush's range and this one. The commit records
+	// them (AbsentOffsetsKey) so that verify tells them from gaps.
+	Absent [][2]int64
 	// Resume is the watermark W(p) the worker started from, or NoWatermark.
 	// The commit is fenced on it: it succeeds only while W(p) still equals it.
 	Resume int64
@@ -259,6 +265,9 @@ func (t *Table) CommitAs(ctx context.Context, commitID string, parts []Part) (re
 		}
 		if len(res.businessAt) > 0 {
 			props[BusinessOffsetsKey] = encodeCoords(res.businessAt)
+		}
+		if absent := absentOf(parts); len(absent) > 0 {
+			props[AbsentOffsetsKey] = absent.encode()
 		}
 		t.partitionCounts.Range(func(topic, n any) bool {
 			props[PartitionsKeyPrefix+topic.(string)] = strconv.Itoa(n.(int))

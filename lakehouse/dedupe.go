@@ -566,9 +566,9 @@ func totalDataFiles(snap *table.Snapshot) int {
 	return n
 }
 
-// skipRuns is the form of BusinessOffsetsKey and BusinessCarriedKey: per
-// topic and partition (as a decimal string), sorted, merged runs [from, to)
-// of offsets.
+// skipRuns is the form of BusinessOffsetsKey, AbsentOffsetsKey and their
+// carried unions: per topic and partition (as a decimal string), sorted,
+// merged runs [from, to) of offsets.
 type skipRuns map[string]map[string][][2]int64
 
 // add merges the runs of o into s.
@@ -614,8 +614,8 @@ func mergeRuns(runs [][2]int64) [][2]int64 {
 	return out
 }
 
-// decodeRuns parses a BusinessOffsetsKey or BusinessCarriedKey value,
-// naming the snapshot and the problem.
+// decodeRuns parses a skipRuns value of summary key key, naming the
+// snapshot and the problem.
 func decodeRuns(snap *table.Snapshot, key, raw string) (skipRuns, error) {
 	var v skipRuns
 	if err := json.Unmarshal([]byte(raw), &v); err != nil {
@@ -654,32 +654,56 @@ func encodeCoords(cs []coord) string {
 	return s.encode()
 }
 
-// maxCarriedRuns caps the runs a BusinessCarriedKey holds (about 20 bytes
-// each, in every maintenance snapshot still in the metadata). Beyond it the
-// union is not carried and expiry keeps the recording snapshots instead.
+// absentOf gathers the parts' Absent runs as AbsentOffsetsKey's value.
+func absentOf(parts []Part) skipRuns {
+	s := skipRuns{}
+	for _, p := range parts {
+		if len(p.Absent) > 0 {
+			ps := strconv.Itoa(int(p.Range.Partition))
+			s.add(skipRuns{p.Range.Topic: {ps: p.Absent}})
+		}
+	}
+	return s
+}
+
+// maxCarriedRuns caps the runs a carried union (BusinessCarriedKey,
+// AbsentCarriedKey) holds (about 20 bytes each, in every maintenance
+// snapshot still in the metadata). Beyond it the union is not carried and
+// expiry keeps the recording snapshots instead.
 const maxCarriedRuns = 10000
 
-// businessRuns returns the offsets the business-key MERGE skipped, as
-// recorded in tbl's current ancestry: the BusinessOffsetsKey of every
-// snapshot from the head down to the newest one carrying BusinessCarriedKey,
-// and that one's union. keep is how many parent steps below the head the
-// deepest snapshot that must outlive expiry is (-1: none), for
-// offsetMapDepth.
-func businessRuns(tbl *table.Table) (runs skipRuns, keep int, err error) {
+// runKeys names the summary keys of one kind of recorded offsets: each
+// flush's own, and the union maintenance carries.
+type runKeys struct{ own, carried string }
+
+// recorded are the kinds of offsets floe records as runs: skipped business
+// duplicates, and offsets absent from the log.
+var (
+	businessKeys = runKeys{BusinessOffsetsKey, BusinessCarriedKey}
+	absentKeys   = runKeys{AbsentOffsetsKey, AbsentCarriedKey}
+	recorded     = []runKeys{businessKeys, absentKeys}
+)
+
+// recordedRuns returns the offsets of kind k recorded in tbl's current
+// ancestry: k.own of every snapshot from the head down to the newest one
+// carrying k.carried, and that one's union. keep is how many parent steps
+// below the head the deepest snapshot that must outlive expiry is (-1:
+// none), for offsetMapDepth.
+func recordedRuns(tbl *table.Table, k runKeys) (runs skipRuns, keep int, err error) {
 	runs, keep = skipRuns{}, -1
 	meta := tbl.Metadata()
 	depth := 0
 	for snap := meta.CurrentSnapshot(); snap != nil; depth++ {
-		if raw, ok := summaryValue(snap, BusinessOffsetsKey); ok {
-			v, err := decodeRuns(snap, BusinessOffsetsKey, raw)
+		if raw, ok := summaryValue(snap, k.own); ok {
+			v, err := decodeRuns(snap, k.own, raw)
 			if err != nil {
 				return nil, -1, err
 			}
 			runs.add(v)
 			keep = depth
 		}
-		if raw, ok := summaryValue(snap, BusinessCarriedKey); ok {
-			v, err := decodeRuns(snap, BusinessCarriedKey, raw)
+		if raw, ok := summaryValue(snap, k.carried); ok {
+			v, err := decodeRuns(snap, k.carried, raw)
 			if err != nil {
 				return nil, -1, err
 			}
@@ -695,9 +719,9 @@ func businessRuns(tbl *table.Table) (runs skipRuns, keep int, err error) {
 }
 
 // businessSkipped returns, per partition of topic, the sorted offsets the
-// business-key MERGE skipped (businessRuns).
+// business-key MERGE skipped (recordedRuns).
 func businessSkipped(tbl *table.Table, topic string) (map[int32][]int64, error) {
-	runs, _, err := businessRuns(tbl)
+	runs, _, err := recordedRuns(tbl, businessKeys)
 	if err != nil {
 		return nil, err
 	}
@@ -709,6 +733,22 @@ func businessSkipped(tbl *table.Table, topic string) (map[int32][]int64, error) 
 				out[int32(p)] = append(out[int32(p)], o)
 			}
 		}
+	}
+	return out, nil
+}
+
+// absentRuns returns, per partition of topic, the runs of offsets the log
+// did not hold when they were read (recordedRuns). Kept as runs: one run can
+// be millions of offsets deleted by retention.
+func absentRuns(tbl *table.Table, topic string) (map[int32][][2]int64, error) {
+	runs, _, err := recordedRuns(tbl, absentKeys)
+	if err != nil {
+		return nil, err
+	}
+	out := map[int32][][2]int64{}
+	for ps, rs := range runs[topic] {
+		p, _ := strconv.ParseInt(ps, 10, 32) // checked by decodeRuns
+		out[int32(p)] = rs
 	}
 	return out, nil
 }

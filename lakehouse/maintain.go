@@ -749,20 +749,24 @@ func underAny(p string, roots []string) bool {
 
 // carriedPrefixes are the summary keys floe reads from the newest snapshot
 // in the ancestry that has them: maintenance snapshots copy them from their
-// base, and expiry keeps the snapshots that hold them. BusinessCarriedKey is
-// carried too, but as a union (businessRuns), not as the newest value.
+// base, and expiry keeps the snapshots that hold them. BusinessCarriedKey and
+// AbsentCarriedKey are carried too, but as unions (recordedRuns), not as the
+// newest value.
 var carriedPrefixes = []string{OffsetsKeyPrefix, PartitionsKeyPrefix, RoutingKeyPrefix, RoutingSinceKeyPrefix}
 
 // offsetMaps returns the newest value of every carried key (every group's
 // floe.offsets.<group> map, every topic's floe.partitions.<topic> count) in
 // the current branch's ancestry, keyed by summary key, and under
-// BusinessCarriedKey the union of the business-key MERGE's skipped offsets
-// (unless there are none, more than maxCarriedRuns runs, or a record is
+// BusinessCarriedKey and AbsentCarriedKey the unions of the business-key
+// MERGE's skipped offsets and of the offsets absent from the log (each
+// unless there are none, more than maxCarriedRuns runs, or a record is
 // unreadable: expiry then keeps the recording snapshots, offsetMapDepth).
 func offsetMaps(tbl *table.Table) map[string]string {
 	out := newestCarried(tbl)
-	if runs, _, err := businessRuns(tbl); err == nil && len(runs) > 0 && runs.count() <= maxCarriedRuns {
-		out[BusinessCarriedKey] = runs.encode()
+	for _, k := range recorded {
+		if runs, _, err := recordedRuns(tbl, k); err == nil && len(runs) > 0 && runs.count() <= maxCarriedRuns {
+			out[k.carried] = runs.encode()
+		}
 	}
 	return out
 }
@@ -790,25 +794,23 @@ func newestCarried(tbl *table.Table) map[string]string {
 
 // offsetMapDepth returns how many parent steps below the head the deepest
 // of the groups' newest offset maps is (0: the head carries them all), or
-// the deepest snapshot whose skipped business duplicates no newer union
-// carries (businessRuns), whichever is deeper.
+// the deepest snapshot whose recorded offsets (skipped business duplicates,
+// offsets absent from the log) no newer union carries (recordedRuns),
+// whichever is deeper.
 func offsetMapDepth(tbl *table.Table) int {
 	need := newestCarried(tbl)
 	meta := tbl.Metadata()
-	// The snapshots recording skipped business duplicates down to the
-	// newest union of them must stay too; all of them when one is
-	// unreadable.
-	keep, err := businessDepth(tbl)
-	if err != nil {
-		return len(meta.Snapshots())
+	// The snapshots recording offsets down to the newest union of them
+	// must stay too; all of them when one is unreadable.
+	keep := 0
+	for _, k := range recorded {
+		_, depth, err := recordedRuns(tbl, k)
+		if err != nil {
+			return len(meta.Snapshots())
+		}
+		keep = max(keep, depth)
 	}
 	return max(keep, carriedDepth(meta, need))
-}
-
-// businessDepth is businessRuns' keep, at least 0.
-func businessDepth(tbl *table.Table) (int, error) {
-	_, keep, err := businessRuns(tbl)
-	return max(keep, 0), err
 }
 
 // carriedDepth returns how many parent steps below the head the newest

@@ -43,6 +43,15 @@ const (
 	// the union would exceed a cap (maxCarriedRuns) it is not written and
 	// expiry keeps every snapshot that records skipped offsets instead.
 	BusinessCarriedKey = "floe.duplicates-business.carried"
+	// AbsentOffsetsKey holds, in BusinessOffsetsKey's form, the offsets of
+	// this snapshot's flush that the log did not hold when it was read:
+	// records removed by compaction, or deleted by retention before they
+	// were read (the offsets floe_offset_gaps_total counts). verify counts
+	// them as covered and reports them apart from gaps.
+	AbsentOffsetsKey = "floe.absent.offsets"
+	// AbsentCarriedKey is to AbsentOffsetsKey what BusinessCarriedKey is to
+	// BusinessOffsetsKey: the union maintenance carries, under the same cap.
+	AbsentCarriedKey = "floe.absent.carried"
 	// PartitionsKeyPrefix + topic holds the topic's partition count when the
 	// snapshot was committed: a later, larger count means keys hashed to
 	// other partitions since (see PartitionCountOf).

@@ -122,11 +122,17 @@ type PartitionReport struct {
 	MinOffset int64 `json:"min_offset"`
 	MaxOffset int64 `json:"max_offset"`
 	// Gaps lists the runs of offsets in [MinOffset, Watermark) that are
-	// neither rows nor dead letters. When the dead-letter topic was not read
-	// they include the dead-lettered records.
+	// neither rows nor dead letters nor absent from the log. When the
+	// dead-letter topic was not read they include the dead-lettered records.
 	Gaps []Gap `json:"gaps"`
 	// GapOffsets is the number of offsets in Gaps.
 	GapOffsets int64 `json:"gap_offsets"`
+	// AbsentFromLog counts the offsets in [MinOffset, Watermark) that no
+	// row or dead letter covers and that the log did not hold when the job
+	// read them, as its commits recorded (AbsentOffsetsKey): compacted
+	// away, or deleted by retention before they were read. Information,
+	// not a problem of the table.
+	AbsentFromLog int64 `json:"absent_from_log"`
 	// AboveWatermark counts rows at or above the watermark (every row, when
 	// there is no watermark): an invariant violation, since a row becomes
 	// visible only in the commit that moves the watermark past it.
@@ -207,9 +213,13 @@ type Report struct {
 	// still in the table's history (BusinessOffsetsKey): they are covered,
 	// not gaps.
 	BusinessSkipped int64 `json:"business_duplicates_skipped"`
+	// AbsentFromLog sums the partitions' AbsentFromLog.
+	AbsentFromLog int64 `json:"absent_from_log"`
 
 	// skipped holds those offsets per partition, sorted.
 	skipped map[int32][]int64
+	// absent holds the runs of offsets absent from the log per partition.
+	absent map[int32][][2]int64
 }
 
 // OK reports whether the table honours the commit protocol's invariant and
@@ -387,6 +397,9 @@ func (t *Table) Verify(ctx context.Context, topic string, readDL DeadLetterReade
 	if r.skipped, err = businessSkipped(tbl, topic); err != nil {
 		return nil, err
 	}
+	if r.absent, err = absentRuns(tbl, topic); err != nil {
+		return nil, err
+	}
 
 	var rows []verifyRow
 	if snap := tbl.CurrentSnapshot(); snap != nil {
@@ -439,6 +452,7 @@ func (t *Table) Verify(ctx context.Context, topic string, readDL DeadLetterReade
 		}
 		pr := r.reconcile(p, w, prows, dl, ord)
 		r.Rows += pr.Rows
+		r.AbsentFromLog += pr.AbsentFromLog
 		if dl != nil {
 			r.DeadLetters += pr.DeadLetters
 		}
@@ -731,16 +745,48 @@ func (r *Report) reconcile(p int32, w int64, rows []verifyRow, dl DeadLetters, o
 			return
 		}
 		if off > next {
-			pr.Gaps = append(pr.Gaps, Gap{From: next, To: off})
-			pr.GapOffsets += off - next
+			pr.addGap(next, off, r.absent[p])
 		}
 		next = off + 1
 	})
 	if pr.MinOffset >= 0 && next < w {
-		pr.Gaps = append(pr.Gaps, Gap{From: next, To: w})
-		pr.GapOffsets += w - next
+		pr.addGap(next, w, r.absent[p])
 	}
 	return pr
+}
+
+// addGap adds the offsets [from, to), which no row or dead letter covers,
+// to pr's gaps, less those absent from the log (splitGap).
+func (pr *PartitionReport) addGap(from, to int64, absent [][2]int64) {
+	gaps, n := splitGap(from, to, absent)
+	pr.Gaps = append(pr.Gaps, gaps...)
+	pr.GapOffsets += to - from - n
+	pr.AbsentFromLog += n
+}
+
+// splitGap returns the runs of [from, to) outside absent (sorted, merged
+// runs of offsets the log did not hold) and how many offsets of it lie
+// inside.
+func splitGap(from, to int64, absent [][2]int64) (gaps []Gap, inAbsent int64) {
+	for _, a := range absent {
+		if a[1] <= from {
+			continue
+		}
+		if a[0] >= to {
+			break
+		}
+		if a[0] > from {
+			gaps = append(gaps, Gap{From: from, To: a[0]})
+		}
+		from = max(from, a[0])
+		end := min(a[1], to)
+		inAbsent += end - from
+		from = end
+	}
+	if from < to {
+		gaps = append(gaps, Gap{From: from, To: to})
+	}
+	return gaps, inAbsent
 }
 
 // mergeOffsets calls fn once per distinct offset of rows ∪ dead, in
@@ -812,6 +858,7 @@ func (r *Report) WriteText(w io.Writer) error {
 		ew.printf("  %s superseded by a row (dead-lettered for a reason of the moment, such as enrich_failed, by a flush that did not commit; its redo stored the row; not a problem)\n",
 			plural(superseded, "dead letter"))
 	}
+	ew.absent(r.AbsentFromLog)
 	if len(r.PartitionCounts) > 1 {
 		counts := make([]string, len(r.PartitionCounts))
 		for i, n := range r.PartitionCounts {
@@ -894,6 +941,14 @@ func (e *errWriter) Write(b []byte) (int, error) {
 }
 
 func (e *errWriter) printf(format string, args ...any) { fmt.Fprintf(e, format, args...) }
+
+// absent writes the information line on n offsets absent from the log.
+func (e *errWriter) absent(n int64) {
+	if n > 0 {
+		e.printf("  %s absent from the log when the job read it (removed by compaction, or deleted by retention before they were read; counted by floe_offset_gaps_total; not a problem of the table)\n",
+			plural(n, "offset"))
+	}
+}
 
 // problems writes each problem on a "!!" line, after a blank one.
 func (e *errWriter) problems(problems []string) {

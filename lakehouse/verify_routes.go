@@ -72,6 +72,10 @@ type RoutesPartition struct {
 	MaxOffset  int64 `json:"max_offset"`
 	Gaps       []Gap `json:"gaps"`
 	GapOffsets int64 `json:"gap_offsets"`
+	// AbsentFromLog counts the offsets below Watermark that nothing covers
+	// and that the log did not hold when a route's job read them (see
+	// PartitionReport.AbsentFromLog): information, not in Gaps.
+	AbsentFromLog int64 `json:"absent_from_log"`
 	// InSeveral counts offsets below Watermark that are rows of more than
 	// one table, or a row and a dead letter; InSeveralExamples shows some.
 	InSeveral         int64    `json:"in_several"`
@@ -96,6 +100,9 @@ func VerifyRoutes(ctx context.Context, topic string, tables []*Table, readDL Dea
 	rows := make([][]verifyRow, len(tables))
 	wms := make([]Offsets, len(tables))
 	skipped := make([]map[int32][]int64, len(tables))
+	// Every route's job reads the whole log, so an offset any of them found
+	// absent is absent.
+	absent := skipRuns{}
 	parts := map[int32]struct{}{}
 	for i, t := range tables {
 		tbl, err := t.Load(ctx)
@@ -111,6 +118,11 @@ func VerifyRoutes(ctx context.Context, topic string, tables []*Table, readDL Dea
 		for p := range skipped[i] {
 			parts[p] = struct{}{}
 		}
+		runs, _, err := recordedRuns(tbl, absentKeys)
+		if err != nil {
+			return nil, err
+		}
+		absent.add(skipRuns{topic: runs[topic]})
 		tr := RouteTableReport{Table: t.Name(), Group: t.group, SnapshotID: -1, DuplicateExamples: []string{}}
 		sessions := &sessionIndex{ids: make(map[string]uint32)}
 		keys := t.newKeyIndex()
@@ -228,18 +240,24 @@ func VerifyRoutes(ctx context.Context, topic string, tables []*Table, readDL Dea
 				}
 			}
 			if off > next {
-				pr.Gaps = append(pr.Gaps, Gap{From: next, To: off})
-				pr.GapOffsets += off - next
+				pr.addGap(next, off, absent[topic][strconv.Itoa(int(p))])
 			}
 			next = off + 1
 		}
 		if pr.MinOffset >= 0 && pr.Watermark != NoWatermark && next < pr.Watermark {
-			pr.Gaps = append(pr.Gaps, Gap{From: next, To: pr.Watermark})
-			pr.GapOffsets += pr.Watermark - next
+			pr.addGap(next, pr.Watermark, absent[topic][strconv.Itoa(int(p))])
 		}
 		r.Partitions = append(r.Partitions, pr)
 	}
 	return r, nil
+}
+
+// addGap is PartitionReport.addGap.
+func (pr *RoutesPartition) addGap(from, to int64, absent [][2]int64) {
+	gaps, n := splitGap(from, to, absent)
+	pr.Gaps = append(pr.Gaps, gaps...)
+	pr.GapOffsets += to - from - n
+	pr.AbsentFromLog += n
 }
 
 // places describes where offset off of partition p is: "events/0@17 in
@@ -330,12 +348,14 @@ func (r *RoutesReport) WriteText(w io.Writer) error {
 	if r.DeadLetters >= 0 {
 		dead = strconv.FormatInt(r.DeadLetters, 10)
 	}
-	var skipped, superseded int64
+	var skipped, absent, superseded int64
 	for _, p := range r.Partitions {
 		skipped += p.BusinessSkipped
+		absent += p.AbsentFromLog
 		superseded += p.DeadLettersSuperseded
 	}
 	ew.printf("  dead letters %s, business duplicates skipped %d\n", dead, skipped)
+	ew.absent(absent)
 	if superseded > 0 {
 		ew.printf("  %s superseded by a row (dead-lettered for a reason of the moment, such as enrich_failed, by a flush that did not commit; its redo stored the row; not a problem)\n",
 			plural(superseded, "dead letter"))

@@ -648,3 +648,39 @@ func TestVerifyReportsPartitionCountChange(t *testing.T) {
 		t.Fatalf("report text lacks the change:\n%s", out.String())
 	}
 }
+
+// TestVerifyOffsetsAbsentFromLog: offsets a flush recorded as absent from
+// the log (Part.Absent: compacted, or deleted by retention before they were
+// read) are covered, whether they lie inside its range or between the
+// previous watermark and its range; an uncovered offset next to them is
+// still a gap. Verify reported every one of them as a gap.
+func TestVerifyOffsetsAbsentFromLog(t *testing.T) {
+	f := newFixture(t)
+	tbl := f.open(t, "g")
+	commit := func(from, to, resume int64, evs []ev, absent ...[2]int64) {
+		t.Helper()
+		part := lakehouse.Part{Range: lakehouse.Range{Topic: topic, Partition: 0, From: from, To: to}, Resume: resume,
+			Rows: f.events(t, topic, 0, evs), Absent: absent}
+		if _, err := tbl.Commit(t.Context(), []lakehouse.Part{part}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// [3, 6) absent inside the range, 6 neither a row nor absent.
+	commit(0, 10, lakehouse.NoWatermark, clean(0, 0, 10, 3, 4, 5, 6), [2]int64{3, 6})
+	// The next record read after watermark 10 was 20.
+	commit(20, 30, 10, clean(0, 20, 30), [2]int64{10, 20})
+
+	r := verify(t, tbl, lakehouse.DeadLetters{})
+	p := partitionOf(t, r, 0)
+	if r.AbsentFromLog != 13 || p.AbsentFromLog != 13 || p.GapOffsets != 1 || fmt.Sprint(p.Gaps) != "[[6,7)]" {
+		t.Fatalf("absent %d (partition %d), gaps %v (%d offsets); want 13 absent and the gap [6,7)", r.AbsentFromLog, p.AbsentFromLog, p.Gaps, p.GapOffsets)
+	}
+	if s := text(t, r); !strings.Contains(s, "13 offsets absent from the log") || !strings.Contains(s, "!! partition 0 gaps: [6,7)") {
+		t.Fatalf("text:\n%s", s)
+	}
+
+	// Once the gap is dead-lettered, the table reconciles.
+	if r = verify(t, tbl, lakehouse.DeadLetters{0: {6: "malformed_json"}}); !r.OK() {
+		t.Fatalf("not OK with offset 6 dead-lettered:\n%s", text(t, r))
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -54,10 +55,13 @@ type partitionBuffer struct {
 	// lag, when set, receives the partition's lag bookkeeping.
 	lag *partitionStats
 	// gap is called (under mu) when the log skips offsets: retention deleted
-	// them before they were read, compaction removed them, or they were
-	// transaction markers. Offsets below gapTo have been reported.
-	gap   func(from, to int64)
-	gapTo int64
+	// them before they were read, or compaction removed them. Offsets below
+	// gapTo have been reported. absent holds the skipped runs not yet taken
+	// with a segment, which records them in the table (lakehouse.Part.Absent)
+	// so that verify does not take them for gaps.
+	gap    func(from, to int64)
+	gapTo  int64
+	absent [][2]int64
 }
 
 // segment is what one flush takes from one partition.
@@ -143,9 +147,12 @@ func (b *partitionBuffer) mark(msg kafka.Message) {
 	}
 	// A record whose append then fails (not for its own fault) comes
 	// again: the offsets before it were reported the first time.
-	if from := max(expect, b.gapTo); expect >= 0 && msg.Offset > from && b.gap != nil {
-		b.gap(from, msg.Offset)
+	if from := max(expect, b.gapTo); expect >= 0 && msg.Offset > from {
+		b.absent = append(b.absent, [2]int64{from, msg.Offset})
 		b.gapTo = msg.Offset
+		if b.gap != nil {
+			b.gap(from, msg.Offset)
+		}
 	}
 	ts := msg.Time.UnixNano()
 	if !b.started || b.from == b.next {
@@ -303,6 +310,16 @@ func (b *partitionBuffer) take() (seg segment, ok bool) {
 	if b.carry != nil {
 		seg.part.Rows = appendBatch(b.carry, seg.part.Rows)
 		b.carry = nil
+	}
+	// A run reported for a record whose append then failed lies past the
+	// segment: it goes with the segment that record opens.
+	n := 0
+	for n < len(b.absent) && b.absent[n][1] <= b.next {
+		n++
+	}
+	if n > 0 {
+		seg.part.Absent = slices.Clone(b.absent[:n])
+		b.absent = slices.Delete(b.absent, 0, n)
 	}
 	seg.letters = b.letters
 	seg.firstTS, seg.lastTS = b.firstTS, b.lastTS
