@@ -46,8 +46,8 @@ type partitionBuffer struct {
 	// fetchedFrom is the first record fetched, -1 until one is (see
 	// resumeAt).
 	fetchedFrom int64
-	// firstTS and lastTS are the Kafka timestamps (Unix nanoseconds) of the
-	// current segment's first and last records.
+	// firstTS and lastTS are the Kafka timestamps (Unix nanoseconds,
+	// recordNanos) of the current segment's first and last records.
 	firstTS, lastTS int64
 	// held is what the buffer gained since its last take, counted as the
 	// window counts it (see window.release).
@@ -154,7 +154,7 @@ func (b *partitionBuffer) mark(msg kafka.Message) {
 			b.gap(from, msg.Offset)
 		}
 	}
-	ts := msg.Time.UnixNano()
+	ts := recordNanos(msg.Time)
 	if !b.started || b.from == b.next {
 		b.from, b.next, b.started = msg.Offset, msg.Offset, true
 		b.firstTS = ts

@@ -1262,3 +1262,47 @@ func TestCompactedTopicVerifies(t *testing.T) {
 	}
 	check("after maintenance")
 }
+
+// TestRecordsWithoutTimestamp: records whose Kafka timestamp is -1 (none:
+// the v0 message format, or a producer that set none), 0, or past 2262
+// (milliseconds written as microseconds) count as read when fetched for
+// floe_consumer_lag_seconds and floe_freshness_seconds. kafka-go gives the
+// first two as the zero time.Time, whose Unix nanoseconds overflow: both
+// gauges read about 272 years, and the third made freshness negative.
+func TestRecordsWithoutTimestamp(t *testing.T) {
+	for _, ms := range []int64{-1, 0, 1_700_000_000_000_000} {
+		t.Run(strconv.FormatInt(ms, 10), func(t *testing.T) {
+			// The fourth record makes the flush; three wait for it.
+			j := newJob(t, 0, pipeline.CommitConfig{Interval: pipeline.Duration(time.Hour), MaxRecords: 4}, nil)
+			cl, err := kgo.NewClient(kgo.SeedBrokers(j.cl.Addrs()...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer cl.Close()
+			produce := func(from, to int) {
+				for i := from; i < to; i++ {
+					v := fmt.Appendf(nil, `{"event_id":"e%d","session_id":"s","user_id":"u","event_type":"click","ts":1700000000000,"seq":%d}`, i, i)
+					r := &kgo.Record{Topic: "clicks", Partition: 0, Value: v, Timestamp: time.UnixMilli(ms)}
+					if err := cl.ProduceSync(t.Context(), r).FirstErr(); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			produce(0, 3)
+			m := runMember(t, j.cfg, j.tbl, j.sc)
+			reg := prometheus.NewRegistry()
+			if err := m.Stats().Register(reg); err != nil {
+				t.Fatal(err)
+			}
+			waitFor(t, 20*time.Second, "the records were not consumed", func() bool { return m.Stats().Consumed.Load() == 3 })
+			if lag := gatherCounter(t, reg, "floe_consumer_lag_seconds"); lag < 0 || lag > 60 {
+				t.Errorf("floe_consumer_lag_seconds %g for records fetched a moment ago", lag)
+			}
+			produce(3, 4)
+			waitCaughtUp(t, j.tbl, map[int32]int64{0: 4}, 20*time.Second)
+			if f := time.Duration(m.Stats().FreshnessNanos.Load()); f < 0 || f > time.Minute {
+				t.Errorf("floe_freshness_seconds %s for records committed a moment after they were read", f)
+			}
+		})
+	}
+}

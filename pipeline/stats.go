@@ -1,6 +1,7 @@
 package pipeline
 
 import (
+	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -85,7 +86,24 @@ type partitionStats struct {
 // the oldest uncommitted record's when none is older.
 func (p *partitionStats) fetched(msg kafka.Message) {
 	p.raise(msg.HighWaterMark)
-	p.pending(msg.Time.UnixNano())
+	p.pending(recordNanos(msg.Time))
+}
+
+// maxNanoTime is the latest time Unix nanoseconds can hold (2262).
+var maxNanoTime = time.Unix(0, math.MaxInt64)
+
+// recordNanos returns a record's Kafka timestamp in Unix nanoseconds for
+// the lag and freshness gauges, or, for a record without a usable one, the
+// time it is read: kafka-go gives a timestamp of -1 (none: the v0 message
+// format, or a producer that set none) or 0 as the zero time.Time, whose
+// UnixNano overflows (the gauges read 272 years), and a timestamp past 2262
+// (milliseconds written as microseconds) overflows too. The time floe read
+// such a record is the nearest bound it has of its age.
+func recordNanos(t time.Time) int64 {
+	if t.UnixMilli() <= 0 || t.After(maxNanoTime) {
+		return time.Now().UnixNano()
+	}
+	return t.UnixNano()
 }
 
 // pending makes ts the oldest uncommitted record's time unless an older
@@ -154,7 +172,8 @@ func (s *Stats) recordCommit(res lakehouse.Result, took time.Duration, rows, byt
 	s.CommitConflicts.Add(int64(max(res.Attempts-1, 0)))
 	s.LastCommitNanos.Store(int64(took))
 	if !oldest.IsZero() {
-		s.FreshnessNanos.Store(int64(time.Since(oldest)))
+		// At least 0: a producer's clock may run ahead of ours.
+		s.FreshnessNanos.Store(int64(max(0, time.Since(oldest))))
 	}
 	if s.flushRows != nil {
 		s.flushRows.Observe(float64(rows))
