@@ -146,6 +146,7 @@ func (m *Member) Run(ctx context.Context) error {
 		}
 		return fmt.Errorf("kafka %v: %w", k.Brokers, err)
 	}
+	m.warnLogAppendTime(ctx)
 	if err := m.skipEmptied(ctx); err != nil {
 		if ctx.Err() != nil {
 			return nil
@@ -533,6 +534,26 @@ func (m *Member) generation(ctx, genCtx context.Context, gen *kafka.Generation, 
 		return werr
 	}
 	return nil
+}
+
+// warnLogAppendTime warns once when the topic stamps records with the
+// broker's time (message.timestamp.type LogAppendTime): kafka-go ignores
+// the batch's timestamp type and gives every record its producer's
+// CreateTime, so _kafka_timestamp, floe_consumer_lag_seconds and
+// floe_freshness_seconds follow the producers' clocks, not the log's. A
+// broker that refuses to describe the topic's configs (no DescribeConfigs
+// ACL) only costs the warning: logged at debug.
+func (m *Member) warnLogAppendTime(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	typ, err := timestampType(ctx, m.cfg.Kafka)
+	switch {
+	case err != nil:
+		m.log.Debug("reading the topic's timestamp type", "topic", m.cfg.Kafka.Topic, "err", err)
+	case typ == "LogAppendTime":
+		m.log.Warn("the topic stamps records with the broker's time (message.timestamp.type LogAppendTime), but kafka-go reads the producer's: _kafka_timestamp, floe_consumer_lag_seconds and floe_freshness_seconds follow the producers' clocks",
+			"topic", m.cfg.Kafka.Topic)
+	}
 }
 
 // notePartitionCount compares the topic's partition count n with the one the

@@ -1306,3 +1306,31 @@ func TestRecordsWithoutTimestamp(t *testing.T) {
 		})
 	}
 }
+
+// TestLogAppendTimeTopicWarned: a job on a topic whose records carry the
+// broker's time (message.timestamp.type LogAppendTime) warns once at start
+// that _kafka_timestamp and the lag and freshness gauges follow the
+// producers' clocks (kafka-go reads the producer's CreateTime); a
+// CreateTime topic gets no warning. Nothing said so.
+func TestLogAppendTimeTopicWarned(t *testing.T) {
+	for _, typ := range []string{"CreateTime", "LogAppendTime"} {
+		t.Run(typ, func(t *testing.T) {
+			j := newJob(t, 1, fastCommit, nil)
+			cl, err := kgo.NewClient(kgo.SeedBrokers(j.cl.Addrs()...))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer cl.Close()
+			if _, err := kadm.NewClient(cl).AlterTopicConfigs(t.Context(), []kadm.AlterConfig{{Op: kadm.SetConfig, Name: "message.timestamp.type", Value: new(typ)}}, "clicks"); err != nil {
+				t.Fatal(err)
+			}
+			log := &lockedBuffer{}
+			m := runMember(t, j.cfg, j.tbl, j.sc, pipeline.WithLogger(slog.New(slog.NewTextHandler(log, nil))))
+			waitFor(t, 20*time.Second, "the record was not consumed", func() bool { return m.Stats().Consumed.Load() == 1 })
+			warned := strings.Count(log.String(), "level=WARN msg=\"the topic stamps records with the broker's time")
+			if want := map[string]int{"CreateTime": 0, "LogAppendTime": 1}[typ]; warned != want {
+				t.Fatalf("%d warnings about the timestamp type, want %d:\n%s", warned, want, log.String())
+			}
+		})
+	}
+}

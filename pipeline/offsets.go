@@ -95,3 +95,30 @@ func GroupOffsets(ctx context.Context, k KafkaConfig, partitions []int) (map[int
 	}
 	return out, nil
 }
+
+// timestampType returns k.Topic's message.timestamp.type: "CreateTime" or
+// "LogAppendTime".
+func timestampType(ctx context.Context, k KafkaConfig) (string, error) {
+	c, done, err := k.Client()
+	if err != nil {
+		return "", err
+	}
+	defer done()
+	const name = "message.timestamp.type"
+	res, err := c.DescribeConfigs(ctx, &kafka.DescribeConfigsRequest{Resources: []kafka.DescribeConfigRequestResource{{
+		ResourceType: kafka.ResourceTypeTopic, ResourceName: k.Topic, ConfigNames: []string{name}}}})
+	if err != nil {
+		return "", fmt.Errorf("describing %s's configs: %w", k.Topic, err)
+	}
+	for _, r := range res.Resources {
+		if r.Error != nil {
+			return "", fmt.Errorf("describing %s's configs: %w", k.Topic, r.Error)
+		}
+		for _, e := range r.ConfigEntries {
+			if e.ConfigName == name {
+				return e.ConfigValue, nil
+			}
+		}
+	}
+	return "", fmt.Errorf("describing %s's configs: no %s in the answer", k.Topic, name)
+}

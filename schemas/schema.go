@@ -123,7 +123,7 @@ var clickstreamFields = [numCols]iceberg.NestedField{
 	colKafkaTopic:     {Name: "_kafka_topic", Type: str, Required: true},
 	colKafkaPartition: {Name: "_kafka_partition", Type: iceberg.PrimitiveTypes.Int32, Required: true},
 	colKafkaOffset:    {Name: "_kafka_offset", Type: iceberg.PrimitiveTypes.Int64, Required: true},
-	colKafkaTimestamp: {Name: "_kafka_timestamp", Type: tstz, Doc: "Kafka record timestamp (producer or broker time)."},
+	colKafkaTimestamp: {Name: "_kafka_timestamp", Type: tstz, Doc: "Kafka record timestamp: the producer's CreateTime, also on a LogAppendTime topic (the Kafka client does not read the broker's time); null when the record has none."},
 	colIngestedAt:     {Name: "_ingested_at", Type: tstz, Doc: "When floe decoded the record."},
 	colEnrichStatus:   {Name: "_enrich_status", Type: str, Doc: "Outcome of the enrichment lookup for this record."},
 }
