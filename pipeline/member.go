@@ -439,7 +439,7 @@ func (m *Member) generation(ctx, genCtx context.Context, gen *kafka.Generation, 
 			m.stats.OffsetGaps.Add(to - from)
 			if !warned {
 				warned = true
-				m.log.Warn("offsets skipped by the log: deleted by retention before they were read, compacted, or transaction markers",
+				m.log.Warn("offsets skipped by the log: deleted by retention before they were read, or compacted",
 					"topic", k.Topic, "partition", p, "from", from, "to", to)
 			}
 		})

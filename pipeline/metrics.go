@@ -38,7 +38,7 @@ func (s *Stats) Register(reg prometheus.Registerer) error {
 		counter("partitions_added_total", "Topic partitions that appeared while the table already had offsets for the topic: keys may now map to other partitions.", s.PartitionsAdded.Load),
 		counter("kafka_offset_commit_errors_total", "Advisory Kafka offset commits that failed.", s.KafkaCommitErrors.Load),
 		counter("flush_retries_total", "Failed dead-letter writes or table commits retried in place.", s.FlushRetries.Load),
-		counter("offset_gaps_total", "Offsets the log skipped: deleted by retention before they were read, compacted, or transaction markers.", s.OffsetGaps.Load),
+		counter("offset_gaps_total", "Offsets the log skipped: deleted by retention before they were read, or compacted.", s.OffsetGaps.Load),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "floe_assigned_partitions", Help: "Partitions assigned to this member."},
 			func() float64 { return float64(s.Assigned.Load()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "floe_last_commit_duration_seconds", Help: "Duration of the last table commit."},

@@ -28,7 +28,7 @@ type Stats struct {
 	KafkaCommitErrors atomic.Int64 // advisory Kafka offset commits that failed
 	LastCommitNanos   atomic.Int64 // duration of the last table commit
 	Assigned          atomic.Int32 // partitions currently assigned
-	OffsetGaps        atomic.Int64 // offsets the log skipped (retention, compaction, transaction markers)
+	OffsetGaps        atomic.Int64 // offsets the log skipped (retention before they were read, compaction)
 	FlushRetries      atomic.Int64 // failed dead-letter writes or table commits retried in place
 	Stalled           atomic.Bool  // a dead-letter write or table commit is failing right now
 	// StoppedPartitions counts partitions held after their worker failed
