@@ -589,7 +589,7 @@ func (m *maintenance) removeOrphans(ctx context.Context) error {
 		}
 		olderThan -= offset // at least MinOrphanOlderThan - maxClockSkew > 0
 	}
-	plan, err := tbl.PlanOrphanFiles(ctx, table.WithFilesOlderThan(olderThan))
+	plan, err := planOrphans(ctx, tbl, olderThan)
 	if err != nil {
 		return err
 	}
@@ -699,6 +699,19 @@ func aheadOrBehind(offset time.Duration) string {
 	return "behind"
 }
 
+// planOrphans is tbl.PlanOrphanFiles, listed again (up to three times in
+// all) when a file vanished while it listed the table's location: a commit
+// beside it deletes the metadata file it replaces, and iceberg-go's listing
+// fails on the file it can no longer stat.
+func planOrphans(ctx context.Context, tbl *table.Table, olderThan time.Duration) (table.OrphanCleanupPlan, error) {
+	for attempt := 1; ; attempt++ {
+		plan, err := tbl.PlanOrphanFiles(ctx, table.WithFilesOlderThan(olderThan))
+		if err == nil || !errors.Is(err, stdfs.ErrNotExist) || attempt == 3 || ctx.Err() != nil {
+			return plan, err
+		}
+	}
+}
+
 // nestedTables returns the roots of other tables under tbl's location: a
 // directory below it whose metadata directory holds a *.metadata.json (a
 // REST catalog puts table a.b.c at <warehouse>/a/b/c, under table a.b).
@@ -716,6 +729,9 @@ func nestedTables(ctx context.Context, tbl *table.Table) ([]string, error) {
 	var root string // as the walk spells it (a local one drops file://)
 	var nested []string
 	err = walker.WalkDir(tbl.Location(), func(p string, d stdfs.DirEntry, err error) error {
+		if errors.Is(err, stdfs.ErrNotExist) && root != "" {
+			return nil // removed meanwhile (a replaced metadata file)
+		}
 		if err != nil {
 			return err
 		}

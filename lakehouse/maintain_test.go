@@ -984,3 +984,35 @@ func TestMaintainStopsWhenTheCatalogStalls(t *testing.T) {
 		t.Fatal("maintenance still running 10 s after it was stopped, the catalog stalling")
 	}
 }
+
+// TestMaintainListsAgainWhenAFileVanishes: orphan removal whose listing of
+// the table's location meets a file deleted meanwhile (a commit beside it
+// deleting the metadata file it replaced) lists again and removes the
+// orphans. iceberg-go's listing failed on the file it could no longer
+// stat, and so did the run ("lstat …metadata.json: no such file").
+func TestMaintainListsAgainWhenAFileVanishes(t *testing.T) {
+	f := newFixture(t)
+	tbl, fc := f.openFaulty(t, "g")
+	commitRounds(t, f, tbl, []int32{0}, 0, 2, 10)
+	dir := warehousePath(t, tbl)
+	replaced := filepath.Join(dir, "metadata", "00000-replaced.metadata.json")
+	orphan := filepath.Join(dir, "data", "orphan.parquet")
+	at := time.Now().Add(-2 * time.Hour)
+	for _, p := range []string{replaced, orphan} {
+		if err := os.WriteFile(p, []byte("{}"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chtimes(p, at, at); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fc.RemoveWhileListed("00000-replaced.metadata.json")
+	rep, err := tbl.Maintain(t.Context(), lakehouse.MaintainOptions{OrphanOlderThan: time.Hour})
+	if err != nil {
+		t.Fatalf("maintain with a file deleted while it listed: %v", err)
+	}
+	if _, err := os.Stat(orphan); !errors.Is(err, os.ErrNotExist) || rep.OrphansRemoved != 1 {
+		t.Errorf("orphans removed %d (stat of the orphan: %v), want it removed", rep.OrphansRemoved, err)
+	}
+	assertHolds(t, tbl, 20)
+}

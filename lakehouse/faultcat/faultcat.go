@@ -12,6 +12,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	stdfs "io/fs"
 	"os"
 	"strings"
 	"sync"
@@ -63,6 +64,7 @@ type Catalog struct {
 	before      func()
 	down        bool
 	behind      time.Duration
+	vanish      string // see RemoveWhileListed
 }
 
 // Wrap returns c with an empty fault plan.
@@ -120,6 +122,16 @@ func (c *Catalog) ClockBehind(d time.Duration) {
 	c.behind = d
 }
 
+// RemoveWhileListed makes the file IO of the tables loaded from now on
+// delete the file whose path ends in suffix just before a listing hands it
+// on, once: a commit beside the listing deleting the metadata file it
+// replaced. Local files only.
+func (c *Catalog) RemoveWhileListed(suffix string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.vanish = suffix
+}
+
 // Injected returns how many commits got fault f so far.
 func (c *Catalog) Injected(f Fault) int {
 	c.mu.Lock()
@@ -141,7 +153,7 @@ func (c *Catalog) LoadTable(ctx context.Context, ident table.Identifier) (*table
 	if f == Unavailable {
 		c.failedLoads++
 	}
-	behind := c.behind
+	behind, vanish := c.behind, c.vanish
 	c.mu.Unlock()
 	switch f {
 	case Unavailable:
@@ -155,7 +167,8 @@ func (c *Catalog) LoadTable(ctx context.Context, ident table.Identifier) (*table
 		return nil, err
 	}
 	fsF := tbl.FS
-	if behind != 0 {
+	if behind != 0 || vanish != "" {
+		var once sync.Once
 		fsF = func(ctx context.Context) (iceio.IO, error) {
 			fs, err := tbl.FS(ctx)
 			if err != nil {
@@ -163,9 +176,9 @@ func (c *Catalog) LoadTable(ctx context.Context, ident table.Identifier) (*table
 			}
 			local, ok := fs.(localIO)
 			if !ok {
-				return nil, fmt.Errorf("faultcat: the clock of %T cannot be set back", fs)
+				return nil, fmt.Errorf("faultcat: %T is not a local file IO", fs)
 			}
-			return skewedIO{local, behind}, nil
+			return skewedIO{local, behind, vanish, &once}, nil
 		}
 	}
 	return table.New(ident, tbl.Metadata(), tbl.MetadataLocation(), fsF, c), nil
@@ -180,15 +193,32 @@ type localIO interface {
 }
 
 // skewedIO is a local file IO whose files are stamped behind in the past
-// once written.
+// once written, and whose listings lose the file ending in vanish (once).
 type skewedIO struct {
 	localIO
 	behind time.Duration
+	vanish string
+	once   *sync.Once
 }
 
 func (s skewedIO) stamp(name string) error {
+	if s.behind == 0 {
+		return nil
+	}
 	t := time.Now().Add(-s.behind)
 	return os.Chtimes(strings.TrimPrefix(name, "file://"), t, t)
+}
+
+func (s skewedIO) WalkDir(root string, fn stdfs.WalkDirFunc) error {
+	return s.localIO.WalkDir(root, func(p string, d stdfs.DirEntry, err error) error {
+		if err == nil && s.vanish != "" && !d.IsDir() && strings.HasSuffix(p, s.vanish) {
+			s.once.Do(func() { err = os.Remove(p) })
+		}
+		if err != nil {
+			return err
+		}
+		return fn(p, d, nil)
+	})
 }
 
 func (s skewedIO) WriteFile(name string, p []byte) error {
