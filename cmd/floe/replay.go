@@ -28,8 +28,8 @@ func replayCmd(g *globalFlags) *cobra.Command {
 given partitions (all when none are given; resolved through Kafka's offsets-for-times), and commits
 them with the dedupe MERGE only: rows already in the table are skipped, missing ones inserted.
 Watermarks never move, so a replay may run while the live job runs. With an enrich section records
-are enriched as in the live job; --reenrich also replaces rows stored with _enrich_status skipped
-or miss by their re-enriched version when it is better (repairing a passthrough outage).
+are enriched as in the live job; --reenrich also replaces rows stored with _enrich_status skipped,
+error or miss by their re-enriched version when it is better (repairing a passthrough outage).
 With routes, --table picks the route; a route with where replays only the records it takes.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
