@@ -71,23 +71,40 @@ type dedupeSpec struct {
 
 // SetDedupe sets the business-key MERGE of every later Commit (and the
 // business-key check of Verify). Open applies the schema's own setting
-// (SchemaDedupe); the job's configuration may override it. It returns an
-// error naming the key when the key is not a top-level primitive column of
-// a supported type, or a window is set without an event-time column.
+// (SchemaDedupe); the job's configuration may override it. It returns the
+// error CheckDedupe returns.
 func (t *Table) SetDedupe(d Dedupe) error {
-	if d.Key == "" {
-		t.dedupe.Store(nil)
-		return nil
+	spec, err := dedupeSpecOf(t.schema, d)
+	if err != nil {
+		return err
 	}
-	sc := t.schema.Iceberg
+	t.dedupe.Store(spec)
+	return nil
+}
+
+// CheckDedupe returns an error naming the key when d does not fit schema
+// sc: the key is not a top-level primitive column of a supported type, or
+// a window is set without an event-time column. It needs no table, so that
+// a job can be refused before its table is created.
+func CheckDedupe(sc *schemas.Schema, d Dedupe) error {
+	_, err := dedupeSpecOf(sc, d)
+	return err
+}
+
+// dedupeSpecOf binds d to schema s (nil when d.Key is "": off).
+func dedupeSpecOf(s *schemas.Schema, d Dedupe) (*dedupeSpec, error) {
+	if d.Key == "" {
+		return nil, nil
+	}
+	sc := s.Iceberg
 	f, ok := sc.FindFieldByName(d.Key)
 	if !ok || strings.Contains(d.Key, ".") {
 		names := make([]string, 0, len(sc.Fields()))
 		for _, c := range sc.Fields() {
 			names = append(names, c.Name)
 		}
-		return fmt.Errorf("dedupe key %q: schema %s has no top-level column %q (columns: %s)",
-			d.Key, t.schema.Name, d.Key, strings.Join(names, ", "))
+		return nil, fmt.Errorf("dedupe key %q: schema %s has no top-level column %q (columns: %s)",
+			d.Key, s.Name, d.Key, strings.Join(names, ", "))
 	}
 	switch f.Type {
 	case iceberg.PrimitiveTypes.String, iceberg.PrimitiveTypes.UUID:
@@ -97,28 +114,27 @@ func (t *Table) SetDedupe(d Dedupe) error {
 		// column every record must set, from a field with presence, is a
 		// key.
 		if !f.Required {
-			return fmt.Errorf("dedupe key %q: column is an optional %s; a numeric key must be a required column (records without one would share the key 0 or null), or use a string key, where \"\" counts as no key", d.Key, f.Type)
+			return nil, fmt.Errorf("dedupe key %q: column is an optional %s; a numeric key must be a required column (records without one would share the key 0 or null), or use a string key, where \"\" counts as no key", d.Key, f.Type)
 		}
-		if err := t.schema.CheckKeyPresence(d.Key); err != nil {
-			return fmt.Errorf("dedupe key %q: %w", d.Key, err)
+		if err := s.CheckKeyPresence(d.Key); err != nil {
+			return nil, fmt.Errorf("dedupe key %q: %w", d.Key, err)
 		}
 	default:
-		return fmt.Errorf("dedupe key %q: column is %s; want a string, int, long or uuid column", d.Key, f.Type)
+		return nil, fmt.Errorf("dedupe key %q: column is %s; want a string, int, long or uuid column", d.Key, f.Type)
 	}
 	if d.Window < 0 {
-		return fmt.Errorf("dedupe key %q: window %s is negative", d.Key, d.Window)
+		return nil, fmt.Errorf("dedupe key %q: window %s is negative", d.Key, d.Window)
 	}
 	spec := &dedupeSpec{key: d.Key, typ: f.Type, window: d.Window}
 	if d.Window > 0 {
-		if t.schema.EventTime == "" {
-			return fmt.Errorf("dedupe key %q: a window (%s) bounds the search in event time, but schema %s declares no event-time column (floe.event-time); set the window to 0 to search by key alone",
-				d.Key, d.Window, t.schema.Name)
+		if s.EventTime == "" {
+			return nil, fmt.Errorf("dedupe key %q: a window (%s) bounds the search in event time, but schema %s declares no event-time column (floe.event-time); set the window to 0 to search by key alone",
+				d.Key, d.Window, s.Name)
 		}
-		ef, _ := sc.FindFieldByName(t.schema.EventTime)
+		ef, _ := sc.FindFieldByName(s.EventTime)
 		spec.eventTime, spec.eventOptional = ef.Name, !ef.Required
 	}
-	t.dedupe.Store(spec)
-	return nil
+	return spec, nil
 }
 
 // Dedupe returns the business-key setting in force (Key "" when off).

@@ -217,14 +217,15 @@ func OpenIn(ctx context.Context, cat catalog.Catalog, cfg Config, sc *schemas.Sc
 	if t.log == nil {
 		t.log = slog.New(slog.DiscardHandler)
 	}
+	// Before ensure: a schema whose own key is refused creates no table.
+	if err := t.SetDedupe(SchemaDedupe(sc)); err != nil {
+		return nil, fmt.Errorf("table %s: %w", cfg.Table, err)
+	}
 	tbl, err := t.ensure(ctx)
 	if err != nil {
 		return nil, err
 	}
 	if err := checkSchema(tbl.Schema(), sc); err != nil {
-		return nil, fmt.Errorf("table %s: %w", cfg.Table, err)
-	}
-	if err := t.SetDedupe(SchemaDedupe(sc)); err != nil {
 		return nil, fmt.Errorf("table %s: %w", cfg.Table, err)
 	}
 	return t, nil

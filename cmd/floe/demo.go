@@ -122,7 +122,11 @@ func runDemo(ctx context.Context, d *demoFlags, log *slog.Logger) error {
 	if err := cfg.Finish(); err != nil {
 		return err
 	}
-	tbl, sc, err := openTable(ctx, cfg, log, true)
+	sc, dedupe, err := checkTable(cfg)
+	if err != nil {
+		return err
+	}
+	tbl, err := openTable(ctx, cfg, log, sc, dedupe, true)
 	if err != nil {
 		return err
 	}

@@ -178,3 +178,50 @@ func TestRefusedReplayCreatesNoTable(t *testing.T) {
 		}
 	}
 }
+
+// TestRefusedConfigCreatesNoTable: `floe run` and `floe replay` refused for
+// the configuration — a dedupe key the schema lacks, a route whose schema
+// file is missing — create no table. The table was created before the key
+// was checked, and with routes each route's table before the next route's
+// schema was read, so the refusal left empty tables behind.
+func TestRefusedConfigCreatesNoTable(t *testing.T) {
+	e := newEnv(t, 1, "dedupe:\n  key: no_such_column\n")
+	ctx := t.Context()
+	if _, err := e.cluster.Produce(ctx, e.topic, []clickgen.Message{clickgen.New(clickgen.Config{Seed: 1}).Next()}); err != nil {
+		t.Fatal(err)
+	}
+	props, _ := json.Marshal(sqliteCatalog(e.dir))
+	routes := filepath.Join(e.dir, "routes.yaml")
+	cfg := "kafka: {brokers: [" + e.cluster.Addrs()[0] + "], group: floe-rt}\n" +
+		"table: {catalog: " + string(props) + "}\n" +
+		"routes:\n" +
+		"  - {topic: " + e.topic + ", table: {name: analytics.clicks}}\n" +
+		"  - {topic: " + e.topic + ", table: {name: finance.payments}, schema: " + filepath.Join(e.dir, "missing.avsc") + "}\n"
+	if err := os.WriteFile(routes, []byte(cfg), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cat, err := catalog.Load(ctx, "floe", iceberg.Properties(sqliteCatalog(e.dir)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"run", "--config", e.config, "--until-caught-up"}, "no_such_column"},
+		{[]string{"replay", "--config", e.config, "--partition", "0", "--from", "0", "--to", "1"}, "no_such_column"},
+		{[]string{"run", "--config", routes, "--until-caught-up"}, "missing.avsc"},
+	} {
+		root := rootCmd()
+		root.SetArgs(append(tc.args, "--log-level", "error"))
+		err := root.ExecuteContext(ctx)
+		if err == nil || exitCode(err) != 2 || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("floe %v: %v (status %d), want status 2 naming %q", tc.args, err, exitCode(err), tc.want)
+		}
+		for _, name := range [][]string{{"analytics", "clicks"}, {"finance", "payments"}} {
+			if _, lerr := cat.LoadTable(ctx, name); !errors.Is(lerr, catalog.ErrNoSuchTable) {
+				t.Fatalf("after floe %v: table %s exists (%v)", tc.args, strings.Join(name, "."), lerr)
+			}
+		}
+	}
+}

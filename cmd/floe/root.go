@@ -111,6 +111,8 @@ type job struct {
 	cfg pipeline.Config
 	tbl *lakehouse.Table
 	sc  *schemas.Schema
+	// dedupe is the job's business-key setting, checked against sc.
+	dedupe lakehouse.Dedupe
 	// routed is set when the configuration has routes: metrics then carry a
 	// table label, and log names the table (base is the job-wide logger).
 	routed bool
@@ -132,11 +134,11 @@ func (g *globalFlags) open(ctx context.Context, create bool) (*job, error) {
 	return j, nil
 }
 
-// job is open up to the table: j.tbl and j.sc stay nil until j.open, so
-// that a command can check its flags against the configuration before it
-// creates a table (a refused replay left a misspelt one behind, and with
-// routes but no --table every route's table was opened, even created,
-// before the refusal).
+// job is open up to the table: j.tbl stays nil until j.open, so that a
+// command can check its flags against the configuration before it creates
+// a table (a refused replay left a misspelt one behind, and with routes but
+// no --table every route's table was opened, even created, before the
+// refusal).
 func (g *globalFlags) job() (*job, error) {
 	jobs, err := g.jobs(false)
 	if err != nil {
@@ -173,7 +175,10 @@ func (g *globalFlags) openJobs(ctx context.Context, siblings, create bool) ([]*j
 }
 
 // jobs loads the configuration, applies its memory limit and returns the
-// jobs openJobs opens, their tables not opened yet.
+// jobs openJobs opens, checked (checkTable) but their tables not opened
+// yet: every job is checked before any table is created, as a bad dedupe
+// key or a later route's missing schema file was found only after the
+// tables before it were.
 func (g *globalFlags) jobs(siblings bool) ([]*job, error) {
 	log, err := g.logger()
 	if err != nil {
@@ -198,23 +203,32 @@ func (g *globalFlags) jobs(siblings bool) ([]*job, error) {
 		if cfg.Routed() {
 			jlog = log.With("route", c.Table.Name)
 		}
-		jobs[i] = &job{log: jlog, cfg: c, routed: cfg.Routed(), base: log}
+		j := &job{log: jlog, cfg: c, routed: cfg.Routed(), base: log}
+		if j.sc, j.dedupe, err = checkTable(c); err != nil {
+			return nil, j.wrap(err)
+		}
+		jobs[i] = j
 	}
 	return jobs, nil
 }
 
-// open opens the job's schema and table, creating the table when the
-// catalog lacks it only with create.
+// open opens the job's table, creating it when the catalog lacks it only
+// with create.
 func (j *job) open(ctx context.Context, create bool) error {
-	tbl, sc, err := openTable(ctx, j.cfg, j.log, create)
+	tbl, err := openTable(ctx, j.cfg, j.log, j.sc, j.dedupe, create)
 	if err != nil {
-		if j.routed {
-			err = fmt.Errorf("route of table %s: %w", j.cfg.Table.Name, err)
-		}
-		return err
+		return j.wrap(err)
 	}
-	j.tbl, j.sc = tbl, sc
+	j.tbl = tbl
 	return nil
+}
+
+// wrap names the route of an error with routes.
+func (j *job) wrap(err error) error {
+	if j.routed {
+		return fmt.Errorf("route of table %s: %w", j.cfg.Table.Name, err)
+	}
+	return err
 }
 
 // pickRoute returns the route of cfgs that writes table, and with siblings,
@@ -270,16 +284,31 @@ func (g *globalFlags) loadConfig() (pipeline.Config, error) {
 	return cfg, nil
 }
 
-// openTable opens the configured schema and table, creating the table
-// when the catalog lacks it only with create.
-func openTable(ctx context.Context, cfg pipeline.Config, log *slog.Logger, create bool) (*lakehouse.Table, *schemas.Schema, error) {
+// checkTable returns the configured schema and the job's business-key
+// setting (its dedupe section overrides the schema's), checking all that
+// opening the table checks without the catalog.
+func checkTable(cfg pipeline.Config) (*schemas.Schema, lakehouse.Dedupe, error) {
 	sc, err := schemas.Lookup(cfg.Schema)
 	if err != nil {
-		return nil, nil, err
+		return nil, lakehouse.Dedupe{}, err
 	}
 	if sc, err = pipeline.WithEnrichment(sc, cfg.Enrich); err != nil {
-		return nil, nil, err
+		return nil, lakehouse.Dedupe{}, err
 	}
+	d, err := cfg.DedupeFor(sc)
+	if err == nil {
+		err = lakehouse.CheckDedupe(sc, d)
+	}
+	if err != nil {
+		return nil, lakehouse.Dedupe{}, err
+	}
+	return sc, d, nil
+}
+
+// openTable opens the configured table with the schema and dedupe setting
+// checkTable returned, creating the table when the catalog lacks it only
+// with create.
+func openTable(ctx context.Context, cfg pipeline.Config, log *slog.Logger, sc *schemas.Schema, d lakehouse.Dedupe, create bool) (*lakehouse.Table, error) {
 	tbl, err := lakehouse.Open(ctx, lakehouse.Config{
 		Table:           cfg.Table.Name,
 		Catalog:         cfg.Table.Catalog,
@@ -289,18 +318,13 @@ func openTable(ctx context.Context, cfg pipeline.Config, log *slog.Logger, creat
 		Existing:        !create,
 	}, sc)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	// The job's dedupe section overrides the schema's business key.
-	d, err := cfg.DedupeFor(sc)
-	if err == nil {
-		err = tbl.SetDedupe(d)
-	}
-	if err != nil {
+	if err := tbl.SetDedupe(d); err != nil {
 		tbl.Close()
-		return nil, nil, err
+		return nil, err
 	}
-	return tbl, sc, nil
+	return tbl, nil
 }
 
 // writeAllocProfile writes the allocations since the process started.
