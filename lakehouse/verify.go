@@ -172,6 +172,11 @@ type Report struct {
 	// DeadLetters counts distinct dead-lettered source offsets, or is -1 when
 	// the dead-letter topic was not read.
 	DeadLetters int64 `json:"dead_letters"`
+	// MissingDeadLetterTopics are the dead-letter topics read that do not
+	// exist, set by the caller that read them: no dead letter was written
+	// to them, so offsets dead-lettered into another topic (a changed or
+	// misspelt dlq_topic) count as gaps. Information, not a problem.
+	MissingDeadLetterTopics []string `json:"missing_dead_letter_topics,omitempty"`
 	// Partitions holds every partition that has rows, dead letters or a
 	// watermark, in partition order.
 	Partitions []PartitionReport `json:"partitions"`
@@ -841,6 +846,7 @@ func (r *Report) WriteText(w io.Writer) error {
 		dead = strconv.FormatInt(r.DeadLetters, 10)
 	}
 	ew.printf("  rows %d, distinct ids %d, duplicates %d, dead letters %s\n", r.Rows, r.DistinctIDs, r.DuplicateIDs, dead)
+	ew.missingDLQ(r.MissingDeadLetterTopics)
 	ew.printf("  sessions %d, split across partitions %d, seq order violations %d\n", r.Sessions, r.SplitSessions, r.OrderViolations)
 	if r.DedupeKey != "" || r.BusinessSkipped > 0 {
 		ew.printf("  dedupe key %s: distinct keys %d, duplicate keys %d, offsets skipped as business duplicates %d\n",
@@ -947,6 +953,13 @@ func (e *errWriter) absent(n int64) {
 	if n > 0 {
 		e.printf("  %s absent from the log when the job read it (removed by compaction, or deleted by retention before they were read; counted by floe_offset_gaps_total; not a problem of the table)\n",
 			plural(n, "offset"))
+	}
+}
+
+// missingDLQ writes a line per dead-letter topic that does not exist.
+func (e *errWriter) missingDLQ(topics []string) {
+	for _, t := range topics {
+		e.printf("  dead-letter topic %s does not exist: no dead letters were written to it (offsets dead-lettered into another topic, as after a change of dlq_topic, count as gaps)\n", t)
 	}
 }
 

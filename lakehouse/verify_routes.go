@@ -24,6 +24,8 @@ type RoutesReport struct {
 	// DeadLetters counts distinct dead-lettered source offsets of the topic,
 	// or is -1 when the dead-letter topics were not read.
 	DeadLetters int64 `json:"dead_letters"`
+	// MissingDeadLetterTopics is as for Report.
+	MissingDeadLetterTopics []string `json:"missing_dead_letter_topics,omitempty"`
 	// Partitions holds every partition with rows, dead letters or a
 	// watermark, in partition order.
 	Partitions []RoutesPartition `json:"partitions"`
@@ -355,6 +357,7 @@ func (r *RoutesReport) WriteText(w io.Writer) error {
 		superseded += p.DeadLettersSuperseded
 	}
 	ew.printf("  dead letters %s, business duplicates skipped %d\n", dead, skipped)
+	ew.missingDLQ(r.MissingDeadLetterTopics)
 	ew.absent(absent)
 	if superseded > 0 {
 		ew.printf("  %s superseded by a row (dead-lettered for a reason of the moment, such as enrich_failed, by a flush that did not commit; its redo stored the row; not a problem)\n",

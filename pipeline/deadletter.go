@@ -214,11 +214,22 @@ func (d *deadLetterWriter) close() error {
 // (HeaderTable), and those without the header (written before it existed);
 // without, every dead letter of the topic counts. A read error the reader
 // retries is logged to log, as the job's fetches log theirs: it would wait
-// without a word until ctx ends (nil: not logged).
+// without a word until ctx ends (nil: not logged). A topic that does not
+// exist holds none.
 func ReadDeadLetters(ctx context.Context, k KafkaConfig, log *slog.Logger, tables ...string) (lakehouse.DeadLetters, error) {
+	dl, _, err := ReadDeadLetterTopic(ctx, k, log, tables...)
+	return dl, err
+}
+
+// ReadDeadLetterTopic is ReadDeadLetters that also says whether the
+// dead-letter topic exists. The job's writer has the broker create it with
+// its first dead letter, so a topic that does not exist was never written
+// to; when dead letters were written, they are in another topic (a changed
+// or misspelt kafka.dlq_topic), and verify counts them as gaps.
+func ReadDeadLetterTopic(ctx context.Context, k KafkaConfig, log *slog.Logger, tables ...string) (dl lakehouse.DeadLetters, exists bool, err error) {
 	dialer, err := k.dialer()
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	// Through the client of every other request (any listed broker
 	// answers): it dialed kafka.brokers[0] alone, and with that broker down
@@ -227,14 +238,14 @@ func ReadDeadLetters(ctx context.Context, k KafkaConfig, log *slog.Logger, table
 	dk.Topic = k.DLQTopic
 	first, err := FirstOffsets(ctx, dk)
 	if errors.Is(err, kafka.UnknownTopicOrPartition) {
-		return lakehouse.DeadLetters{}, nil
+		return lakehouse.DeadLetters{}, false, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("dead-letter topic: %w", err)
+		return nil, false, fmt.Errorf("dead-letter topic: %w", err)
 	}
 	last, err := EndOffsets(ctx, dk)
 	if err != nil {
-		return nil, fmt.Errorf("dead-letter topic: %w", err)
+		return nil, false, fmt.Errorf("dead-letter topic: %w", err)
 	}
 	out := lakehouse.DeadLetters{}
 	for _, p := range slices.Sorted(maps.Keys(last)) {
@@ -242,10 +253,10 @@ func ReadDeadLetters(ctx context.Context, k KafkaConfig, log *slog.Logger, table
 			continue
 		}
 		if err := readDeadLetterPartition(ctx, dialer, k, int(p), first[p], last[p], tables, out, log); err != nil {
-			return nil, err
+			return nil, false, err
 		}
 	}
-	return out, nil
+	return out, true, nil
 }
 
 // readDeadLetterPartition reads offsets [first, last) of a partition of the

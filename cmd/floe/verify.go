@@ -41,10 +41,12 @@ of them or a dead letter.`,
 			}()
 			if !jobs[0].routed {
 				j := jobs[0]
-				rep, err := j.tbl.Verify(ctx, j.cfg.Kafka.Topic, deadLetterReader(noDLQ, j.log, []string{j.cfg.Table.Name}, j.cfg.Kafka))
+				var missing []string
+				rep, err := j.tbl.Verify(ctx, j.cfg.Kafka.Topic, deadLetterReader(noDLQ, j.log, []string{j.cfg.Table.Name}, &missing, j.cfg.Kafka))
 				if err != nil {
 					return err
 				}
+				rep.MissingDeadLetterTopics = missing
 				return printReport(rep, asJSON)
 			}
 			return verifyRoutes(ctx, jobs, noDLQ, asJSON)
@@ -60,8 +62,10 @@ of them or a dead letter.`,
 // read) with --no-dlq; the reader fails when they cannot be read, and logs
 // to log the read errors it retries. Only the dead letters of tables count
 // (and those written without a table header): routes of one topic share
-// its dead-letter topic by default.
-func deadLetterReader(noDLQ bool, log *slog.Logger, tables []string, ks ...pipeline.KafkaConfig) lakehouse.DeadLetterReader {
+// its dead-letter topic by default. The reader adds to missing the topics
+// that do not exist, for the report: they hold no dead letters, but said
+// nothing, and a misspelt dlq_topic read as gaps without a word why.
+func deadLetterReader(noDLQ bool, log *slog.Logger, tables []string, missing *[]string, ks ...pipeline.KafkaConfig) lakehouse.DeadLetterReader {
 	if noDLQ {
 		return nil
 	}
@@ -73,11 +77,14 @@ func deadLetterReader(noDLQ bool, log *slog.Logger, tables []string, ks ...pipel
 				continue
 			}
 			read[k.DLQTopic] = true
-			dl, err := pipeline.ReadDeadLetters(ctx, k, log, tables...)
+			dl, exists, err := pipeline.ReadDeadLetterTopic(ctx, k, log, tables...)
 			if err != nil {
 				// Its dead letters would be gaps: status 1, a table that
 				// does not reconcile, for an unreachable broker.
 				return nil, fmt.Errorf("dead-letter topic %s not read, so gaps cannot be told from dead letters (--no-dlq verifies without it): %w", k.DLQTopic, err)
+			}
+			if !exists {
+				*missing = append(*missing, k.DLQTopic)
 			}
 			for p, offs := range dl {
 				for o, reason := range offs {
@@ -108,10 +115,12 @@ func verifyRoutes(ctx context.Context, jobs []*job, noDLQ, asJSON bool) error {
 	var topics []string
 	for _, j := range jobs {
 		if !j.cfg.FieldRouted() {
-			rep, err := j.tbl.Verify(ctx, j.cfg.Kafka.Topic, deadLetterReader(noDLQ, j.log, []string{j.cfg.Table.Name}, j.cfg.Kafka))
+			var missing []string
+			rep, err := j.tbl.Verify(ctx, j.cfg.Kafka.Topic, deadLetterReader(noDLQ, j.log, []string{j.cfg.Table.Name}, &missing, j.cfg.Kafka))
 			if err != nil {
 				return fmt.Errorf("verifying %s: %w", j.cfg.Table.Name, err)
 			}
+			rep.MissingDeadLetterTopics = missing
 			v.Tables = append(v.Tables, rep)
 			continue
 		}
@@ -129,10 +138,12 @@ func verifyRoutes(ctx context.Context, jobs []*job, noDLQ, asJSON bool) error {
 		for i, j := range siblings {
 			tables[i], ks[i], names[i] = j.tbl, j.cfg.Kafka, j.cfg.Table.Name
 		}
-		rep, err := lakehouse.VerifyRoutes(ctx, t, tables, deadLetterReader(noDLQ, siblings[0].base, names, ks...))
+		var missing []string
+		rep, err := lakehouse.VerifyRoutes(ctx, t, tables, deadLetterReader(noDLQ, siblings[0].base, names, &missing, ks...))
 		if err != nil {
 			return fmt.Errorf("verifying the routes of topic %s: %w", t, err)
 		}
+		rep.MissingDeadLetterTopics = missing
 		v.FieldRoutes = append(v.FieldRoutes, rep)
 	}
 	var failed []string

@@ -2,7 +2,9 @@ package main
 
 import (
 	"errors"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -31,5 +33,56 @@ func TestVerifyWithoutItsDeadLetterTopic(t *testing.T) {
 	}
 	if p := e.start("verify offline", "verify", "--brokers", "127.0.0.1:1", "--no-dlq"); p.wait(t, 60*time.Second) != nil {
 		t.Fatalf("verify --no-dlq with the broker down failed:\n%s", p.output())
+	}
+}
+
+// TestVerifyNamesAMissingDeadLetterTopic: `floe verify` whose dead-letter
+// topic does not exist says so, in the text and in --json, and goes on: the
+// job's writer creates the topic with its first dead letter, so a table
+// without dead letters verifies OK, and one whose dead letters went to
+// another topic (a misspelt dlq_topic) fails on their gaps with the reason
+// beside them. Verify read a missing topic as an empty one without a word.
+func TestVerifyNamesAMissingDeadLetterTopic(t *testing.T) {
+	e := newEnv(t, 1, "")
+	ctx := t.Context()
+	cfg, err := os.ReadFile(e.config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	misspelt := filepath.Join(e.dir, "misspelt.yaml")
+	cfg = []byte(strings.Replace(string(cfg), "  group: floe-test\n", "  group: floe-test\n  dlq_topic: clicks.dlqq\n", 1))
+	if err := os.WriteFile(misspelt, cfg, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for i, c := range []struct {
+		malformed float64
+		status    int
+	}{{0, 0}, {0.2, 1}} {
+		gen := clickgen.New(clickgen.Config{Seed: int64(i + 1), MalformedRate: c.malformed})
+		if _, err := e.cluster.ProduceRate(ctx, e.topic, gen, 100, 0); err != nil {
+			t.Fatal(err)
+		}
+		if err := e.start("scheduled", "run", "--until-caught-up").wait(t, 90*time.Second); err != nil {
+			t.Fatalf("floe run --until-caught-up: %v", err)
+		}
+		for _, args := range [][]string{{"verify"}, {"verify", "--json"}} {
+			out, err := runFloe(t, append(args, "--config", misspelt, "--log-level", "error")...)
+			status := 0
+			var exit *exec.ExitError
+			if errors.As(err, &exit) {
+				status = exit.ExitCode()
+			} else if err != nil {
+				t.Fatal(err)
+			}
+			want := "dead-letter topic clicks.dlqq does not exist"
+			if args[len(args)-1] == "--json" {
+				want = `"missing_dead_letter_topics": [
+    "clicks.dlqq"
+  ]`
+			}
+			if status != c.status || !strings.Contains(out, want) {
+				t.Fatalf("floe %v with malformed rate %v: status %d, want %d and %q\n%s", args, c.malformed, status, c.status, want, out)
+			}
+		}
 	}
 }
