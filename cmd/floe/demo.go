@@ -42,6 +42,9 @@ line. With --records N it stops once N records are committed and prints the veri
 Each run starts from an empty table: --dir's catalog.db and warehouse/ are replaced.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := refuseConfigFlags(cmd); err != nil {
+				return err
+			}
 			log, err := g.logger()
 			if err != nil {
 				return err
@@ -59,12 +62,16 @@ Each run starts from an empty table: --dir's catalog.db and warehouse/ are repla
 	f.DurationVar(&d.interval, "commit-interval", 2*time.Second, "commit.interval")
 	f.BoolVar(&d.asJSON, "json", false, "print the verify summary as JSON")
 	f.BoolVar(&d.noEnrich, "no-enrich", false, "run without the enrichment stage")
-	f.DurationVar(&d.p50, "enrich-p50", 600*time.Millisecond, "median latency of the reference enrichment server")
-	f.DurationVar(&d.p99, "enrich-p99", 2800*time.Millisecond, "99th percentile latency of the reference enrichment server")
+	f.DurationVar(&d.p50, "enrich-p50", 600*time.Millisecond, "median latency of the reference enrichment server (0: none)")
+	f.DurationVar(&d.p99, "enrich-p99", 2800*time.Millisecond, "99th percentile latency of the reference enrichment server (at least --enrich-p50; equal: a fixed latency)")
 	return cmd
 }
 
 func runDemo(ctx context.Context, d *demoFlags, log *slog.Logger) error {
+	p50, p99, err := serverLatency(d.p50, d.p99, "--enrich-p50", "--enrich-p99")
+	if err != nil {
+		return err
+	}
 	gcfg := clickgen.Config{Sessions: d.sessions, MalformedRate: d.malformed, Seed: time.Now().UnixNano()}
 	if err := gcfg.Validate(); err != nil {
 		return err
@@ -110,7 +117,7 @@ func runDemo(ctx context.Context, d *demoFlags, log *slog.Logger) error {
 	}
 	enrichURL := "off"
 	if !d.noEnrich {
-		srv := enrich.NewServer(enrich.ServerConfig{P50: d.p50, P99: d.p99, MissRate: 0.05})
+		srv := enrich.NewServer(enrich.ServerConfig{P50: p50, P99: p99, MissRate: 0.05})
 		url, err := srv.Start("127.0.0.1:0")
 		if err != nil {
 			return err

@@ -65,7 +65,10 @@ rebalance re-delivers; then ranks the remedies. Defaults are the Java client's.`
 		Example: `  floe doctor consumer --max-poll-records 500 --max-poll-interval 300s --session-timeout 10s \
     --heartbeat 3s --per-record 600ms --partitions 12 --members 6 --rate 45000 --lag 2100000`,
 		Args: cobra.NoArgs,
-		RunE: func(*cobra.Command, []string) error {
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := refuseConfigFlags(cmd); err != nil {
+				return err
+			}
 			rep, err := doctor.DiagnoseConsumer(c)
 			if err != nil {
 				return err

@@ -92,6 +92,19 @@ func rootCmd() *cobra.Command {
 	return root
 }
 
+// refuseConfigFlags returns an error naming the root's configuration flag
+// set on cmd, a command that reads no configuration: it inherits them, and
+// ran as if they were not given (floe demo --config floe.yaml ran the
+// embedded demo without a word).
+func refuseConfigFlags(cmd *cobra.Command) error {
+	for _, name := range []string{"config", "brokers", "topic", "group", "table"} {
+		if cmd.Flags().Changed(name) {
+			return fmt.Errorf("--%s: %s reads no configuration", name, cmd.CommandPath())
+		}
+	}
+	return nil
+}
+
 func (g *globalFlags) logger() (*slog.Logger, error) {
 	var lvl slog.Level
 	if err := lvl.UnmarshalText([]byte(g.logLevel)); err != nil {
