@@ -26,29 +26,7 @@ import (
 // same segment, conformed (the new column null, the widened one long), and
 // the segment commits as one batch with every offset once.
 func TestBufferCarriesRowsAcrossSchemaSwitch(t *testing.T) {
-	dir := t.TempDir()
-	path := filepath.Join(dir, "o.avsc")
-	if err := os.WriteFile(path, []byte(`{"type": "record", "name": "O", "fields": [
-	  {"name": "id", "type": "string"}, {"name": "n", "type": "int"}]}`), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	sc, err := schemas.LoadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tbl, err := lakehouse.Open(t.Context(), lakehouse.Config{Table: "a.o", Group: "g", Catalog: map[string]string{
-		"type": "sql", "uri": "file:" + filepath.Join(dir, "c.db"), "sql.dialect": "sqlite", "sql.driver": "sqlite",
-		"warehouse": "file://" + filepath.Join(dir, "wh")}}, sc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { tbl.Close() })
-	reg := srfake.New()
-	t.Cleanup(reg.Close)
-	cl, err := sr.NewClient(sr.URLs(reg.URL()))
-	if err != nil {
-		t.Fatal(err)
-	}
+	tbl, sc, reg, cl := registryRig(t, nil)
 	v1 := `{"type": "record", "name": "O", "fields": [{"name": "id", "type": "string"}, {"name": "n", "type": "int"}]}`
 	v2 := `{"type": "record", "name": "O", "fields": [{"name": "id", "type": "string"}, {"name": "n", "type": "long"},
 	  {"name": "tag", "type": ["null", "string"], "default": null}]}`
@@ -67,12 +45,7 @@ func TestBufferCarriesRowsAcrossSchemaSwitch(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	evo := &evolver{table: tbl, current: wsc.Evolving()}
-	b := newPartitionBuffer(evo.schema(), "o", 0, lakehouse.NoWatermark, 0, nil)
-	t.Cleanup(b.release)
-	b.evolve = func(from *schemas.Schema, req *schemas.EvolveRequest) (*schemas.Schema, error) {
-		return evo.evolve(t.Context(), from, req)
-	}
+	b, evo := evolvingBuffer(t, tbl, wsc)
 	for i, m := range []kafka.Message{
 		msg(v1, 0, map[string]any{"id": "a", "n": 1}),
 		msg(v1, 1, map[string]any{"id": "b", "n": 2}),
@@ -137,33 +110,7 @@ func TestBufferCarriesRowsAcrossSchemaSwitch(t *testing.T) {
 // table to change: add column segment". (The config takes enrichment with
 // format json only for now; the buffer and the decoders do not assume it.)
 func TestWriterFieldNamedLikeAnEnrichmentColumn(t *testing.T) {
-	dir := t.TempDir()
-	path := filepath.Join(dir, "o.avsc")
-	if err := os.WriteFile(path, []byte(`{"type": "record", "name": "O", "fields": [
-	  {"name": "id", "type": "string"}, {"name": "n", "type": "int"}]}`), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	file, err := schemas.LoadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sc, err := WithEnrichment(file, &enrich.Config{Fields: []enrich.Field{{Name: "segment", Type: enrich.TypeString}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	tbl, err := lakehouse.Open(t.Context(), lakehouse.Config{Table: "a.o", Group: "g", Catalog: map[string]string{
-		"type": "sql", "uri": "file:" + filepath.Join(dir, "c.db"), "sql.dialect": "sqlite", "sql.driver": "sqlite",
-		"warehouse": "file://" + filepath.Join(dir, "wh")}}, sc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { tbl.Close() })
-	reg := srfake.New()
-	t.Cleanup(reg.Close)
-	cl, err := sr.NewClient(sr.URLs(reg.URL()))
-	if err != nil {
-		t.Fatal(err)
-	}
+	tbl, sc, reg, cl := registryRig(t, &enrich.Config{Fields: []enrich.Field{{Name: "segment", Type: enrich.TypeString}}})
 	v2 := `{"type": "record", "name": "O", "fields": [{"name": "id", "type": "string"}, {"name": "n", "type": "int"},
 	  {"name": "tag", "type": ["null", "string"], "default": null},
 	  {"name": "segment", "type": ["null", "string"], "default": null}]}`
@@ -183,12 +130,7 @@ func TestWriterFieldNamedLikeAnEnrichmentColumn(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			evo := &evolver{table: tbl, current: wsc.Evolving()}
-			b := newPartitionBuffer(evo.schema(), "o", 0, lakehouse.NoWatermark, 0, nil)
-			t.Cleanup(b.release)
-			b.evolve = func(from *schemas.Schema, req *schemas.EvolveRequest) (*schemas.Schema, error) {
-				return evo.evolve(t.Context(), from, req)
-			}
+			b, _ := evolvingBuffer(t, tbl, wsc)
 			_, _, dead, err := b.appendEnriched(msg, time.Now(), enrich.Result{Status: enrich.StatusOK})
 			if mode == "dlq" {
 				if err != nil || !dead || len(b.letters) != 1 {
@@ -212,4 +154,51 @@ func TestWriterFieldNamedLikeAnEnrichmentColumn(t *testing.T) {
 			}
 		})
 	}
+}
+
+// registryRig is a table a.o of the schema file {id string, n int} (with
+// enrich's columns, if given) in a SQLite catalog, and a schema registry
+// with its client.
+func registryRig(t *testing.T, enrichCfg *enrich.Config) (*lakehouse.Table, *schemas.Schema, *srfake.Registry, *sr.Client) {
+	t.Helper()
+	dir := t.TempDir()
+	path := filepath.Join(dir, "o.avsc")
+	if err := os.WriteFile(path, []byte(`{"type": "record", "name": "O", "fields": [
+	  {"name": "id", "type": "string"}, {"name": "n", "type": "int"}]}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	sc, err := schemas.LoadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sc, err = WithEnrichment(sc, enrichCfg); err != nil {
+		t.Fatal(err)
+	}
+	tbl, err := lakehouse.Open(t.Context(), lakehouse.Config{Table: "a.o", Group: "g", Catalog: map[string]string{
+		"type": "sql", "uri": "file:" + filepath.Join(dir, "c.db"), "sql.dialect": "sqlite", "sql.driver": "sqlite",
+		"warehouse": "file://" + filepath.Join(dir, "wh")}}, sc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { tbl.Close() })
+	reg := srfake.New()
+	t.Cleanup(reg.Close)
+	cl, err := sr.NewClient(sr.URLs(reg.URL()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tbl, sc, reg, cl
+}
+
+// evolvingBuffer is a partition buffer of wsc that evolves tbl through evo,
+// as the member's evolver does.
+func evolvingBuffer(t *testing.T, tbl *lakehouse.Table, wsc *schemas.Schema) (b *partitionBuffer, evo *evolver) {
+	t.Helper()
+	evo = &evolver{table: tbl, current: wsc.Evolving()}
+	b = newPartitionBuffer(evo.schema(), "o", 0, lakehouse.NoWatermark, 0, nil)
+	t.Cleanup(b.release)
+	b.evolve = func(from *schemas.Schema, req *schemas.EvolveRequest) (*schemas.Schema, error) {
+		return evo.evolve(t.Context(), from, req)
+	}
+	return b, evo
 }
