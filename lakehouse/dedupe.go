@@ -684,9 +684,63 @@ func absentOf(parts []Part) skipRuns {
 
 // maxCarriedRuns caps the runs a carried union (BusinessCarriedKey,
 // AbsentCarriedKey) holds (about 20 bytes each, in every maintenance
-// snapshot still in the metadata). Beyond it the union is not carried and
-// expiry keeps the recording snapshots instead.
+// snapshot still in the metadata). Beyond it a union of skipped business
+// duplicates is not carried and expiry keeps the recording snapshots
+// instead (they are rare); one of offsets absent from the log is carried
+// coarsened (see coarsened): a compacted topic records a run per removed
+// record, and keeping their snapshots would stop expiry for good.
 const maxCarriedRuns = 10000
+
+// coarsened returns s with at most limit runs: the runs either side of the
+// smallest holes between them are merged, so the result covers every
+// offset of s and some of the holes' too. Of absent offsets, that only
+// excuses a gap inside such a hole (verify then reports it as absent).
+func (s skipRuns) coarsened(limit int) skipRuns {
+	type hole struct {
+		size        int64
+		topic, part string
+		at          int // index of the run before it
+	}
+	var holes []hole
+	for topic, parts := range s {
+		for p, runs := range parts {
+			for i := 1; i < len(runs); i++ {
+				holes = append(holes, hole{runs[i][0] - runs[i-1][1], topic, p, i - 1})
+			}
+		}
+	}
+	excess := s.count() - limit
+	if excess <= 0 {
+		return s
+	}
+	slices.SortFunc(holes, func(a, b hole) int { return cmp.Compare(a.size, b.size) })
+	fill := map[string]map[string]map[int]bool{}
+	for _, h := range holes[:min(excess, len(holes))] {
+		if fill[h.topic] == nil {
+			fill[h.topic] = map[string]map[int]bool{}
+		}
+		if fill[h.topic][h.part] == nil {
+			fill[h.topic][h.part] = map[int]bool{}
+		}
+		fill[h.topic][h.part][h.at] = true
+	}
+	out := skipRuns{}
+	for topic, parts := range s {
+		out[topic] = map[string][][2]int64{}
+		for p, runs := range parts {
+			var merged [][2]int64
+			for i, r := range runs {
+				if i > 0 && fill[topic][p][i-1] {
+					merged[len(merged)-1][1] = r[1]
+					continue
+				}
+				merged = append(merged, r)
+			}
+			out[topic][p] = merged
+		}
+	}
+	return out
+}
 
 // runKeys names the summary keys of one kind of recorded offsets: each
 // flush's own, and the union maintenance carries.

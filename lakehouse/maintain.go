@@ -775,14 +775,24 @@ var carriedPrefixes = []string{OffsetsKeyPrefix, PartitionsKeyPrefix, RoutingKey
 // the current branch's ancestry, keyed by summary key, and under
 // BusinessCarriedKey and AbsentCarriedKey the unions of the business-key
 // MERGE's skipped offsets and of the offsets absent from the log (each
-// unless there are none, more than maxCarriedRuns runs, or a record is
-// unreadable: expiry then keeps the recording snapshots, offsetMapDepth).
+// unless there are none, or a record is unreadable, or, for skipped
+// duplicates, more than maxCarriedRuns runs: expiry then keeps the
+// recording snapshots, offsetMapDepth; absent offsets beyond it are carried
+// coarsened).
 func offsetMaps(tbl *table.Table) map[string]string {
 	out := newestCarried(tbl)
 	for _, k := range recorded {
-		if runs, _, err := recordedRuns(tbl, k); err == nil && len(runs) > 0 && runs.count() <= maxCarriedRuns {
-			out[k.carried] = runs.encode()
+		runs, _, err := recordedRuns(tbl, k)
+		if err != nil || len(runs) == 0 {
+			continue
 		}
+		if runs.count() > maxCarriedRuns {
+			if k != absentKeys {
+				continue
+			}
+			runs = runs.coarsened(maxCarriedRuns)
+		}
+		out[k.carried] = runs.encode()
 	}
 	return out
 }

@@ -1016,3 +1016,54 @@ func TestMaintainListsAgainWhenAFileVanishes(t *testing.T) {
 	}
 	assertHolds(t, tbl, 20)
 }
+
+// TestMaintainExpiresPastTenThousandAbsentRuns: a compacted topic records
+// a run of absent offsets per removed record; past 10,000 runs maintenance
+// carries their union coarsened, so expiry goes on and verify still counts
+// every recorded offset absent. The union was no longer carried, expiry
+// kept every snapshot recording runs, and none expired again.
+func TestMaintainExpiresPastTenThousandAbsentRuns(t *testing.T) {
+	f := newFixture(t)
+	tbl := f.open(t, "g")
+	const runs = 10001
+	var next int64
+	for r := range 6 {
+		n := int64(runs / 6)
+		if r == 5 {
+			n = runs - 5*(runs/6)
+		}
+		// Every other offset removed by the cleaner, then 10 rows.
+		var absent [][2]int64
+		for i := range n {
+			absent = append(absent, [2]int64{next + 2*i, next + 2*i + 1})
+		}
+		lo, resume := next+2*n, next
+		if next == 0 {
+			resume = lakehouse.NoWatermark
+		}
+		p := f.part(t, 0, lo, lo+10, resume)
+		p.Range.From, p.Absent = next, absent
+		if _, err := tbl.Commit(t.Context(), []lakehouse.Part{p}); err != nil {
+			t.Fatal(err)
+		}
+		next = lo + 10
+	}
+	for round := range 2 {
+		time.Sleep(20 * time.Millisecond)
+		rep, err := tbl.Maintain(t.Context(), lakehouse.MaintainOptions{MinInputFiles: 100, ExpireOlderThan: time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rep.After.Snapshots > 2 {
+			t.Fatalf("round %d: %d snapshots kept after expiry (expired %d), want at most 2", round, rep.After.Snapshots, rep.SnapshotsExpired)
+		}
+	}
+	r, err := tbl.Verify(t.Context(), topic, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Counted from the first row on: the first flush's runs lie below it.
+	if want := int64(runs - runs/6); r.AbsentFromLog < want {
+		t.Errorf("verify counts %d offsets absent after expiry, want the %d recorded above the first row at least", r.AbsentFromLog, want)
+	}
+}
