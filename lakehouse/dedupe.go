@@ -670,7 +670,9 @@ func encodeCoords(cs []coord) string {
 	return s.encode()
 }
 
-// absentOf gathers the parts' Absent runs as AbsentOffsetsKey's value.
+// absentOf gathers the parts' Absent runs as AbsentOffsetsKey's value, at
+// most maxCarriedRuns of them (coarsened): a flush of a compacted topic may
+// skip a record in two, and every snapshot's summary stays in the metadata.
 func absentOf(parts []Part) skipRuns {
 	s := skipRuns{}
 	for _, p := range parts {
@@ -679,7 +681,7 @@ func absentOf(parts []Part) skipRuns {
 			s.add(skipRuns{p.Range.Topic: {ps: p.Absent}})
 		}
 	}
-	return s
+	return s.coarsened(maxCarriedRuns)
 }
 
 // maxCarriedRuns caps the runs a carried union (BusinessCarriedKey,

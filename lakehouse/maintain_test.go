@@ -1067,3 +1067,44 @@ func TestMaintainExpiresPastTenThousandAbsentRuns(t *testing.T) {
 		t.Errorf("verify counts %d offsets absent after expiry, want the %d recorded above the first row at least", r.AbsentFromLog, want)
 	}
 }
+
+// TestCommitCoarsensItsAbsentRuns: a flush that skipped more than 10,000
+// runs of offsets (a compacted topic with every other record removed)
+// records them coarsened, within the bound, each still counted absent by
+// verify (with some of the offsets between them: here no rows, in a real
+// flush the records the cleaner kept). Its snapshot's summary held every
+// run: hundreds of kilobytes a flush, kept in the metadata with every
+// snapshot.
+func TestCommitCoarsensItsAbsentRuns(t *testing.T) {
+	f := newFixture(t)
+	tbl := f.open(t, "g")
+	const runs = 20000
+	var absent [][2]int64
+	for i := range int64(runs) {
+		absent = append(absent, [2]int64{10 + 2*i, 10 + 2*i + 1})
+	}
+	first := f.part(t, 0, 0, 10, lakehouse.NoWatermark)
+	if _, err := tbl.Commit(t.Context(), []lakehouse.Part{first}); err != nil {
+		t.Fatal(err)
+	}
+	p := f.part(t, 0, 10+2*runs, 10+2*runs+10, 10)
+	p.Range.From, p.Absent = 10, absent
+	if _, err := tbl.Commit(t.Context(), []lakehouse.Part{p}); err != nil {
+		t.Fatal(err)
+	}
+	it, err := tbl.Load(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw := it.CurrentSnapshot().Summary.Properties[lakehouse.AbsentOffsetsKey]
+	if n := strings.Count(raw, "],["); n >= 10000 {
+		t.Errorf("the summary records %d runs (%d bytes), want at most 10,000", n+1, len(raw))
+	}
+	r, err := tbl.Verify(t.Context(), topic, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.AbsentFromLog < runs {
+		t.Errorf("verify counts %d offsets absent, want the %d recorded at least", r.AbsentFromLog, runs)
+	}
+}
