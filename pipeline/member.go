@@ -236,7 +236,7 @@ func (m *Member) Run(ctx context.Context) error {
 		defer func() { stopStage(); <-stageDone }()
 	}
 
-	var joinWarned time.Time // the last failed join logged at WARN
+	var joinFailed warnOnce // a broker down for an hour made it 3,600 WARN lines
 	for {
 		gen, err := cg.Next(ctx)
 		if ctx.Err() != nil {
@@ -246,16 +246,10 @@ func (m *Member) Run(ctx context.Context) error {
 			return err
 		}
 		if err != nil {
-			// Once a minute at WARN: a broker down for an hour made it
-			// 3,600 lines.
-			level := slog.LevelDebug
-			if time.Since(joinWarned) >= time.Minute {
-				level, joinWarned = slog.LevelWarn, time.Now()
-			}
-			m.log.Log(ctx, level, "joining group", "group", k.Group, "err", err)
+			m.log.Log(ctx, joinFailed.level(), "joining group", "group", k.Group, "err", err)
 			continue
 		}
-		joinWarned = time.Time{}
+		joinFailed.reset()
 		m.stats.Generations.Add(1)
 		done := make(chan error, 1)
 		gen.Start(func(genCtx context.Context) {
@@ -901,18 +895,35 @@ func ReaderConfig(k KafkaConfig, partition int32, dialer *kafka.Dialer) kafka.Re
 // logged at WARN at most once a minute, as a failed join is, and at DEBUG
 // in between: a broker down for an hour would be a line a second.
 func readErrorLogger(log *slog.Logger, topic string, partition int32) kafka.Logger {
-	var mu sync.Mutex
-	var warned time.Time
+	var failed warnOnce
 	return kafka.LoggerFunc(func(format string, args ...any) {
-		mu.Lock()
-		level := slog.LevelDebug
-		if time.Since(warned) >= time.Minute {
-			level, warned = slog.LevelWarn, time.Now()
-		}
-		mu.Unlock()
-		log.Log(context.Background(), level, "reading from Kafka, retrying",
+		log.Log(context.Background(), failed.level(), "reading from Kafka, retrying",
 			"topic", topic, "partition", partition, "err", fmt.Sprintf(format, args...))
 	})
+}
+
+// warnOnce is the level of a failure that repeats while it lasts: WARN at
+// most once a minute, DEBUG in between. The zero value is ready to use.
+type warnOnce struct {
+	mu     sync.Mutex
+	warned time.Time
+}
+
+func (w *warnOnce) level() slog.Level {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if time.Since(w.warned) >= time.Minute {
+		w.warned = time.Now()
+		return slog.LevelWarn
+	}
+	return slog.LevelDebug
+}
+
+// reset makes the next failure a WARN again (the failure ended).
+func (w *warnOnce) reset() {
+	w.mu.Lock()
+	w.warned = time.Time{}
+	w.mu.Unlock()
 }
 
 func partitionIDs(as []kafka.PartitionAssignment) []int {

@@ -8,9 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kgo"
-
 	"github.com/floe-dev/floe/enrich"
 	"github.com/floe-dev/floe/pipeline"
 	"github.com/floe-dev/floe/schemas/clickgen"
@@ -93,15 +90,8 @@ func TestReplayRejectsBadRanges(t *testing.T) {
 // is replayed.
 func TestReplayRefusesDeletedOffsets(t *testing.T) {
 	j := newJob(t, 400, pipeline.CommitConfig{}, nil)
-	cl, err := kgo.NewClient(kgo.SeedBrokers(j.cl.Addrs()...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	deleted := kadm.Offsets{}
-	deleted.Add(kadm.Offset{Topic: "clicks", Partition: 0, At: j.end[0]}) // all of partition 0
-	deleted.Add(kadm.Offset{Topic: "clicks", Partition: 1, At: 50})       // the head of partition 1
-	if _, err := kadm.NewClient(cl).DeleteRecords(t.Context(), deleted); err != nil {
+	// All of partition 0, and the head of partition 1.
+	if err := j.cl.DeleteRecords(t.Context(), "clicks", map[int32]int64{0: j.end[0], 1: 50}); err != nil {
 		t.Fatal(err)
 	}
 	log := slog.New(slog.DiscardHandler)
@@ -252,18 +242,8 @@ func TestScheduledRunEndsWhenRetentionEmptiedAPartition(t *testing.T) {
 	if j.end[0] == 0 {
 		t.Fatal("partition 0 got no records")
 	}
-	cl, err := kgo.NewClient(kgo.SeedBrokers(j.cl.Addrs()...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	var emptied kadm.Offsets // retention deletes everything in partition 0
-	emptied.Add(kadm.Offset{Topic: "clicks", Partition: 0, At: j.end[0]})
-	res, err := kadm.NewClient(cl).DeleteRecords(t.Context(), emptied)
-	if err == nil {
-		err = res.Error()
-	}
-	if err != nil {
+	// Retention deletes everything in partition 0.
+	if err := j.cl.DeleteRecords(t.Context(), "clicks", map[int32]int64{0: j.end[0]}); err != nil {
 		t.Fatal(err)
 	}
 	m, err := pipeline.NewMember(j.cfg, j.tbl, j.sc, pipeline.UntilOffsets(j.end))

@@ -231,6 +231,36 @@ func (c *Cluster) AddPartitions(ctx context.Context, topic string, total int) er
 	return nil
 }
 
+// DeleteRecords deletes the records of topic's partitions below the given
+// offsets, as retention (or kafka-delete-records.sh) does: each
+// partition's log then starts there.
+func (c *Cluster) DeleteRecords(ctx context.Context, topic string, before map[int32]int64) error {
+	ctx, cancel := withTimeout(ctx)
+	defer cancel()
+	req := kmsg.NewPtrDeleteRecordsRequest()
+	t := kmsg.NewDeleteRecordsRequestTopic()
+	t.Topic = topic
+	for p, off := range before {
+		rp := kmsg.NewDeleteRecordsRequestTopicPartition()
+		rp.Partition, rp.Offset = p, off
+		t.Partitions = append(t.Partitions, rp)
+	}
+	req.Topics = append(req.Topics, t)
+	req.TimeoutMillis = int32(requestTimeout / time.Millisecond)
+	resp, err := req.RequestWith(ctx, c.cl)
+	if err != nil {
+		return fmt.Errorf("deleting records of %s: %w", topic, err)
+	}
+	for _, rt := range resp.Topics {
+		for _, rp := range rt.Partitions {
+			if err := kerr.ErrorForCode(rp.ErrorCode); err != nil {
+				return fmt.Errorf("deleting records of %s/%d: %w", topic, rp.Partition, err)
+			}
+		}
+	}
+	return nil
+}
+
 // Produce writes msgs to topic, keyed, and returns once every one is
 // acknowledged by the broker. It returns, per partition, the offsets
 // assigned: the i-th offset of partition p belongs to the i-th message of
