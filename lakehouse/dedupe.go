@@ -687,11 +687,58 @@ func absentOf(parts []Part) skipRuns {
 // maxCarriedRuns caps the runs a carried union (BusinessCarriedKey,
 // AbsentCarriedKey) holds (about 20 bytes each, in every maintenance
 // snapshot still in the metadata). Beyond it a union of skipped business
-// duplicates is not carried and expiry keeps the recording snapshots
-// instead (they are rare); one of offsets absent from the log is carried
-// coarsened (see coarsened): a compacted topic records a run per removed
-// record, and keeping their snapshots would stop expiry for good.
+// duplicates is carried without its oldest runs (truncated), one of
+// offsets absent from the log coarsened (coarsened): keeping the recording
+// snapshots instead would stop expiry for good, since the unions only grow.
 const maxCarriedRuns = 10000
+
+// truncated returns s without its oldest runs, at most limit runs kept: the
+// partitions with the most runs give up theirs first, each its lowest. The
+// second result holds, per partition that gave up runs, the run [0, end of
+// the last one given up): the offsets below which skipped duplicates are no
+// longer recorded (BusinessDroppedKey). Unlike coarsening, this claims no
+// offset that was not skipped: a row there is not reported as both a row
+// and a skipped duplicate; verify reports the uncovered offsets below as
+// unchecked instead of as gaps.
+func (s skipRuns) truncated(limit int) (kept, dropped skipRuns) {
+	if s.count() <= limit {
+		return s, skipRuns{}
+	}
+	// The largest per-partition quota c that keeps at most limit runs.
+	quota := func(c int) int {
+		n := 0
+		for _, parts := range s {
+			for _, runs := range parts {
+				n += min(len(runs), c)
+			}
+		}
+		return n
+	}
+	lo, hi := 0, limit // quota(lo) <= limit < quota(hi+1) once narrowed
+	for lo < hi {
+		mid := (lo + hi + 1) / 2
+		if quota(mid) <= limit {
+			lo = mid
+		} else {
+			hi = mid - 1
+		}
+	}
+	kept, dropped = skipRuns{}, skipRuns{}
+	for topic, parts := range s {
+		kept[topic] = map[string][][2]int64{}
+		for p, runs := range parts {
+			cut := max(len(runs)-lo, 0)
+			kept[topic][p] = runs[cut:]
+			if cut > 0 {
+				if dropped[topic] == nil {
+					dropped[topic] = map[string][][2]int64{}
+				}
+				dropped[topic][p] = [][2]int64{{0, runs[cut-1][1]}}
+			}
+		}
+	}
+	return kept, dropped
+}
 
 // coarsened returns s with at most limit runs: the runs either side of the
 // smallest holes between them are merged, so the result covers every
@@ -753,7 +800,10 @@ type runKeys struct{ own, carried string }
 var (
 	businessKeys = runKeys{BusinessOffsetsKey, BusinessCarriedKey}
 	absentKeys   = runKeys{AbsentOffsetsKey, AbsentCarriedKey}
-	recorded     = []runKeys{businessKeys, absentKeys}
+	// droppedKeys: only maintenance writes BusinessDroppedKey, always
+	// beside BusinessCarriedKey.
+	droppedKeys = runKeys{carried: BusinessDroppedKey}
+	recorded    = []runKeys{businessKeys, absentKeys, droppedKeys}
 )
 
 // recordedRuns returns the offsets of kind k recorded in tbl's current
@@ -821,6 +871,24 @@ func absentRuns(tbl *table.Table, topic string) (map[int32][][2]int64, error) {
 	for ps, rs := range runs[topic] {
 		p, _ := strconv.ParseInt(ps, 10, 32) // checked by decodeRuns
 		out[int32(p)] = rs
+	}
+	return out, nil
+}
+
+// droppedBelow returns, per partition of topic, the offset below which the
+// table no longer records every skipped business duplicate
+// (BusinessDroppedKey), where it dropped some.
+func droppedBelow(tbl *table.Table, topic string) (map[int32]int64, error) {
+	runs, _, err := recordedRuns(tbl, droppedKeys)
+	if err != nil {
+		return nil, err
+	}
+	out := map[int32]int64{}
+	for ps, rs := range runs[topic] {
+		p, _ := strconv.ParseInt(ps, 10, 32) // checked by decodeRuns
+		if len(rs) > 0 {
+			out[int32(p)] = rs[len(rs)-1][1]
+		}
 	}
 	return out, nil
 }

@@ -775,24 +775,37 @@ var carriedPrefixes = []string{OffsetsKeyPrefix, PartitionsKeyPrefix, RoutingKey
 // the current branch's ancestry, keyed by summary key, and under
 // BusinessCarriedKey and AbsentCarriedKey the unions of the business-key
 // MERGE's skipped offsets and of the offsets absent from the log (each
-// unless there are none, or a record is unreadable, or, for skipped
-// duplicates, more than maxCarriedRuns runs: expiry then keeps the
-// recording snapshots, offsetMapDepth; absent offsets beyond it are carried
-// coarsened).
+// unless there are none, or a record is unreadable: expiry then keeps the
+// recording snapshots, offsetMapDepth). Beyond maxCarriedRuns runs the
+// skipped duplicates are carried truncated, what they no longer record
+// under BusinessDroppedKey, and the absent offsets coarsened.
 func offsetMaps(tbl *table.Table) map[string]string {
 	out := newestCarried(tbl)
+	union := map[runKeys]skipRuns{}
 	for _, k := range recorded {
 		runs, _, err := recordedRuns(tbl, k)
-		if err != nil || len(runs) == 0 {
+		if err != nil {
+			// Without the offsets below which it no longer records skipped
+			// duplicates, the union of them is not complete either.
+			if k == droppedKeys {
+				delete(union, businessKeys)
+			}
 			continue
 		}
-		if runs.count() > maxCarriedRuns {
-			if k != absentKeys {
-				continue
-			}
-			runs = runs.coarsened(maxCarriedRuns)
+		union[k] = runs
+	}
+	if runs, ok := union[businessKeys]; ok && runs.count() > maxCarriedRuns {
+		kept, dropped := runs.truncated(maxCarriedRuns)
+		dropped.add(union[droppedKeys])
+		union[businessKeys], union[droppedKeys] = kept, dropped
+	}
+	if runs, ok := union[absentKeys]; ok && runs.count() > maxCarriedRuns {
+		union[absentKeys] = runs.coarsened(maxCarriedRuns)
+	}
+	for k, runs := range union {
+		if len(runs) > 0 {
+			out[k.carried] = runs.encode()
 		}
-		out[k.carried] = runs.encode()
 	}
 	return out
 }

@@ -2,7 +2,9 @@ package lakehouse_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"io/fs"
 	"maps"
 	"net/url"
@@ -1106,5 +1108,96 @@ func TestCommitCoarsensItsAbsentRuns(t *testing.T) {
 	}
 	if r.AbsentFromLog < runs {
 		t.Errorf("verify counts %d offsets absent, want the %d recorded at least", r.AbsentFromLog, runs)
+	}
+}
+
+// TestMaintainExpiresPastTenThousandSkippedRuns: a long-running job with a
+// dedupe key records a run per skipped business duplicate, and their union
+// only grows; past 10,000 runs maintenance carries the newest of them and
+// records below which offsets it dropped the rest, so expiry goes on, verify
+// counts the uncovered offsets there as unchecked, and a gap above them is
+// still a gap. The union was no longer carried past 10,000 runs: expiry kept
+// every snapshot from then on, the metadata growing by one a flush for good.
+func TestMaintainExpiresPastTenThousandSkippedRuns(t *testing.T) {
+	f := newPayFixture(t)
+	tbl := f.open(t)
+	// Partition 0: 10,001 keys each sent twice, 10,001 runs none adjacent;
+	// partition 1: 3 of them. The partition with the most gives up runs.
+	const n = 10001
+	commitTwice := func(p int32, prefix string, keys int64) int64 {
+		pays := make([]pay, 0, 2*keys)
+		for i := range keys {
+			id := fmt.Sprintf("%s%d", prefix, i)
+			pays = append(pays, pay{2 * i, id, 5}, pay{2*i + 1, id, 5})
+		}
+		res, err := tbl.Commit(t.Context(), []lakehouse.Part{f.part(t, p, 0, 2*keys, lakehouse.NoWatermark, pays...)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.BusinessDuplicates != keys {
+			t.Fatalf("partition %d: business duplicates %d, want %d", p, res.BusinessDuplicates, keys)
+		}
+		return 2 * keys
+	}
+	next := commitTwice(0, "K", n)
+	commitTwice(1, "L", 3)
+	snapshots := make([]int, 0, 4)
+	for round := range 4 {
+		// Ten ordinary flushes between maintenance runs, the last one
+		// leaving offset next+9 out: a loss above the dropped runs.
+		for i := range int64(10) {
+			pays := []pay{{next, fmt.Sprintf("N%d", next), 5}}
+			if round == 3 && i == 9 {
+				pays = nil
+			}
+			if _, err := tbl.Commit(t.Context(), []lakehouse.Part{f.part(t, 0, next, next+1, next, pays...)}); err != nil {
+				t.Fatal(err)
+			}
+			next++
+		}
+		time.Sleep(20 * time.Millisecond)
+		rep, err := tbl.Maintain(t.Context(), lakehouse.MaintainOptions{MinInputFiles: 2, ExpireOlderThan: time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		snapshots = append(snapshots, rep.After.Snapshots)
+	}
+	if slices.Max(snapshots) > 2 {
+		t.Fatalf("snapshots after each maintenance run (expire older than 1ms): %v, want at most 2", snapshots)
+	}
+	it, err := tbl.Load(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	props := it.CurrentSnapshot().Summary.Properties
+	if got, want := props[lakehouse.BusinessDroppedKey], `{"payments":{"0":[[0,8]]}}`; got != want {
+		t.Errorf("head's %s = %q, want %s (partition 0's 4 oldest runs dropped)", lakehouse.BusinessDroppedKey, got, want)
+	}
+	var carried map[string]map[string][][2]int64
+	if err := json.Unmarshal([]byte(props[lakehouse.BusinessCarriedKey]), &carried); err != nil {
+		t.Fatal(err)
+	}
+	if got := carried["payments"]; len(got["0"]) != 9997 || len(got["1"]) != 3 || got["0"][0] != [2]int64{9, 10} {
+		t.Errorf("head's %s holds %d runs from %v of partition 0 and %d of partition 1, want 9,997 from [9, 10) and 3",
+			lakehouse.BusinessCarriedKey, len(got["0"]), got["0"][0], len(got["1"]))
+	}
+	r, err := tbl.Verify(t.Context(), "payments", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var gaps int64
+	for _, p := range r.Partitions {
+		gaps += p.GapOffsets
+	}
+	if r.BusinessSkipped != n+3-4 || r.Unchecked != 4 || gaps != 1 || r.OK() {
+		t.Fatalf("verify: skipped %d, unchecked %d, gap offsets %d, OK %v; want %d, 4 (offsets 1, 3, 5, 7), 1 (the lost one) and not OK",
+			r.BusinessSkipped, r.Unchecked, gaps, r.OK(), n+3-4)
+	}
+	var out strings.Builder
+	if err := r.WriteText(&out); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), "4 offsets not checked") {
+		t.Errorf("verify's report does not tell of the unchecked offsets:\n%s", out.String())
 	}
 }

@@ -39,10 +39,16 @@ const (
 	// BusinessCarriedKey holds, in the same form, the union of every
 	// BusinessOffsetsKey and BusinessCarriedKey at and below the snapshot
 	// in its ancestry. Maintenance (and re-enrich) snapshots write it, so
-	// that expiring the snapshots below them loses no skipped offset; while
-	// the union would exceed a cap (maxCarriedRuns) it is not written and
-	// expiry keeps every snapshot that records skipped offsets instead.
+	// that expiring the snapshots below them loses no skipped offset. Above
+	// a cap (maxCarriedRuns, 10,000 runs) it holds the newest runs only, and
+	// BusinessDroppedKey says below which offsets the dropped ones lay.
 	BusinessCarriedKey = "floe.duplicates-business.carried"
+	// BusinessDroppedKey holds, in BusinessOffsetsKey's form, the run
+	// [0, end) per partition below whose end BusinessCarriedKey no longer
+	// records every skipped duplicate (its oldest runs dropped at the cap):
+	// verify counts the offsets there that no row or dead letter covers as
+	// unchecked, not as gaps.
+	BusinessDroppedKey = "floe.duplicates-business.dropped"
 	// AbsentOffsetsKey holds, in BusinessOffsetsKey's form, the offsets of
 	// this snapshot's flush that the log did not hold when it was read:
 	// records removed by compaction, or deleted by retention before they

@@ -133,6 +133,12 @@ type PartitionReport struct {
 	// away, or deleted by retention before they were read. Information,
 	// not a problem of the table.
 	AbsentFromLog int64 `json:"absent_from_log"`
+	// Unchecked counts the offsets in [MinOffset, Watermark) that no row
+	// or dead letter covers and that lie below the offsets from which the
+	// table still records its skipped business duplicates (more than
+	// 10,000 runs of them, the oldest dropped: BusinessDroppedKey): skipped
+	// duplicates or losses, verify cannot tell. Information, not in Gaps.
+	Unchecked int64 `json:"unchecked"`
 	// AboveWatermark counts rows at or above the watermark (every row, when
 	// there is no watermark): an invariant violation, since a row becomes
 	// visible only in the commit that moves the watermark past it.
@@ -220,11 +226,16 @@ type Report struct {
 	BusinessSkipped int64 `json:"business_duplicates_skipped"`
 	// AbsentFromLog sums the partitions' AbsentFromLog.
 	AbsentFromLog int64 `json:"absent_from_log"`
+	// Unchecked sums the partitions' Unchecked.
+	Unchecked int64 `json:"unchecked"`
 
 	// skipped holds those offsets per partition, sorted.
 	skipped map[int32][]int64
 	// absent holds the runs of offsets absent from the log per partition.
 	absent map[int32][][2]int64
+	// dropped holds per partition the offset below which skipped business
+	// duplicates are no longer all recorded (droppedBelow).
+	dropped map[int32]int64
 }
 
 // OK reports whether the table honours the commit protocol's invariant and
@@ -405,6 +416,9 @@ func (t *Table) Verify(ctx context.Context, topic string, readDL DeadLetterReade
 	if r.absent, err = absentRuns(tbl, topic); err != nil {
 		return nil, err
 	}
+	if r.dropped, err = droppedBelow(tbl, topic); err != nil {
+		return nil, err
+	}
 
 	var rows []verifyRow
 	if snap := tbl.CurrentSnapshot(); snap != nil {
@@ -458,6 +472,7 @@ func (t *Table) Verify(ctx context.Context, topic string, readDL DeadLetterReade
 		pr := r.reconcile(p, w, prows, dl, ord)
 		r.Rows += pr.Rows
 		r.AbsentFromLog += pr.AbsentFromLog
+		r.Unchecked += pr.Unchecked
 		if dl != nil {
 			r.DeadLetters += pr.DeadLetters
 		}
@@ -750,23 +765,41 @@ func (r *Report) reconcile(p int32, w int64, rows []verifyRow, dl DeadLetters, o
 			return
 		}
 		if off > next {
-			pr.addGap(next, off, r.absent[p])
+			pr.addGap(next, off, r.absent[p], r.dropped[p])
 		}
 		next = off + 1
 	})
 	if pr.MinOffset >= 0 && next < w {
-		pr.addGap(next, w, r.absent[p])
+		pr.addGap(next, w, r.absent[p], r.dropped[p])
 	}
 	return pr
 }
 
 // addGap adds the offsets [from, to), which no row or dead letter covers,
 // to pr's gaps, less those absent from the log (splitGap).
-func (pr *PartitionReport) addGap(from, to int64, absent [][2]int64) {
+func (pr *PartitionReport) addGap(from, to int64, absent [][2]int64, dropped int64) {
 	gaps, n := splitGap(from, to, absent)
+	gaps, below := clipGaps(gaps, dropped)
 	pr.Gaps = append(pr.Gaps, gaps...)
-	pr.GapOffsets += to - from - n
+	pr.GapOffsets += to - from - n - below
 	pr.AbsentFromLog += n
+	pr.Unchecked += below
+}
+
+// clipGaps returns gaps without their offsets below floor, and how many
+// those were.
+func clipGaps(gaps []Gap, floor int64) (kept []Gap, below int64) {
+	for _, g := range gaps {
+		if g.From < floor {
+			cut := min(g.To, floor)
+			below += cut - g.From
+			g.From = cut
+		}
+		if g.From < g.To {
+			kept = append(kept, g)
+		}
+	}
+	return kept, below
 }
 
 // splitGap returns the runs of [from, to) outside absent (sorted, merged
@@ -865,6 +898,7 @@ func (r *Report) WriteText(w io.Writer) error {
 			plural(superseded, "dead letter"))
 	}
 	ew.absent(r.AbsentFromLog)
+	ew.unchecked(r.Unchecked)
 	if len(r.PartitionCounts) > 1 {
 		counts := make([]string, len(r.PartitionCounts))
 		for i, n := range r.PartitionCounts {
@@ -952,6 +986,15 @@ func (e *errWriter) printf(format string, args ...any) { fmt.Fprintf(e, format, 
 func (e *errWriter) absent(n int64) {
 	if n > 0 {
 		e.printf("  %s absent from the log when the job read it (removed by compaction, or deleted by retention before they were read; counted by floe_offset_gaps_total; not a problem of the table)\n",
+			plural(n, "offset"))
+	}
+}
+
+// unchecked writes the information line on n offsets below the recorded
+// skipped business duplicates (PartitionReport.Unchecked).
+func (e *errWriter) unchecked(n int64) {
+	if n > 0 {
+		e.printf("  %s not checked: no row or dead letter covers them, and they lie below the offsets from which the table still records its skipped business duplicates (past 10,000 runs of them, maintenance keeps the newest): skipped duplicates or losses, which verify cannot tell apart\n",
 			plural(n, "offset"))
 	}
 }

@@ -78,6 +78,11 @@ type RoutesPartition struct {
 	// and that the log did not hold when a route's job read them (see
 	// PartitionReport.AbsentFromLog): information, not in Gaps.
 	AbsentFromLog int64 `json:"absent_from_log"`
+	// Unchecked counts the offsets below Watermark that nothing covers and
+	// that lie below the offsets from which a table still records its
+	// skipped business duplicates (see PartitionReport.Unchecked):
+	// information, not in Gaps.
+	Unchecked int64 `json:"unchecked"`
 	// InSeveral counts offsets below Watermark that are rows of more than
 	// one table, or a row and a dead letter; InSeveralExamples shows some.
 	InSeveral         int64    `json:"in_several"`
@@ -105,6 +110,9 @@ func VerifyRoutes(ctx context.Context, topic string, tables []*Table, readDL Dea
 	// Every route's job reads the whole log, so an offset any of them found
 	// absent is absent.
 	absent := skipRuns{}
+	// An offset below the point from which any table records its skipped
+	// business duplicates may be one of that table's.
+	dropped := map[int32]int64{}
 	parts := map[int32]struct{}{}
 	for i, t := range tables {
 		tbl, err := t.Load(ctx)
@@ -125,6 +133,13 @@ func VerifyRoutes(ctx context.Context, topic string, tables []*Table, readDL Dea
 			return nil, err
 		}
 		absent.add(skipRuns{topic: runs[topic]})
+		below, err := droppedBelow(tbl, topic)
+		if err != nil {
+			return nil, err
+		}
+		for p, off := range below {
+			dropped[p] = max(dropped[p], off)
+		}
 		tr := RouteTableReport{Table: t.Name(), Group: t.group, SnapshotID: -1, DuplicateExamples: []string{}}
 		sessions := &sessionIndex{ids: make(map[string]uint32)}
 		keys := t.newKeyIndex()
@@ -242,12 +257,12 @@ func VerifyRoutes(ctx context.Context, topic string, tables []*Table, readDL Dea
 				}
 			}
 			if off > next {
-				pr.addGap(next, off, absent[topic][strconv.Itoa(int(p))])
+				pr.addGap(next, off, absent[topic][strconv.Itoa(int(p))], dropped[p])
 			}
 			next = off + 1
 		}
 		if pr.MinOffset >= 0 && pr.Watermark != NoWatermark && next < pr.Watermark {
-			pr.addGap(next, pr.Watermark, absent[topic][strconv.Itoa(int(p))])
+			pr.addGap(next, pr.Watermark, absent[topic][strconv.Itoa(int(p))], dropped[p])
 		}
 		r.Partitions = append(r.Partitions, pr)
 	}
@@ -255,11 +270,13 @@ func VerifyRoutes(ctx context.Context, topic string, tables []*Table, readDL Dea
 }
 
 // addGap is PartitionReport.addGap.
-func (pr *RoutesPartition) addGap(from, to int64, absent [][2]int64) {
+func (pr *RoutesPartition) addGap(from, to int64, absent [][2]int64, dropped int64) {
 	gaps, n := splitGap(from, to, absent)
+	gaps, below := clipGaps(gaps, dropped)
 	pr.Gaps = append(pr.Gaps, gaps...)
-	pr.GapOffsets += to - from - n
+	pr.GapOffsets += to - from - n - below
 	pr.AbsentFromLog += n
+	pr.Unchecked += below
 }
 
 // places describes where offset off of partition p is: "events/0@17 in
@@ -350,15 +367,17 @@ func (r *RoutesReport) WriteText(w io.Writer) error {
 	if r.DeadLetters >= 0 {
 		dead = strconv.FormatInt(r.DeadLetters, 10)
 	}
-	var skipped, absent, superseded int64
+	var skipped, absent, unchecked, superseded int64
 	for _, p := range r.Partitions {
 		skipped += p.BusinessSkipped
 		absent += p.AbsentFromLog
+		unchecked += p.Unchecked
 		superseded += p.DeadLettersSuperseded
 	}
 	ew.printf("  dead letters %s, business duplicates skipped %d\n", dead, skipped)
 	ew.missingDLQ(r.MissingDeadLetterTopics)
 	ew.absent(absent)
+	ew.unchecked(unchecked)
 	if superseded > 0 {
 		ew.printf("  %s superseded by a row (dead-lettered for a reason of the moment, such as enrich_failed, by a flush that did not commit; its redo stored the row; not a problem)\n",
 			plural(superseded, "dead letter"))
