@@ -264,9 +264,12 @@ func (m *Member) Run(ctx context.Context) error {
 			m.until != nil && errors.Is(err, fs.ErrPermission): // see retry
 			return err
 		case ctx.Err() != nil:
-			if err != nil {
+			switch {
+			case errors.Is(err, errFinalFlush):
 				m.log.Warn("stopping: the final flush failed; the next owner redoes its records", "err", err)
-			} else {
+			case err != nil:
+				m.log.Warn("stopping: the generation ended with an error; the next owner redoes what was not committed", "err", err)
+			default:
 				m.log.Info("stopping: buffers committed, leaving the group")
 			}
 			return nil
@@ -277,6 +280,26 @@ func (m *Member) Run(ctx context.Context) error {
 			m.log.Warn("generation ended", "generation", gen.ID, "err", err)
 		}
 	}
+}
+
+// errFinalFlush wraps the error of a generation's final flush.
+var errFinalFlush = errors.New("final flush")
+
+// idleCaughtUp reports whether the owners of a scheduled run's partitions
+// have committed its end offsets, for a member assigned none. The catalog
+// and the group are asked under a context the generation's end cancels
+// too: kafka-go rejoins only once the generation function returns, so a
+// slow catalog would hold up the rebalance.
+func (m *Member) idleCaughtUp(ctx, genCtx context.Context) bool {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	defer context.AfterFunc(genCtx, cancel)()
+	wm, err := m.table.Watermarks(ctx)
+	if err != nil {
+		return false
+	}
+	m.markPinned(ctx, wm)
+	return m.caughtUp(wm)
 }
 
 // generation runs one generation's workers and flusher. It returns when the
@@ -312,10 +335,8 @@ func (m *Member) generation(ctx, genCtx context.Context, gen *kafka.Generation, 
 			case <-genCtx.Done():
 				return nil
 			case <-tick:
-				if wm, err := m.table.Watermarks(ctx); err == nil {
-					if m.markPinned(ctx, wm); m.caughtUp(wm) {
-						return errCaughtUp
-					}
+				if m.idleCaughtUp(ctx, genCtx) {
+					return errCaughtUp
 				}
 			}
 		}
@@ -334,6 +355,9 @@ func (m *Member) generation(ctx, genCtx context.Context, gen *kafka.Generation, 
 
 	wm, err := m.watermarks(stopCtx)
 	if err != nil {
+		if ctx.Err() != nil {
+			return nil // stopped before anything was fetched
+		}
 		return err
 	}
 	// Read after the watermarks: a log that ends below one lost the
@@ -519,7 +543,7 @@ func (m *Member) generation(ctx, genCtx context.Context, gen *kafka.Generation, 
 	}
 	// Final flush: fetching has stopped, so what is buffered is complete.
 	if err := f.flush(flushCtx); err != nil {
-		return fmt.Errorf("final flush: %w", err)
+		return fmt.Errorf("%w: %w", errFinalFlush, err)
 	}
 	if f.caughtUp {
 		return errCaughtUp

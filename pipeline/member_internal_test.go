@@ -14,6 +14,7 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/floe-dev/floe/lakehouse"
+	"github.com/floe-dev/floe/lakehouse/faultcat"
 	"github.com/floe-dev/floe/pipeline/embedded"
 	"github.com/floe-dev/floe/schemas"
 	"github.com/floe-dev/floe/schemas/clickgen"
@@ -279,4 +280,46 @@ func (h *recorded) taken() []slog.Record {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return slices.Clone(h.records)
+}
+
+// TestIdleScheduledTickEndsWithItsGeneration: a scheduled member assigned
+// nothing asks the catalog at each tick whether the owners have caught up;
+// a rebalance ends its generation while a catalog call hangs, and the
+// generation returns at once. The call ran under Run's context alone, and
+// kafka-go rejoins only once the generation function returns: a catalog
+// that took minutes to answer held up the whole group's rebalance.
+func TestIdleScheduledTickEndsWithItsGeneration(t *testing.T) {
+	dir := t.TempDir()
+	props := map[string]string{"type": "sql", "uri": "file:" + dir + "/c.db", "sql.dialect": "sqlite",
+		"sql.driver": "sqlite", "warehouse": "file://" + dir + "/wh"}
+	cat, err := lakehouse.OpenCatalog(t.Context(), props)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fc := faultcat.Wrap(cat)
+	sc, _ := schemas.Lookup(schemas.Clickstream)
+	tbl, err := lakehouse.OpenIn(t.Context(), fc, lakehouse.Config{Table: "t.clicks", Group: "g"}, sc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { tbl.Close() })
+	fc.InjectLoads(faultcat.Stall)
+
+	m := &Member{cfg: Config{Kafka: KafkaConfig{Topic: "clicks"}, Commit: CommitConfig{Interval: Duration(50 * time.Millisecond)}},
+		table: tbl, until: map[int32]int64{0: 10}, stats: newStats("clicks"), log: slog.New(slog.DiscardHandler)}
+	gen := &kafka.Generation{ID: 2, Assignments: map[string][]kafka.PartitionAssignment{}}
+	genCtx, endGen := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- m.generation(t.Context(), genCtx, gen, nil) }()
+	// The first tick's load stalls; the rebalance comes meanwhile.
+	time.Sleep(300 * time.Millisecond)
+	endGen()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the idle generation still waits on the catalog 5 s after the rebalance ended it")
+	}
 }

@@ -1324,3 +1324,28 @@ func TestLogAppendTimeTopicWarned(t *testing.T) {
 		})
 	}
 }
+
+// TestStopBeforeFetchingSaysNothingWasLost: a stop while the generation is
+// still retrying its watermark read (catalog down) has buffered nothing;
+// it logged that "the final flush failed; the next owner redoes its
+// records", telling the operator records were abandoned.
+func TestStopBeforeFetchingSaysNothingWasLost(t *testing.T) {
+	j := newJob(t, 50, fastCommit, nil)
+	tbl, fc := faultyTable(t, j)
+	fc.Outage(true)
+	var logs lockedBuffer
+	m, err := pipeline.NewMember(j.cfg, tbl, j.sc, pipeline.WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	done, stop := startRun(m)
+	defer stop()
+	waitFor(t, 30*time.Second, "assigned with failing watermark reads", func() bool {
+		return m.Stats().Assigned.Load() > 0 && fc.FailedLoads() >= 2
+	})
+	stop()
+	waitRun(t, done, 30*time.Second, "the member did not stop")
+	if out := logs.String(); strings.Contains(out, "final flush failed") || !strings.Contains(out, "stopping: buffers committed") {
+		t.Errorf("a stop before anything was buffered logged:\n%s", out)
+	}
+}

@@ -14,6 +14,10 @@ func main() {
 	// Signals are caught before anything else runs, so a SIGTERM that
 	// arrives during start-up is a graceful stop too.
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	// The first signal stops floe gracefully; a second one kills it (Go's
+	// default once the signals are no longer caught), for a stop held up
+	// by a hung call.
+	context.AfterFunc(ctx, stop)
 	err := rootCmd().ExecuteContext(ctx)
 	stop()
 	if err != nil {

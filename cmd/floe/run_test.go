@@ -203,3 +203,57 @@ func TestSigtermBeforeTheFlushThatCatchesUp(t *testing.T) {
 		t.Fatalf("the run whose final flush committed every end offset %v exited with %v\n%s", end, err, tail(p.output(), 2000))
 	}
 }
+
+// TestSecondSignalKillsAHungStop: the first SIGTERM asks floe to stop
+// gracefully; a second one, for a stop held up by a call that cannot be
+// interrupted (a NameNode that accepts and never answers, waited on for up
+// to hdfs.io-timeout), kills it at once. The second signal was caught and
+// ignored like the first, leaving only SIGKILL.
+func TestSecondSignalKillsAHungStop(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	accepted := make(chan struct{}, 1)
+	go func() {
+		var conns []net.Conn
+		defer func() {
+			for _, c := range conns {
+				c.Close()
+			}
+		}()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			conns = append(conns, c)
+			select {
+			case accepted <- struct{}{}:
+			default:
+			}
+		}
+	}()
+	dir := t.TempDir()
+	cat := sqliteCatalog(dir)
+	cat["warehouse"] = "hdfs://" + ln.Addr().String() + "/warehouse"
+	cat["hdfs.user"] = "floe"
+	cat["hdfs.io-timeout"] = "2m"
+	e := &env{t: t, dir: dir, config: writeConfigCatalog(t, dir, "127.0.0.1:1", "floe-test", "analytics.clicks", cat, "", "")}
+	p := e.start("floe run", "run")
+	select {
+	case <-accepted:
+	case <-time.After(30 * time.Second):
+		t.Fatal("floe run did not connect to the NameNode within 30 s")
+	}
+	time.Sleep(200 * time.Millisecond)
+	p.signal(t, syscall.SIGTERM)
+	time.Sleep(500 * time.Millisecond)
+	p.signal(t, syscall.SIGTERM)
+	err = p.wait(t, 10*time.Second)
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.Sys().(syscall.WaitStatus).Signal() != syscall.SIGTERM {
+		t.Fatalf("floe run after a second SIGTERM: %v; want killed by it", err)
+	}
+}
