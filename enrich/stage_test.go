@@ -643,6 +643,51 @@ func TestAnIsolatedKeyLeavesTheBreakerClosed(t *testing.T) {
 	checkResult(t, srv, key(100), got[0].Result)
 }
 
+// TestAKeyTooLongForTheURLLeavesTheBreakerClosed: in single mode the key is
+// in the URL, and one too long for the service's request line is answered
+// 414 (nginx's default limit is 8 KiB; Go's server answers 431 past 1 MiB):
+// the key's fault, like a 400, so once isolated it no longer counts for the
+// breaker. It counted, and with a warm cache the retries of one garbage
+// user_id opened the breaker for every partition.
+func TestAKeyTooLongForTheURLLeavesTheBreakerClosed(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if len(r.RequestURI) > 8<<10 {
+			http.Error(w, "Request-URI Too Large", http.StatusRequestURITooLong)
+			return
+		}
+		_, _ = w.Write([]byte(`{"segment":"gold"}`))
+	}))
+	t.Cleanup(srv.Close)
+	cfg := testConfig(srv.URL)
+	cfg.Mode, cfg.URL = enrich.ModeSingle, srv.URL+"/lookup/{key}"
+	cfg.Fields = []enrich.Field{{Name: "segment", Type: enrich.TypeString}}
+	cfg.Breaker.MinRequests = 0 // the default, 10
+	cfg.Breaker.OpenTimeout = enrich.Duration(time.Second)
+	h := startStage(t, cfg)
+
+	stuck := h.st.NewQueue()
+	t.Cleanup(stuck.Abort)
+	if err := stuck.Submit(context.Background(), strings.Repeat("x", 9000), 0); err != nil {
+		t.Fatal(err)
+	}
+	good := h.st.NewQueue()
+	t.Cleanup(good.Abort)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for i := range 15 {
+		if err := good.Submit(ctx, key(i), i); err != nil {
+			t.Fatal(err)
+		}
+		if got, err := good.Take(ctx, nil); err != nil || len(got) != 1 || got[0].Result.Status != enrich.StatusOK {
+			t.Fatalf("key %d: %v, %v", i, got, err)
+		}
+		if n := h.metric(t, "floe_enrich_breaker_transitions_total", "to", "open"); n > 0 {
+			t.Fatalf("the breaker opened after %d other lookups, all answered: the long key's 414s counted", i+1)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
 // TestAKeyAloneOpensTheBreakerWhenNothingIsAnswered: a service answering
 // 500 to every request, asked for one key, opens the breaker (at the
 // default min_requests). The key's failed rounds move it off its request
