@@ -108,7 +108,9 @@
 //     for the breaker, and while other lookups wait for the half-open
 //     breaker's probe it leaves the probe to them. Retried for as long as
 //     it fails, it would open the breaker for every partition whenever few
-//     other requests are made (a warm cache).
+//     other requests are made (a warm cache). A record waiting for such a
+//     key that its lane's Doomed says cannot be used anyway leaves at
+//     once, as StatusDead.
 //   - passthrough: records complete without enrichment: StatusSkipped while
 //     the breaker is open, StatusError (with Err) after a failed request.
 //   - dlq: records complete with StatusDead and Err (ErrBreakerOpen or a

@@ -101,6 +101,8 @@ type Queue struct {
 	outOnce sync.Once
 	out     chan Completed // Out's channel, once asked for
 	viaOut  bool           // Out was asked for: nothing calls Delivered
+
+	doomed func(item any) bool // see Doomed
 }
 
 // entrySlab is how many entries a lane allocates at once: one allocation
@@ -167,6 +169,14 @@ func (s *Stage) NewQueue() *Queue {
 		abort:    make(chan struct{}),
 	}
 }
+
+// Doomed sets fn to tell, of an item waiting for a key the service fails
+// for its own fault (keysAtFault) under the pause policy, whether the item
+// cannot be used whatever the answer: fn's items leave the lane at once as
+// StatusDead, where they would wait, with every item behind them, for as
+// long as the service fails their key. fn runs on the stage's goroutines,
+// once per waiting item at most. Set it before the first Submit.
+func (q *Queue) Doomed(fn func(item any) bool) { q.doomed = fn }
 
 // Idle reports whether every record submitted to the lane has been
 // Delivered: a record the caller hands on itself now keeps its place in

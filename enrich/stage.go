@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -34,7 +35,9 @@ const (
 	// record is written with null enrichment.
 	StatusSkipped Status = "skipped"
 	// StatusDead: policy dlq, and the breaker was open or the request
-	// failed; Err says why. The record belongs in the dead-letter topic.
+	// failed; or, under any policy, a lane's Doomed said the record cannot
+	// be used and its key failed for its own fault. Err says why. The
+	// record belongs in the dead-letter topic.
 	StatusDead Status = "dead"
 	// StatusError: policy passthrough, and the request failed for good; Err
 	// says why. The record is written with null enrichment.
@@ -148,6 +151,9 @@ type flight struct {
 type waiter struct {
 	q *Queue
 	e *entry
+	// checked: the lane's Doomed said the entry's item can be used
+	// (releaseDoomed asks once).
+	checked bool
 }
 
 // NewStage builds a stage from cfg (Finish is applied to a copy), registering
@@ -322,7 +328,7 @@ func (s *Stage) lookup(key string, q *Queue, e *entry) {
 		return
 	}
 	if f := s.flights[key]; f != nil {
-		f.waiters = append(f.waiters, waiter{q, e})
+		f.waiters = append(f.waiters, waiter{q: q, e: e})
 		s.mu.Unlock()
 		s.m.coalesced.Inc()
 		return
@@ -334,7 +340,7 @@ func (s *Stage) lookup(key string, q *Queue, e *entry) {
 		q.finish(e, cachedResult(v))
 		return
 	}
-	s.flights[key] = &flight{waiters: []waiter{{q, e}}}
+	s.flights[key] = &flight{waiters: []waiter{{q: q, e: e}}}
 	s.enqueueLocked(key)
 	s.mu.Unlock()
 }
@@ -522,6 +528,9 @@ func (s *Stage) resolve(ctx context.Context, keys []string, half, isolated bool)
 		}
 		// Pause: after a backoff, or as soon as the breaker changes state,
 		// split a batch failing for its own keys, or try it again.
+		if keysAtFault(err) {
+			s.releaseDoomed(keys, err)
+		}
 		if !s.sleep(ctx, s.backoff(round), s.breakerChanged()) {
 			return
 		}
@@ -786,6 +795,60 @@ func (s *Stage) onBreakerChange(_ string, from, to gobreaker.State) {
 	case gobreaker.StateClosed:
 		s.loggedAt.Store(0)
 		s.log.Info("enrichment circuit breaker closed: service answering again")
+	}
+}
+
+// releaseDoomed completes, as StatusDead, the entries waiting for keys
+// whose lane's Doomed says their item cannot be used whatever the lookup
+// answers (a record that cannot become a row: too large, malformed): under
+// pause, a key the service keeps failing would hold them, and every record
+// behind them, for an answer they could not use. Each entry is asked about
+// once; Doomed runs without the stage's lock.
+func (s *Stage) releaseDoomed(keys []string, err error) {
+	type asked struct {
+		key  string
+		q    *Queue
+		e    *entry
+		item any
+	}
+	var ask []asked
+	s.mu.Lock()
+	for _, k := range keys {
+		if f := s.flights[k]; f != nil {
+			for i := range f.waiters {
+				if w := &f.waiters[i]; !w.checked && w.q.doomed != nil {
+					w.checked = true
+					ask = append(ask, asked{k, w.q, w.e, w.e.item})
+				}
+			}
+		}
+	}
+	s.mu.Unlock()
+	doomed := ask[:0]
+	for _, a := range ask {
+		if a.q.doomed(a.item) {
+			doomed = append(doomed, a)
+		}
+	}
+	if len(doomed) == 0 {
+		return
+	}
+	var release []waiter
+	s.mu.Lock()
+	for _, a := range doomed {
+		f := s.flights[a.key]
+		if f == nil {
+			continue
+		}
+		// Still waiting: not forgotten by an aborted lane meanwhile.
+		if i := slices.IndexFunc(f.waiters, func(w waiter) bool { return w.e == a.e }); i >= 0 {
+			release = append(release, f.waiters[i])
+			f.waiters = slices.Delete(f.waiters, i, i+1)
+		}
+	}
+	s.mu.Unlock()
+	for _, w := range release {
+		w.q.finish(w.e, Result{Status: StatusDead, Err: err})
 	}
 }
 

@@ -243,6 +243,15 @@ func (b *partitionBuffer) refuse(msg kafka.Message, err error) (rowsDelta, bytes
 	return 0, 0, false, fmt.Errorf("buffering %s/%d@%d: %w", b.topic, b.partition, msg.Offset, err)
 }
 
+// unbuildable reports whether value cannot become a row for its own fault
+// (a schemas.DecodeError: a dead letter whatever its enrichment).
+func (b *partitionBuffer) unbuildable(value []byte) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var de *schemas.DecodeError
+	return errors.As(b.builder.Check(value), &de)
+}
+
 // resolvingBuilder is a builder that reads a row's enrichment key as it
 // decodes it (schemas.Builder.AppendResolved).
 type resolvingBuilder interface {

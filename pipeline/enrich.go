@@ -414,6 +414,9 @@ func (m *Member) fetchEnriched(ctx context.Context, b *partitionBuffer, seek int
 	defer r.Close()
 	lane := m.stage.NewQueue()
 	defer lane.Abort() // records still in the lane are redone by the next owner
+	// A record that cannot become a row leaves as a dead letter with its
+	// own reason rather than wait for a key the service keeps failing.
+	lane.Doomed(func(item any) bool { return b.unbuildable(item.(*laneRecord).value) })
 
 	outer := ctx
 	ctx, cancel := context.WithCancel(ctx)

@@ -6,6 +6,7 @@ import (
 	"maps"
 	"net"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -603,6 +604,57 @@ func TestEnrichFailedOnlyForRecordsThatWouldBeRows(t *testing.T) {
 				t.Errorf("dead letter of %.60s…: reason %q, want %q", cases[i].value, got, cases[i].reason)
 			}
 		}
+	}
+}
+
+// TestPauseDoesNotHoldRecordsThatCannotBeRows: under policy pause, records
+// whose key the service keeps failing (a 500 for that key alone) but that
+// could not become rows anyway (malformed, over max_message_bytes, a
+// required field missing) are dead-lettered at once with their own
+// reasons, and the records behind them are stored. They waited for an
+// answer they could not use, and their partition stopped for as long as
+// the service failed the key.
+func TestPauseDoesNotHoldRecordsThatCannotBeRows(t *testing.T) {
+	_, url := startServer(t, enrich.ServerConfig{P50: enrich.NoLatency, FailKeys: []string{"u-poison"}})
+	j := newJob(t, 0, fastCommit, enrichConfig(url, enrich.PolicyPause))
+	j.cfg.Kafka.MaxMessageBytes = 4 << 10
+	valid := string(clickgen.New(clickgen.Config{Sessions: 1, Seed: 4}).Next().Value)
+	user := regexp.MustCompile(`"user_id":"[^"]*"`)
+	poison := user.ReplaceAllString(valid, `"user_id":"u-poison"`)
+	cases := []struct{ value, reason string }{
+		{strings.Replace(poison, `"seq":1`, `"seq":01`, 1), schemas.ReasonMalformedJSON},
+		{strings.Replace(poison, `"referrer":""`, `"referrer":"`+strings.Repeat("r", 8<<10)+`"`, 1), schemas.ReasonTooLarge},
+		{`{"session_id":"s-0","user_id":"u-poison","event_type":"page_view"}`, schemas.ReasonMissingField},
+		{valid, ""},
+	}
+	if !strings.Contains(cases[0].value, "u-poison") || cases[0].value == poison {
+		t.Fatalf("the malformed record is not one: %s", cases[0].value)
+	}
+	msgs := make([]clickgen.Message, len(cases))
+	for i, c := range cases {
+		msgs[i] = clickgen.Message{Key: []byte("s-0"), Value: []byte(c.value)} // one partition, in this order
+	}
+	landed, err := j.cl.Produce(t.Context(), "clicks", msgs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if j.end, err = j.cl.EndOffsets(t.Context(), "clicks"); err != nil {
+		t.Fatal(err)
+	}
+	runUntilCaughtUp(t, j)
+	dl, err := pipeline.ReadDeadLetters(t.Context(), j.cfg.Kafka, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for p, offs := range landed {
+		for i, off := range offs {
+			if got := dl[p][off]; got != cases[i].reason {
+				t.Errorf("dead letter of %.60s…: reason %q, want %q", cases[i].value, got, cases[i].reason)
+			}
+		}
+	}
+	if rows := readEnriched(t, j.tbl); len(rows) != 1 || rows[0].status != string(enrich.StatusOK) {
+		t.Errorf("rows %+v, want the valid record's, enriched", rows)
 	}
 }
 
