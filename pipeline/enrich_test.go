@@ -582,27 +582,9 @@ func TestEnrichFailedOnlyForRecordsThatWouldBeRows(t *testing.T) {
 		{strings.Replace(valid, `"referrer":""`, `"referrer":"`+strings.Repeat("r", 8<<10)+`"`, 1), schemas.ReasonTooLarge},
 		{`{"session_id":"s-0","user_id":"u-0","event_type":"page_view"}`, schemas.ReasonMissingField},
 	}
-	msgs := make([]clickgen.Message, len(cases))
-	for i, c := range cases {
-		msgs[i] = clickgen.Message{Key: []byte("s-0"), Value: []byte(c.value)} // one partition, in this order
-	}
-	landed, err := j.cl.Produce(t.Context(), "clicks", msgs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if j.end, err = j.cl.EndOffsets(t.Context(), "clicks"); err != nil {
-		t.Fatal(err)
-	}
-	runUntilCaughtUp(t, j)
-	dl, err := pipeline.ReadDeadLetters(t.Context(), j.cfg.Kafka, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for p, offs := range landed {
-		for i, off := range offs {
-			if got := dl[p][off]; got != cases[i].reason {
-				t.Errorf("dead letter of %.60s…: reason %q, want %q", cases[i].value, got, cases[i].reason)
-			}
+	for i, got := range ingestReasons(t, j, cases) {
+		if got != cases[i].reason {
+			t.Errorf("dead letter of %.60s…: reason %q, want %q", cases[i].value, got, cases[i].reason)
 		}
 	}
 }
@@ -630,9 +612,24 @@ func TestPauseDoesNotHoldRecordsThatCannotBeRows(t *testing.T) {
 	if !strings.Contains(cases[0].value, "u-poison") || cases[0].value == poison {
 		t.Fatalf("the malformed record is not one: %s", cases[0].value)
 	}
+	for i, got := range ingestReasons(t, j, cases) {
+		if got != cases[i].reason {
+			t.Errorf("dead letter of %.60s…: reason %q, want %q", cases[i].value, got, cases[i].reason)
+		}
+	}
+	if rows := readEnriched(t, j.tbl); len(rows) != 1 || rows[0].status != string(enrich.StatusOK) {
+		t.Errorf("rows %+v, want the valid record's, enriched", rows)
+	}
+}
+
+// ingestReasons produces cases' values to one partition, in this order,
+// runs a member of j until the table holds them, and returns each record's
+// dead-letter reason ("" when it has none).
+func ingestReasons(t *testing.T, j *job, cases []struct{ value, reason string }) []string {
+	t.Helper()
 	msgs := make([]clickgen.Message, len(cases))
 	for i, c := range cases {
-		msgs[i] = clickgen.Message{Key: []byte("s-0"), Value: []byte(c.value)} // one partition, in this order
+		msgs[i] = clickgen.Message{Key: []byte("s-0"), Value: []byte(c.value)}
 	}
 	landed, err := j.cl.Produce(t.Context(), "clicks", msgs)
 	if err != nil {
@@ -646,16 +643,13 @@ func TestPauseDoesNotHoldRecordsThatCannotBeRows(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	reasons := make([]string, len(cases))
 	for p, offs := range landed {
 		for i, off := range offs {
-			if got := dl[p][off]; got != cases[i].reason {
-				t.Errorf("dead letter of %.60s…: reason %q, want %q", cases[i].value, got, cases[i].reason)
-			}
+			reasons[i] = dl[p][off]
 		}
 	}
-	if rows := readEnriched(t, j.tbl); len(rows) != 1 || rows[0].status != string(enrich.StatusOK) {
-		t.Errorf("rows %+v, want the valid record's, enriched", rows)
-	}
+	return reasons
 }
 
 // TestEnrichFailedDeadLettersRedoneAsRowsVerify: under policy dlq during
