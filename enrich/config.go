@@ -24,7 +24,7 @@ type FieldType string
 // The field types a lookup result can be mapped to, with the Go type each
 // takes in Values.
 const (
-	TypeString    FieldType = "string"    // string; a JSON number or bool is kept as its text
+	TypeString    FieldType = "string"    // string, UTF-8 only; a JSON number or bool is kept as its text
 	TypeLong      FieldType = "long"      // int64; integral JSON numbers or numeric strings
 	TypeDouble    FieldType = "double"    // float64; JSON numbers or numeric strings
 	TypeBoolean   FieldType = "boolean"   // bool; JSON true/false or "true"/"false"

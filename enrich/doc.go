@@ -28,10 +28,10 @@
 // replaced by the key, percent-encoded (everything but A-Z a-z 0-9 - . _ ~),
 // answered 200 with the attribute object, or 404 for a miss.
 //
-// Attribute values are converted to the configured Field types: string,
-// long, double, boolean, and timestamp (an RFC 3339 string or epoch
-// milliseconds). A value that does not convert becomes null and is counted
-// in floe_enrich_attribute_errors_total.
+// Attribute values are converted to the configured Field types: string
+// (UTF-8 only, as in records), long, double, boolean, and timestamp (an RFC
+// 3339 string or epoch milliseconds). A value that does not convert becomes
+// null and is counted in floe_enrich_attribute_errors_total.
 //
 // Failures: transport errors, timeouts (Config.Timeout per attempt), 429 and
 // 5xx other than 501 are retried (Config.Retries, full-jitter exponential

@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/valyala/fastjson"
 
@@ -147,6 +148,11 @@ func (d *decoder) convert(i int, v *fastjson.Value) (schemas.Attr, bool) {
 	case TypeString:
 		switch kind {
 		case fastjson.TypeString:
+			// A string column holds UTF-8 (Parquet's and Iceberg's string
+			// type), as a record's string must.
+			if !utf8.Valid(str) {
+				return schemas.Attr{}, false
+			}
 			if in := d.interns[i]; in != nil {
 				return schemas.StringAttr(in.get(str)), true
 			}

@@ -1,6 +1,7 @@
 package enrich
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -107,6 +108,28 @@ func TestAttrsCountsBadValuesAndInterns(t *testing.T) {
 	v, _ = p.Parse(`[1,2]`)
 	if vals := d.attrs(v); len(vals) != 3 || vals[0].Set || vals[1].Set || vals[2].Set || len(bad) != 3 {
 		t.Fatalf("an array for attributes: values %v, bad fields %v; want three nulls, all counted", vals, bad)
+	}
+}
+
+// TestAttrStringsThatAreNotUTF8AreCountedNulls: a string attribute whose
+// bytes are not UTF-8 is a null counted as an attribute error, as a
+// record's string with such bytes is a dead letter. It was stored as it
+// came, with status ok and nothing counted, in a column Parquet and Iceberg
+// hold as UTF-8.
+func TestAttrStringsThatAreNotUTF8AreCountedNulls(t *testing.T) {
+	fields := []Field{{Name: "segment", Type: TypeString, Attribute: "segment"}}
+	var bad []string
+	d := newDecoder(fields, func(f string) { bad = append(bad, f) })
+	long := strings.Repeat("x", internMaxLen) // past the interned lengths
+	for _, s := range []string{"go\xff\xfeld", long + "\xff", "\xed\xa0\x80" /* a surrogate */} {
+		bad = nil
+		v := fastjson.MustParse(`{"segment":"` + s + `"}`)
+		if vals := d.attrs(v); vals[0].Set || len(bad) != 1 {
+			t.Errorf("%q: value %q, bad fields %v; want a null, counted", s, vals[0].Str, bad)
+		}
+	}
+	if vals := d.attrs(fastjson.MustParse(`{"segment":"gölд"}`)); vals[0].Str != "gölд" {
+		t.Errorf("UTF-8 string: %q", vals[0].Str)
 	}
 }
 
