@@ -234,7 +234,10 @@ func (c *client) decode(keys []string, raw []byte) (map[string]Values, error) {
 		}
 		return map[string]Values{keys[0]: c.dec.attrs(v)}, nil
 	}
-	results := v.Get("results")
+	var results *fastjson.Value
+	if top, err := v.Object(); err == nil {
+		results = lastMember(top, "results")
+	}
 	if results == nil || results.Type() != fastjson.TypeObject {
 		return nil, c.fail(http.StatusOK, false, `decoding the response: no "results" object`)
 	}
@@ -243,6 +246,8 @@ func (c *client) decode(keys []string, raw []byte) (map[string]Values, error) {
 	o.Visit(func(k []byte, rv *fastjson.Value) {
 		if rv.Type() != fastjson.TypeNull {
 			out[string(k)] = c.dec.attrs(rv)
+		} else {
+			delete(out, string(k)) // a repeated key counts by its last value
 		}
 	})
 	return out, nil

@@ -23,6 +23,8 @@
 //	{"results":{"u-1":{"segment":"gold","score":0.7}}}
 //
 // A key absent from "results" (or mapped to null) is a miss, not an error.
+// A repeated member (a key in "results", an attribute in its object) counts
+// by its last value, as in records.
 //
 // Single mode, for services without a batch endpoint: GET <url> with {key}
 // replaced by the key, percent-encoded (everything but A-Z a-z 0-9 - . _ ~),

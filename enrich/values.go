@@ -102,10 +102,10 @@ func (in *interner) share(s string) string {
 	return s
 }
 
-// attrs converts one key's attribute object. Values that do not convert are
-// left null and reported to bad; so is every field of an answer that is no
-// object: the key's own fault, which must not fail the others answered
-// with it.
+// attrs converts one key's attribute object, where a repeated member counts
+// by its last value. Values that do not convert are left null and reported
+// to bad; so is every field of an answer that is no object: the key's own
+// fault, which must not fail the others answered with it.
 func (d *decoder) attrs(v *fastjson.Value) Values {
 	vals := make(Values, len(d.fields))
 	o, err := v.Object()
@@ -116,7 +116,7 @@ func (d *decoder) attrs(v *fastjson.Value) Values {
 		return vals
 	}
 	for i, f := range d.fields {
-		a := o.Get(f.Attribute)
+		a := lastMember(o, f.Attribute)
 		if a == nil {
 			continue
 		}
@@ -128,6 +128,19 @@ func (d *decoder) attrs(v *fastjson.Value) Values {
 		vals[i] = x
 	}
 	return vals
+}
+
+// lastMember returns the value of o's last member named name, or nil: a
+// repeated member counts by its last value, as in records (o.Get finds the
+// first).
+func lastMember(o *fastjson.Object, name string) *fastjson.Value {
+	var last *fastjson.Value
+	o.Visit(func(k []byte, v *fastjson.Value) {
+		if string(k) == name {
+			last = v
+		}
+	})
+	return last
 }
 
 // convert converts one JSON value to field i's type. A JSON null is an

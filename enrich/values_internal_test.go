@@ -1,6 +1,7 @@
 package enrich
 
 import (
+	"maps"
 	"strings"
 	"testing"
 	"time"
@@ -130,6 +131,38 @@ func TestAttrStringsThatAreNotUTF8AreCountedNulls(t *testing.T) {
 	}
 	if vals := d.attrs(fastjson.MustParse(`{"segment":"gölд"}`)); vals[0].Str != "gölд" {
 		t.Errorf("UTF-8 string: %q", vals[0].Str)
+	}
+}
+
+// TestRepeatedMembersCountByTheirLastValue: in the service's answer, as in
+// records, a repeated member counts by its last value: an attribute, a key
+// in "results" (a later null makes it a miss), and "results" itself. The
+// first attribute and the first "results" were kept, and a key answered
+// was not unanswered by a later null.
+func TestRepeatedMembersCountByTheirLastValue(t *testing.T) {
+	fields := []Field{{Name: "segment", Type: TypeString, Attribute: "segment"}, {Name: "visits", Type: TypeLong, Attribute: "visits"}}
+	var bad []string
+	c := &client{mode: ModeBatch, dec: newDecoder(fields, func(f string) { bad = append(bad, f) })}
+	for _, tc := range []struct {
+		body string
+		want map[string][2]any // key: segment, visits
+	}{
+		{`{"results":{"u-1":{"segment":"gold","visits":"x","segment":"silver","visits":3}}}`, map[string][2]any{"u-1": {"silver", int64(3)}}},
+		{`{"results":{"u-1":{"segment":"gold"},"u-1":null,"u-2":null,"u-2":{"visits":2}}}`, map[string][2]any{"u-2": {nil, int64(2)}}},
+		{`{"results":{"u-1":{"segment":"gold"}},"results":{"u-2":{"segment":"silver"}}}`, map[string][2]any{"u-2": {"silver", nil}}},
+	} {
+		bad = nil
+		out, err := c.decode([]string{"u-1", "u-2"}, []byte(tc.body))
+		if err != nil {
+			t.Fatalf("%s: %v", tc.body, err)
+		}
+		got := map[string][2]any{}
+		for k, vals := range out {
+			got[k] = [2]any{vals.Get(fields, "segment"), vals.Get(fields, "visits")}
+		}
+		if !maps.Equal(got, tc.want) || len(bad) != 0 {
+			t.Errorf("%s: %v, bad fields %v; want %v, none bad", tc.body, got, bad, tc.want)
+		}
 	}
 }
 
