@@ -222,7 +222,7 @@ func (d *decoder) convert(i int, v *fastjson.Value) (schemas.Attr, bool) {
 	case TypeTimestamp:
 		switch kind {
 		case fastjson.TypeString:
-			if ts, err := time.Parse(time.RFC3339Nano, string(str)); err == nil {
+			if ts, err := schemas.ParseDateTime(time.RFC3339Nano, string(str)); err == nil {
 				return schemas.TimeAttr(ts), true
 			}
 		case fastjson.TypeNumber: // epoch milliseconds

@@ -166,6 +166,21 @@ func TestRepeatedMembersCountByTheirLastValue(t *testing.T) {
 	}
 }
 
+// TestAttrTimestampsTakeLowerCaseTAndZ: an RFC 3339 timestamp attribute may
+// spell its "T" and "Z" in lower case, as RFC 3339 and records' timestamps
+// allow. It was refused: a null, counted as an attribute error.
+func TestAttrTimestampsTakeLowerCaseTAndZ(t *testing.T) {
+	want := time.Date(2024, 11, 29, 6, 0, 0, 500_000_000, time.UTC)
+	for _, raw := range []string{`"2024-11-29t06:00:00.5z"`, `"2024-11-29T06:00:00.5z"`, `"2024-11-29t07:00:00.5+01:00"`} {
+		if got, ok := convert(TypeTimestamp, raw); !ok || !want.Equal(got.(time.Time)) {
+			t.Errorf("%s: %v ok=%v, want %v", raw, got, ok, want)
+		}
+	}
+	if got, ok := convert(TypeTimestamp, `"2024-11-29x06:00:00z"`); ok {
+		t.Errorf("a date and time joined by x: %v, want refused", got)
+	}
+}
+
 func TestEscapeKey(t *testing.T) {
 	if got := escapeKey("u 1/ä?&x=%~._-"); got != "u%201%2F%C3%A4%3F%26x%3D%25~._-" {
 		t.Fatalf("escapeKey = %s", got)

@@ -456,7 +456,7 @@ func decodeTS(v *fastjson.Value, nums *NumberReader) (int64, *DecodeError) {
 		}
 		// The string is only read during the call, and the error (which
 		// would quote all of it) is dropped, so nothing keeps it.
-		t, err := parseDateTime(time.RFC3339, unsafe.String(unsafe.SliceData(s), len(s)))
+		t, err := ParseDateTime(time.RFC3339, unsafe.String(unsafe.SliceData(s), len(s)))
 		if err != nil {
 			return 0, &DecodeError{Reason: ReasonInvalidField, Field: jsonNames[colEventTS],
 				Detail: "a string ts must be an RFC 3339 date-time with a zone, like 2024-11-29T06:00:00Z"}
@@ -485,9 +485,10 @@ func Truncate(s string, n int) string {
 	return strings.ToValidUTF8(s[:cut], "") + more
 }
 
-// parseDateTime is time.Parse of an RFC 3339 layout, which also takes
-// the "t" and "z" RFC 3339 allows in lower case (section 5.6).
-func parseDateTime(layout, s string) (time.Time, error) {
+// ParseDateTime is time.Parse of an RFC 3339 layout, which also takes
+// the "t" and "z" RFC 3339 allows in lower case (section 5.6). Enrichment reads
+// its attributes' timestamps with it too, so that they take what records do.
+func ParseDateTime(layout, s string) (time.Time, error) {
 	t, err := time.Parse(layout, s)
 	if err != nil && strings.ContainsAny(s, "tz") {
 		if u, uerr := time.Parse(layout, strings.ToUpper(s)); uerr == nil {

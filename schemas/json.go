@@ -355,7 +355,7 @@ func (d *jsonDecoder) value(n *node, v *fastjson.Value, b array.Builder) *Decode
 			if n.kind == kTimestamp {
 				layout, want = "2006-01-02T15:04:05.999999999", "a date-time without a zone, like 2024-11-29T06:00:00"
 			}
-			t, err := parseDateTime(layout, string(str))
+			t, err := ParseDateTime(layout, string(str))
 			if err != nil {
 				return invalid("a string timestamp must be " + want)
 			}
