@@ -25,8 +25,8 @@ type FieldType string
 // takes in Values.
 const (
 	TypeString    FieldType = "string"    // string, UTF-8 only; a JSON number or bool is kept as its text
-	TypeLong      FieldType = "long"      // int64; integral JSON numbers or numeric strings
-	TypeDouble    FieldType = "double"    // float64; JSON numbers or numeric strings
+	TypeLong      FieldType = "long"      // int64; a whole JSON number (42.0 too), or a string spelling one
+	TypeDouble    FieldType = "double"    // float64; a JSON number, or a string spelling one
 	TypeBoolean   FieldType = "boolean"   // bool; JSON true/false or "true"/"false"
 	TypeTimestamp FieldType = "timestamp" // time.Time in UTC; an RFC 3339 string or epoch milliseconds
 )

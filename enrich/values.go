@@ -3,9 +3,11 @@ package enrich
 import (
 	"math"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 	"unicode/utf8"
+	"unsafe"
 
 	"github.com/valyala/fastjson"
 
@@ -177,33 +179,28 @@ func (d *decoder) convert(i int, v *fastjson.Value) (schemas.Attr, bool) {
 		default: // a number: keep its text
 			return schemas.StringAttr(string(v.MarshalTo(nil))), true
 		}
-	case TypeLong:
+	case TypeLong, TypeDouble:
+		// A JSON number, or a string holding one as JSON spells it.
+		var text string
 		switch kind {
 		case fastjson.TypeNumber:
-			var r schemas.NumberReader
-			if n, err := r.Int(v); err == nil {
-				return schemas.LongAttr(n), true
-			}
-			return integral(r.Float(v, 64))
+			// Declared here: MarshalTo moves it to the heap, which a
+			// string need not pay for. A number marshals as its text.
+			var buf [32]byte
+			b := v.MarshalTo(buf[:0])
+			text = unsafe.String(unsafe.SliceData(b), len(b))
 		case fastjson.TypeString:
-			if n, err := strconv.ParseInt(string(str), 10, 64); err == nil {
-				return schemas.LongAttr(n), true
-			}
-			return integral(strconv.ParseFloat(string(str), 64))
+			text = unsafe.String(unsafe.SliceData(str), len(str))
 		}
-	case TypeDouble:
-		switch kind {
-		case fastjson.TypeNumber:
-			var r schemas.NumberReader
-			if f, err := r.Float(v, 64); err == nil {
-				return schemas.DoubleAttr(f), true
+		if !schemas.IsJSONNumber(text) {
+			break
+		}
+		if d.fields[i].Type == TypeLong {
+			if n, ok := wholeNumber(text); ok {
+				return schemas.LongAttr(n), true
 			}
-		case fastjson.TypeString:
-			// A number in a string, as JSON spells numbers: not "NaN" or
-			// "Inf", which no JSON number is.
-			if f, err := strconv.ParseFloat(string(str), 64); err == nil && !math.IsNaN(f) && !math.IsInf(f, 0) {
-				return schemas.DoubleAttr(f), true
-			}
+		} else if f, err := strconv.ParseFloat(text, 64); err == nil { // not beyond a double's range
+			return schemas.DoubleAttr(f), true
 		}
 	case TypeBoolean:
 		switch kind {
@@ -241,9 +238,63 @@ func (d *decoder) convert(i int, v *fastjson.Value) (schemas.Attr, bool) {
 	return schemas.Attr{}, false
 }
 
-func integral(f float64, err error) (schemas.Attr, bool) {
-	if err != nil || f != math.Trunc(f) || f < math.MinInt64 || f >= math.MaxInt64 {
-		return schemas.Attr{}, false
+// wholeNumber returns the integer text spells, a JSON number token, when
+// it is one that fits in an int64, fraction and exponent included (4.20e1
+// is 42). It reads the digits exactly: through a float64, 9007199254740993.0
+// became ...992, and 42.000000000000001 became 42.
+func wholeNumber(text string) (int64, bool) {
+	neg := text[0] == '-'
+	if neg {
+		text = text[1:]
 	}
-	return schemas.LongAttr(int64(f)), true
+	exp := int64(0)
+	if i := strings.IndexAny(text, "eE"); i >= 0 {
+		// Bounded so that exp-len(frac) cannot wrap; a zero with an
+		// exponent beyond is refused.
+		e, err := strconv.ParseInt(text[i+1:], 10, 32)
+		if err != nil {
+			return 0, false
+		}
+		text, exp = text[:i], e
+	}
+	digits, frac := text, ""
+	if i := strings.IndexByte(text, '.'); i >= 0 {
+		digits, frac = text[:i], text[i+1:]
+	}
+	// The value is digits and frac written together, times 10^exp. Without
+	// its trailing zeros that number ends in a digit other than 0, so it
+	// is whole only when exp is not negative.
+	frac = strings.TrimRight(frac, "0")
+	exp -= int64(len(frac))
+	if frac == "" {
+		trimmed := strings.TrimRight(digits, "0")
+		exp += int64(len(digits) - len(trimmed))
+		digits = trimmed
+	}
+	if exp < 0 {
+		return 0, false
+	}
+	const limit = 1 << 63 // -limit is the smallest int64, limit-1 the largest
+	var n uint64
+	for _, part := range [2]string{digits, frac} {
+		for j := 0; j < len(part); j++ {
+			if n > limit/10 {
+				return 0, false
+			}
+			n = n*10 + uint64(part[j]-'0')
+		}
+	}
+	for ; exp > 0 && n != 0; exp-- {
+		if n > limit/10 {
+			return 0, false
+		}
+		n *= 10
+	}
+	if n > limit || n == limit && !neg {
+		return 0, false
+	}
+	if neg {
+		return -int64(n), true // limit wraps to the smallest int64, as it should
+	}
+	return int64(n), true
 }

@@ -2,6 +2,7 @@ package enrich
 
 import (
 	"maps"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -178,6 +179,72 @@ func TestAttrTimestampsTakeLowerCaseTAndZ(t *testing.T) {
 	}
 	if got, ok := convert(TypeTimestamp, `"2024-11-29x06:00:00z"`); ok {
 		t.Errorf("a date and time joined by x: %v, want refused", got)
+	}
+}
+
+// TestNumericStringAttrsAreSpeltAsJSONNumbers: a long or double attribute
+// in a string is read as JSON spells numbers. strconv's Go syntax was taken
+// too: "1_000" was 1000, "0x1p-2" 0.25, "+42" 42.
+func TestNumericStringAttrsAreSpeltAsJSONNumbers(t *testing.T) {
+	for _, tc := range []struct {
+		t    FieldType
+		raw  string
+		want any
+	}{
+		{TypeLong, `"-42"`, int64(-42)},
+		{TypeLong, `"4.2e1"`, int64(42)},
+		{TypeDouble, `"-2.5E-1"`, -0.25},
+		{TypeLong, `"+42"`, nil},
+		{TypeLong, `"1_000"`, nil},
+		{TypeLong, `"0x10"`, nil},
+		{TypeLong, `"042"`, nil},
+		{TypeLong, `" 42"`, nil},
+		{TypeLong, `"42."`, nil},
+		{TypeDouble, `"0x1p-2"`, nil},
+		{TypeDouble, `"1_000.5"`, nil},
+		{TypeDouble, `"+1"`, nil},
+		{TypeDouble, `".5"`, nil},
+		{TypeDouble, `"Inf"`, nil},
+		{TypeDouble, `"1e400"`, nil}, // beyond a double
+	} {
+		if got, ok := convert(tc.t, tc.raw); got != tc.want || ok != (tc.want != nil) {
+			t.Errorf("%s %s: %v ok=%v, want %v", tc.t, tc.raw, got, ok, tc.want)
+		}
+	}
+}
+
+// TestLongAttrsAreExact: a long attribute written with a fraction or an
+// exponent is its exact value when that is whole, and refused otherwise.
+// It was read through a float64, which rounds beyond 2^53:
+// 9007199254740993.0 was stored as 9007199254740992, and
+// 42.000000000000001 as 42.
+func TestLongAttrsAreExact(t *testing.T) {
+	for _, tc := range []struct {
+		raw  string
+		want any
+	}{
+		{`9007199254740993.0`, int64(9007199254740993)},
+		{`"9007199254740993.0"`, int64(9007199254740993)},
+		{`9.007199254740993e15`, int64(9007199254740993)},
+		{`90071992547409930e-1`, int64(9007199254740993)},
+		{`9223372036854775807.000`, int64(math.MaxInt64)},
+		{`-9223372036854775808.0`, int64(math.MinInt64)},
+		{`-922337203685477580.8e1`, int64(math.MinInt64)},
+		{`0.0005e4`, int64(5)},
+		{`-0.0`, int64(0)},
+		{`0e999`, int64(0)},
+		{`1000e-3`, int64(1)},
+		{`42.000000000000001`, nil},
+		{`9007199254740992.5`, nil},
+		{`9223372036854775808.0`, nil},
+		{`-9223372036854775809`, nil},
+		{`1e19`, nil},
+		{`1e-999`, nil},
+		{`1e9999999999`, nil},
+	} {
+		if got, ok := convert(TypeLong, tc.raw); got != tc.want || ok != (tc.want != nil) {
+			t.Errorf("%s: %v ok=%v, want %v", tc.raw, got, ok, tc.want)
+		}
 	}
 }
 

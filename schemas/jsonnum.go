@@ -29,10 +29,13 @@ func (r *NumberReader) text(v *fastjson.Value) (string, bool) {
 	}
 	r.buf = v.MarshalTo(r.buf[:0]) // a number marshals as its text
 	s := unsafe.String(unsafe.SliceData(r.buf), len(r.buf))
-	return s, isNumberToken(s)
+	return s, IsJSONNumber(s)
 }
 
-func isNumberToken(s string) bool {
+// IsJSONNumber reports whether s is a number token of RFC 8259's grammar.
+// Enrichment reads numbers in strings with it, so that they are spelt as
+// numbers are, not as strconv takes them ("+1", "0x1p-2", "1_000", "Inf").
+func IsJSONNumber(s string) bool {
 	i := 0
 	digits := func() int {
 		n := 0
