@@ -694,9 +694,9 @@ func TestCompose(t *testing.T) {
 	if err != nil {
 		t.Fatalf("floe's table.catalog as hdfs:// IO properties: %v", err)
 	}
-	if hcfg.IOTimeout == 0 || stop <= cfg.Commit.Grace.D()+hcfg.IOTimeout {
-		t.Errorf("services.floe.stop_grace_period %s is not longer than commit.grace %s + hdfs.io-timeout %s (2m unless set): "+
-			"a stop during an HDFS call no node answers would be killed mid-flush", stop, cfg.Commit.Grace.D(), hcfg.IOTimeout)
+	if hcfg.IOTimeout == 0 || stop <= cfg.Commit.Grace.D()+hcfg.IOTimeout+pipeline.StopOverhead {
+		t.Errorf("services.floe.stop_grace_period %s is not longer than commit.grace %s + hdfs.io-timeout %s (2m unless set) + %s "+
+			"(pipeline.StopOverhead): a stop with the services hanging would be killed", stop, cfg.Commit.Grace.D(), hcfg.IOTimeout, pipeline.StopOverhead)
 	}
 
 	// Both floe services build the image from this repository.

@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/floe-dev/floe/pipeline"
 )
 
 // manifest is one Kubernetes object of deploy/k8s, decoded generically.
@@ -298,8 +300,9 @@ func TestKubernetesManifests(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if time.Duration(grace)*time.Second <= cfg.Commit.Grace.D() {
-		t.Errorf("terminationGracePeriodSeconds %d is not longer than commit.grace %s", grace, cfg.Commit.Grace.D())
+	if time.Duration(grace)*time.Second <= cfg.Commit.Grace.D()+pipeline.StopOverhead {
+		t.Errorf("terminationGracePeriodSeconds %d is not longer than commit.grace %s + %s (pipeline.StopOverhead)",
+			grace, cfg.Commit.Grace.D(), pipeline.StopOverhead)
 	}
 
 	// Resources and security.

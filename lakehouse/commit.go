@@ -607,8 +607,12 @@ func outcomeContext(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.WithoutCancel(ctx), outcomeTimeout)
 }
 
-// outcomeTimeout: see outcomeContext (a variable for tests).
-var outcomeTimeout = 10 * time.Second
+// OutcomeTimeout is how long a commit interrupted by shutdown takes at most
+// to learn its outcome (outcomeContext).
+const OutcomeTimeout = 10 * time.Second
+
+// outcomeTimeout is OutcomeTimeout, a variable for tests.
+var outcomeTimeout = OutcomeTimeout
 
 // findCommitAfter reloads the table and returns the snapshot carrying
 // commitID in the current branch's ancestry, or nil. When ctx is already done

@@ -121,6 +121,16 @@ func (m *Member) Stats() *Stats { return m.stats }
 // leaveTimeout bounds leaving the group on stop.
 const leaveTimeout = 10 * time.Second
 
+// StopOverhead is how long a graceful stop may take beyond commit.grace
+// when every service it talks to hangs: an interrupted commit learning its
+// outcome (lakehouse.OutcomeTimeout), leaving the group (leaveTimeout) and
+// closing the dead-letter writer (dlqCloseTimeout), one after another;
+// with the table's files on HDFS, a call in progress adds up to
+// hdfs.io-timeout. A supervisor's kill grace period (Kubernetes'
+// terminationGracePeriodSeconds, compose's stop_grace_period) must be
+// longer, or it may SIGKILL floe before the enrichment cache is saved.
+const StopOverhead = lakehouse.OutcomeTimeout + leaveTimeout + dlqCloseTimeout
+
 // errCaughtUp ends a generation once the until-offsets are committed;
 // errPartitionStopped ends a scheduled run whose partition cannot go on;
 // errLogBehind ends the run: the log is behind the table (beyondEnd).
@@ -264,13 +274,14 @@ func (m *Member) Run(ctx context.Context) error {
 			m.until != nil && errors.Is(err, fs.ErrPermission): // see retry
 			return err
 		case ctx.Err() != nil:
+			why := context.Cause(ctx) // the signal, when one stopped floe
 			switch {
 			case errors.Is(err, errFinalFlush):
-				m.log.Warn("stopping: the final flush failed; the next owner redoes its records", "err", err)
+				m.log.Warn("stopping: the final flush failed; the next owner redoes its records", "cause", why, "err", err)
 			case err != nil:
-				m.log.Warn("stopping: the generation ended with an error; the next owner redoes what was not committed", "err", err)
+				m.log.Warn("stopping: the generation ended with an error; the next owner redoes what was not committed", "cause", why, "err", err)
 			default:
-				m.log.Info("stopping: buffers committed, leaving the group")
+				m.log.Info("stopping: buffers committed, leaving the group", "cause", why)
 			}
 			return nil
 		case errors.Is(err, lakehouse.ErrFenced):

@@ -4,6 +4,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/signal"
@@ -20,6 +21,10 @@ func main() {
 	context.AfterFunc(ctx, stop)
 	err := rootCmd().ExecuteContext(ctx)
 	stop()
+	if err != nil && ctx.Err() != nil && errors.Is(err, context.Canceled) {
+		// Say why: "context canceled" alone reads as a failure of its own.
+		err = fmt.Errorf("%v: stopped before it finished: %w", context.Cause(ctx), err)
+	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "floe:", err)
 		os.Exit(exitCode(err))

@@ -26,25 +26,7 @@ import (
 // catching up") for a scheduled run, where it was status 2 and "context
 // canceled".
 func TestSigtermDuringStartup(t *testing.T) {
-	// A broker that accepts connections and never answers.
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	go func() {
-		var conns []net.Conn
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				for _, c := range conns {
-					c.Close()
-				}
-				return
-			}
-			conns = append(conns, c)
-		}
-	}()
+	broker, _ := blackHole(t) // accepts connections and never answers
 	for _, tc := range []struct {
 		args   []string
 		status int
@@ -53,7 +35,7 @@ func TestSigtermDuringStartup(t *testing.T) {
 		{[]string{"run", "--until-caught-up"}, 3},
 	} {
 		dir := t.TempDir()
-		cfg := writeConfig(t, dir, ln.Addr().String(), "floe-test", "analytics.clicks", "", "")
+		cfg := writeConfig(t, dir, broker, "floe-test", "analytics.clicks", "", "")
 		ctx, cancel := context.WithCancel(t.Context())
 		time.AfterFunc(time.Second, cancel) // the SIGTERM
 		root := rootCmd()
@@ -210,12 +192,65 @@ func TestSigtermBeforeTheFlushThatCatchesUp(t *testing.T) {
 // to hdfs.io-timeout), kills it at once. The second signal was caught and
 // ignored like the first, leaving only SIGKILL.
 func TestSecondSignalKillsAHungStop(t *testing.T) {
+	namenode, accepted := blackHole(t)
+	dir := t.TempDir()
+	cat := sqliteCatalog(dir)
+	cat["warehouse"] = "hdfs://" + namenode + "/warehouse"
+	cat["hdfs.user"] = "floe"
+	cat["hdfs.io-timeout"] = "2m"
+	e := &env{t: t, dir: dir, config: writeConfigCatalog(t, dir, "127.0.0.1:1", "floe-test", "analytics.clicks", cat, "", "")}
+	p := e.start("floe run", "run")
+	select {
+	case <-accepted:
+	case <-time.After(30 * time.Second):
+		t.Fatal("floe run did not connect to the NameNode within 30 s")
+	}
+	time.Sleep(200 * time.Millisecond)
+	p.signal(t, syscall.SIGTERM)
+	time.Sleep(500 * time.Millisecond)
+	p.signal(t, syscall.SIGTERM)
+	err := p.wait(t, 10*time.Second)
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.Sys().(syscall.WaitStatus).Signal() != syscall.SIGTERM {
+		t.Fatalf("floe run after a second SIGTERM: %v; want killed by it", err)
+	}
+}
+
+// TestSignalledCommandSaysSo: a replay stopped by SIGTERM while it waits on
+// a broker says the signal stopped it; it ended with "floe: context
+// canceled", which reads as a failure of its own.
+func TestSignalledCommandSaysSo(t *testing.T) {
+	broker, accepted := blackHole(t)
+	dir := t.TempDir()
+	e := &env{t: t, dir: dir, config: writeConfig(t, dir, broker, "floe-test", "analytics.clicks", "", "")}
+	p := e.start("floe replay", "replay", "--partition", "0", "--from", "0", "--to", "10")
+	select {
+	case <-accepted:
+	case <-time.After(30 * time.Second):
+		t.Fatal("floe replay did not connect to the broker within 30 s")
+	}
+	time.Sleep(200 * time.Millisecond)
+	p.signal(t, syscall.SIGTERM)
+	var exit *exec.ExitError
+	if err := p.wait(t, 30*time.Second); !errors.As(err, &exit) || exit.ExitCode() != 2 {
+		t.Fatalf("floe replay after SIGTERM: %v; want status 2", err)
+	}
+	if out := p.output(); !strings.Contains(out, "floe: terminated signal received: stopped before it finished") {
+		t.Fatalf("floe replay stopped by SIGTERM does not say so:\n%s", tail(out, 2000))
+	}
+}
+
+// blackHole listens on a local port that accepts connections and never
+// answers (a broker or NameNode that hangs); accepted gets a value once a
+// connection came.
+func blackHole(t *testing.T) (addr string, accepted <-chan struct{}) {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ln.Close()
-	accepted := make(chan struct{}, 1)
+	t.Cleanup(func() { ln.Close() })
+	came := make(chan struct{}, 1)
 	go func() {
 		var conns []net.Conn
 		defer func() {
@@ -230,30 +265,10 @@ func TestSecondSignalKillsAHungStop(t *testing.T) {
 			}
 			conns = append(conns, c)
 			select {
-			case accepted <- struct{}{}:
+			case came <- struct{}{}:
 			default:
 			}
 		}
 	}()
-	dir := t.TempDir()
-	cat := sqliteCatalog(dir)
-	cat["warehouse"] = "hdfs://" + ln.Addr().String() + "/warehouse"
-	cat["hdfs.user"] = "floe"
-	cat["hdfs.io-timeout"] = "2m"
-	e := &env{t: t, dir: dir, config: writeConfigCatalog(t, dir, "127.0.0.1:1", "floe-test", "analytics.clicks", cat, "", "")}
-	p := e.start("floe run", "run")
-	select {
-	case <-accepted:
-	case <-time.After(30 * time.Second):
-		t.Fatal("floe run did not connect to the NameNode within 30 s")
-	}
-	time.Sleep(200 * time.Millisecond)
-	p.signal(t, syscall.SIGTERM)
-	time.Sleep(500 * time.Millisecond)
-	p.signal(t, syscall.SIGTERM)
-	err = p.wait(t, 10*time.Second)
-	var exit *exec.ExitError
-	if !errors.As(err, &exit) || exit.Sys().(syscall.WaitStatus).Signal() != syscall.SIGTERM {
-		t.Fatalf("floe run after a second SIGTERM: %v; want killed by it", err)
-	}
+	return ln.Addr().String(), came
 }
