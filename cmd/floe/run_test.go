@@ -200,13 +200,7 @@ func TestSecondSignalKillsAHungStop(t *testing.T) {
 	cat["hdfs.io-timeout"] = "2m"
 	e := &env{t: t, dir: dir, config: writeConfigCatalog(t, dir, "127.0.0.1:1", "floe-test", "analytics.clicks", cat, "", "")}
 	p := e.start("floe run", "run")
-	select {
-	case <-accepted:
-	case <-time.After(30 * time.Second):
-		t.Fatal("floe run did not connect to the NameNode within 30 s")
-	}
-	time.Sleep(200 * time.Millisecond)
-	p.signal(t, syscall.SIGTERM)
+	p.signalOnceHung(t, accepted)
 	time.Sleep(500 * time.Millisecond)
 	p.signal(t, syscall.SIGTERM)
 	err := p.wait(t, 10*time.Second)
@@ -224,13 +218,7 @@ func TestSignalledCommandSaysSo(t *testing.T) {
 	dir := t.TempDir()
 	e := &env{t: t, dir: dir, config: writeConfig(t, dir, broker, "floe-test", "analytics.clicks", "", "")}
 	p := e.start("floe replay", "replay", "--partition", "0", "--from", "0", "--to", "10")
-	select {
-	case <-accepted:
-	case <-time.After(30 * time.Second):
-		t.Fatal("floe replay did not connect to the broker within 30 s")
-	}
-	time.Sleep(200 * time.Millisecond)
-	p.signal(t, syscall.SIGTERM)
+	p.signalOnceHung(t, accepted)
 	var exit *exec.ExitError
 	if err := p.wait(t, 30*time.Second); !errors.As(err, &exit) || exit.ExitCode() != 2 {
 		t.Fatalf("floe replay after SIGTERM: %v; want status 2", err)
@@ -271,4 +259,17 @@ func blackHole(t *testing.T) (addr string, accepted <-chan struct{}) {
 		}
 	}()
 	return ln.Addr().String(), came
+}
+
+// signalOnceHung sends p SIGTERM once it has connected to a black hole
+// (accepted) and is waiting on it.
+func (p *proc) signalOnceHung(t *testing.T, accepted <-chan struct{}) {
+	t.Helper()
+	select {
+	case <-accepted:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("%s did not connect within 30 s", p.name)
+	}
+	time.Sleep(200 * time.Millisecond)
+	p.signal(t, syscall.SIGTERM)
 }
