@@ -14,6 +14,7 @@ import (
 	"net/url"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -37,7 +38,31 @@ type RequestError struct {
 	Retryable bool
 	// Attempts is the number of attempts made.
 	Attempts int
-	msg      string
+	// RetryAfter is how long a 429 or 503 asked to wait (its Retry-After,
+	// at most maxRetryAfter); 0 when it did not say.
+	RetryAfter time.Duration
+	msg        string
+}
+
+// maxRetryAfter caps the wait a Retry-After asks for: a service that asks
+// for an hour still gets asked again within a minute (a lane under pause
+// would otherwise stand still that long on one header).
+const maxRetryAfter = time.Minute
+
+// retryAfter reads a Retry-After header, delay-seconds or an HTTP date, as
+// a wait from now (0 when absent, unreadable or past), capped at
+// maxRetryAfter.
+func retryAfter(h string, now time.Time) time.Duration {
+	if h == "" {
+		return 0
+	}
+	var d time.Duration
+	if secs, err := strconv.ParseInt(h, 10, 64); err == nil {
+		d = time.Duration(min(max(secs, 0), int64(maxRetryAfter/time.Second))) * time.Second
+	} else if at, err := http.ParseTime(h); err == nil {
+		d = at.Sub(now)
+	}
+	return min(max(d, 0), maxRetryAfter)
 }
 
 func (e *RequestError) Error() string {
@@ -197,7 +222,11 @@ func (c *client) lookup(ctx context.Context, keys []string) (map[string]Values, 
 		if msg = strings.TrimSpace(truncate(msg, snippetShown)); msg != "" {
 			msg = ": " + msg
 		}
-		return nil, c.fail(code, retryable, "%s answered %s%s", req.Method, resp.Status, msg)
+		e := c.fail(code, retryable, "%s answered %s%s", req.Method, resp.Status, msg)
+		if code == http.StatusTooManyRequests || code == http.StatusServiceUnavailable {
+			e.RetryAfter = retryAfter(resp.Header.Get("Retry-After"), time.Now())
+		}
+		return nil, e
 	}
 	buf, _ := c.bufs.Get().(*bytes.Buffer)
 	if buf == nil {

@@ -531,7 +531,7 @@ func (s *Stage) resolve(ctx context.Context, keys []string, half, isolated bool)
 		if keysAtFault(err) {
 			s.releaseDoomed(keys, err)
 		}
-		if !s.sleep(ctx, s.backoff(round), s.breakerChanged()) {
+		if !s.sleep(ctx, s.retryWait(round, err), s.breakerChanged()) {
 			return
 		}
 		if keys = s.awaited(keys); len(keys) == 0 {
@@ -699,10 +699,21 @@ func (s *Stage) attempts(ctx context.Context, keys []string) (map[string]Values,
 			return nil, err
 		}
 		s.m.retries.Inc()
-		if !s.sleep(ctx, s.backoff(attempt), nil) {
+		if !s.sleep(ctx, s.retryWait(attempt, err), nil) {
 			return nil, ctx.Err()
 		}
 	}
+}
+
+// retryWait is how long a batch whose request failed with err waits before
+// its round n+1: the backoff, or longer when the service said how long
+// (Retry-After).
+func (s *Stage) retryWait(n int, err error) time.Duration {
+	var re *RequestError
+	if errors.As(err, &re) {
+		return max(s.backoff(n), re.RetryAfter)
+	}
+	return s.backoff(n)
 }
 
 // backoff is full jitter: uniform in [0, min(BackoffMax, BackoffMin·2^n)).

@@ -279,6 +279,48 @@ func TestRetryOn503ThenSuccess(t *testing.T) {
 	collect(q)
 }
 
+// TestRetryAfterIsHonoured: a 429 that says how long to wait (Retry-After)
+// is asked again no sooner, though the backoff is shorter. It was retried
+// after the backoff alone, milliseconds later.
+func TestRetryAfterIsHonoured(t *testing.T) {
+	var mu sync.Mutex
+	var at []time.Time
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		at = append(at, time.Now())
+		n := len(at)
+		mu.Unlock()
+		if n == 1 {
+			w.Header().Set("Retry-After", "1")
+			http.Error(w, "slow down", http.StatusTooManyRequests)
+			return
+		}
+		_, _ = w.Write([]byte(`{"results":{"u-1":{"segment":"gold"}}}`))
+	}))
+	t.Cleanup(srv.Close)
+	cfg := testConfig(srv.URL)
+	cfg.Fields = []enrich.Field{{Name: "segment", Type: enrich.TypeString}}
+	cfg.BackoffMin = enrich.Duration(10 * time.Millisecond)
+	cfg.BackoffMax = enrich.Duration(20 * time.Millisecond)
+	h := startStage(t, cfg)
+	q := h.st.NewQueue()
+	t.Cleanup(q.Abort)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := q.Submit(ctx, "u-1", 0); err != nil {
+		t.Fatal(err)
+	}
+	got, err := q.Take(ctx, nil)
+	if err != nil || len(got) != 1 || got[0].Result.Status != enrich.StatusOK {
+		t.Fatalf("lookup after a 429: %v, %v", got, err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(at) != 2 || at[1].Sub(at[0]) < 900*time.Millisecond {
+		t.Fatalf("%d requests, the second %v after the first; want 2, the second after the 1 s the 429 asked for", len(at), at[len(at)-1].Sub(at[0]))
+	}
+}
+
 func TestRandomErrorsAreRetriedAway(t *testing.T) {
 	srv, url := startServer(t, enrich.ServerConfig{P50: time.Millisecond, P99: 10 * time.Millisecond, ErrorRate: 0.3, Seed: 6})
 	cfg := testConfig(url)
