@@ -247,19 +247,25 @@ func wholeNumber(text string) (int64, bool) {
 	if neg {
 		text = text[1:]
 	}
-	exp := int64(0)
+	expText := ""
 	if i := strings.IndexAny(text, "eE"); i >= 0 {
-		// Bounded so that exp-len(frac) cannot wrap; a zero with an
-		// exponent beyond is refused.
-		e, err := strconv.ParseInt(text[i+1:], 10, 32)
-		if err != nil {
-			return 0, false
-		}
-		text, exp = text[:i], e
+		text, expText = text[:i], text[i+1:]
 	}
 	digits, frac := text, ""
 	if i := strings.IndexByte(text, '.'); i >= 0 {
 		digits, frac = text[:i], text[i+1:]
+	}
+	if strings.Trim(digits, "0") == "" && strings.Trim(frac, "0") == "" {
+		return 0, true // zero, whatever its exponent (Java writes 0E-10)
+	}
+	exp := int64(0)
+	if expText != "" {
+		// Bounded so that exp-len(frac) cannot wrap.
+		e, err := strconv.ParseInt(expText, 10, 32)
+		if err != nil {
+			return 0, false
+		}
+		exp = e
 	}
 	// The value is digits and frac written together, times 10^exp. Without
 	// its trailing zeros that number ends in a digit other than 0, so it

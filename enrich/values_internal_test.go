@@ -233,6 +233,9 @@ func TestLongAttrsAreExact(t *testing.T) {
 		{`0.0005e4`, int64(5)},
 		{`-0.0`, int64(0)},
 		{`0e999`, int64(0)},
+		{`0E-10`, int64(0)}, // Java's BigDecimal of scale 10
+		{`"-0.000E-3"`, int64(0)},
+		{`0e9999999999`, int64(0)},
 		{`1000e-3`, int64(1)},
 		{`42.000000000000001`, nil},
 		{`9007199254740992.5`, nil},

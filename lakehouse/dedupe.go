@@ -694,11 +694,11 @@ const maxCarriedRuns = 10000
 
 // truncated returns s without its oldest runs, at most limit runs kept: the
 // partitions with the most runs give up theirs first, each its lowest. The
-// second result holds, per partition that gave up runs, the run [0, end of
-// the last one given up): the offsets below which skipped duplicates are no
-// longer recorded (BusinessDroppedKey). Unlike coarsening, this claims no
-// offset that was not skipped: a row there is not reported as both a row
-// and a skipped duplicate; verify reports the uncovered offsets below as
+// second result holds, per partition that gave up runs, the run from the
+// first given up to the end of the last: where skipped duplicates are no
+// longer all recorded (BusinessDroppedKey). Unlike coarsening, this claims
+// no offset as skipped: a row there is not reported as both a row and a
+// skipped duplicate; verify reports the uncovered offsets there as
 // unchecked instead of as gaps.
 func (s skipRuns) truncated(limit int) (kept, dropped skipRuns) {
 	if s.count() <= limit {
@@ -733,7 +733,7 @@ func (s skipRuns) truncated(limit int) (kept, dropped skipRuns) {
 				if dropped[topic] == nil {
 					dropped[topic] = map[string][][2]int64{}
 				}
-				dropped[topic][p] = [][2]int64{{0, runs[cut-1][1]}}
+				dropped[topic][p] = [][2]int64{{runs[0][0], runs[cut-1][1]}}
 			}
 		}
 	}
@@ -875,20 +875,18 @@ func absentRuns(tbl *table.Table, topic string) (map[int32][][2]int64, error) {
 	return out, nil
 }
 
-// droppedBelow returns, per partition of topic, the offset below which the
-// table no longer records every skipped business duplicate
-// (BusinessDroppedKey), where it dropped some.
-func droppedBelow(tbl *table.Table, topic string) (map[int32]int64, error) {
+// droppedRuns returns, per partition of topic, the runs of offsets where
+// the table no longer records every skipped business duplicate
+// (BusinessDroppedKey).
+func droppedRuns(tbl *table.Table, topic string) (map[int32][][2]int64, error) {
 	runs, _, err := recordedRuns(tbl, droppedKeys)
 	if err != nil {
 		return nil, err
 	}
-	out := map[int32]int64{}
+	out := map[int32][][2]int64{}
 	for ps, rs := range runs[topic] {
 		p, _ := strconv.ParseInt(ps, 10, 32) // checked by decodeRuns
-		if len(rs) > 0 {
-			out[int32(p)] = rs[len(rs)-1][1]
-		}
+		out[int32(p)] = rs
 	}
 	return out, nil
 }

@@ -799,8 +799,12 @@ func offsetMaps(tbl *table.Table) map[string]string {
 		dropped.add(union[droppedKeys])
 		union[businessKeys], union[droppedKeys] = kept, dropped
 	}
-	if runs, ok := union[absentKeys]; ok && runs.count() > maxCarriedRuns {
-		union[absentKeys] = runs.coarsened(maxCarriedRuns)
+	// Each truncation adds a run a partition at most; coarsened, the
+	// dropped runs stay bounded, covering a little more.
+	for _, k := range []runKeys{absentKeys, droppedKeys} {
+		if runs, ok := union[k]; ok && runs.count() > maxCarriedRuns {
+			union[k] = runs.coarsened(maxCarriedRuns)
+		}
 	}
 	for k, runs := range union {
 		if len(runs) > 0 {

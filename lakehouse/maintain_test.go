@@ -1114,8 +1114,8 @@ func TestCommitCoarsensItsAbsentRuns(t *testing.T) {
 // TestMaintainExpiresPastTenThousandSkippedRuns: a long-running job with a
 // dedupe key records a run per skipped business duplicate, and their union
 // only grows; past 10,000 runs maintenance carries the newest of them and
-// records below which offsets it dropped the rest, so expiry goes on, verify
-// counts the uncovered offsets there as unchecked, and a gap above them is
+// records where it dropped the rest, so expiry goes on, verify counts the
+// uncovered offsets there as unchecked, and a loss below or above them is
 // still a gap. The union was no longer carried past 10,000 runs: expiry kept
 // every snapshot from then on, the metadata growing by one a flush for good.
 func TestMaintainExpiresPastTenThousandSkippedRuns(t *testing.T) {
@@ -1123,24 +1123,38 @@ func TestMaintainExpiresPastTenThousandSkippedRuns(t *testing.T) {
 	tbl := f.open(t)
 	// Partition 0: 10,001 keys each sent twice, 10,001 runs none adjacent;
 	// partition 1: 3 of them. The partition with the most gives up runs.
+	// Below them in partition 0, offsets [0, 10) with offset 3 lost.
 	const n = 10001
-	commitTwice := func(p int32, prefix string, keys int64) int64 {
+	var first []pay
+	for i := range int64(10) {
+		if i != 3 {
+			first = append(first, pay{i, fmt.Sprintf("A%d", i), 5})
+		}
+	}
+	if _, err := tbl.Commit(t.Context(), []lakehouse.Part{f.part(t, 0, 0, 10, lakehouse.NoWatermark, first...)}); err != nil {
+		t.Fatal(err)
+	}
+	commitTwice := func(p int32, from int64, prefix string, keys int64) int64 {
 		pays := make([]pay, 0, 2*keys)
 		for i := range keys {
 			id := fmt.Sprintf("%s%d", prefix, i)
-			pays = append(pays, pay{2 * i, id, 5}, pay{2*i + 1, id, 5})
+			pays = append(pays, pay{from + 2*i, id, 5}, pay{from + 2*i + 1, id, 5})
 		}
-		res, err := tbl.Commit(t.Context(), []lakehouse.Part{f.part(t, p, 0, 2*keys, lakehouse.NoWatermark, pays...)})
+		resume := from
+		if from == 0 {
+			resume = lakehouse.NoWatermark
+		}
+		res, err := tbl.Commit(t.Context(), []lakehouse.Part{f.part(t, p, from, from+2*keys, resume, pays...)})
 		if err != nil {
 			t.Fatal(err)
 		}
 		if res.BusinessDuplicates != keys {
 			t.Fatalf("partition %d: business duplicates %d, want %d", p, res.BusinessDuplicates, keys)
 		}
-		return 2 * keys
+		return from + 2*keys
 	}
-	next := commitTwice(0, "K", n)
-	commitTwice(1, "L", 3)
+	next := commitTwice(0, 10, "K", n)
+	commitTwice(1, 0, "L", 3)
 	snapshots := make([]int, 0, 4)
 	for round := range 4 {
 		// Ten ordinary flushes between maintenance runs, the last one
@@ -1170,15 +1184,15 @@ func TestMaintainExpiresPastTenThousandSkippedRuns(t *testing.T) {
 		t.Fatal(err)
 	}
 	props := it.CurrentSnapshot().Summary.Properties
-	if got, want := props[lakehouse.BusinessDroppedKey], `{"payments":{"0":[[0,8]]}}`; got != want {
+	if got, want := props[lakehouse.BusinessDroppedKey], `{"payments":{"0":[[11,18]]}}`; got != want {
 		t.Errorf("head's %s = %q, want %s (partition 0's 4 oldest runs dropped)", lakehouse.BusinessDroppedKey, got, want)
 	}
 	var carried map[string]map[string][][2]int64
 	if err := json.Unmarshal([]byte(props[lakehouse.BusinessCarriedKey]), &carried); err != nil {
 		t.Fatal(err)
 	}
-	if got := carried["payments"]; len(got["0"]) != 9997 || len(got["1"]) != 3 || got["0"][0] != [2]int64{9, 10} {
-		t.Errorf("head's %s holds %d runs from %v of partition 0 and %d of partition 1, want 9,997 from [9, 10) and 3",
+	if got := carried["payments"]; len(got["0"]) != 9997 || len(got["1"]) != 3 || got["0"][0] != [2]int64{19, 20} {
+		t.Errorf("head's %s holds %d runs from %v of partition 0 and %d of partition 1, want 9,997 from [19, 20) and 3",
 			lakehouse.BusinessCarriedKey, len(got["0"]), got["0"][0], len(got["1"]))
 	}
 	r, err := tbl.Verify(t.Context(), "payments", nil)
@@ -1189,8 +1203,8 @@ func TestMaintainExpiresPastTenThousandSkippedRuns(t *testing.T) {
 	for _, p := range r.Partitions {
 		gaps += p.GapOffsets
 	}
-	if r.BusinessSkipped != n+3-4 || r.Unchecked != 4 || gaps != 1 || r.OK() {
-		t.Fatalf("verify: skipped %d, unchecked %d, gap offsets %d, OK %v; want %d, 4 (offsets 1, 3, 5, 7), 1 (the lost one) and not OK",
+	if r.BusinessSkipped != n+3-4 || r.Unchecked != 4 || gaps != 2 || r.OK() {
+		t.Fatalf("verify: skipped %d, unchecked %d, gap offsets %d, OK %v; want %d, 4 (offsets 11, 13, 15, 17), 2 (3 and the one lost later) and not OK",
 			r.BusinessSkipped, r.Unchecked, gaps, r.OK(), n+3-4)
 	}
 	var out strings.Builder

@@ -43,11 +43,11 @@ const (
 	// a cap (maxCarriedRuns, 10,000 runs) it holds the newest runs only, and
 	// BusinessDroppedKey says below which offsets the dropped ones lay.
 	BusinessCarriedKey = "floe.duplicates-business.carried"
-	// BusinessDroppedKey holds, in BusinessOffsetsKey's form, the run
-	// [0, end) per partition below whose end BusinessCarriedKey no longer
-	// records every skipped duplicate (its oldest runs dropped at the cap):
-	// verify counts the offsets there that no row or dead letter covers as
-	// unchecked, not as gaps.
+	// BusinessDroppedKey holds, in BusinessOffsetsKey's form, the runs of
+	// offsets where BusinessCarriedKey no longer records every skipped
+	// duplicate (from the first to the end of the last run it dropped at
+	// the cap, each time): verify counts the offsets there that no row or
+	// dead letter covers as unchecked, not as gaps.
 	BusinessDroppedKey = "floe.duplicates-business.dropped"
 	// AbsentOffsetsKey holds, in BusinessOffsetsKey's form, the offsets of
 	// this snapshot's flush that the log did not hold when it was read:

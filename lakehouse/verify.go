@@ -134,10 +134,10 @@ type PartitionReport struct {
 	// not a problem of the table.
 	AbsentFromLog int64 `json:"absent_from_log"`
 	// Unchecked counts the offsets in [MinOffset, Watermark) that no row
-	// or dead letter covers and that lie below the offsets from which the
-	// table still records its skipped business duplicates (more than
-	// 10,000 runs of them, the oldest dropped: BusinessDroppedKey): skipped
-	// duplicates or losses, verify cannot tell. Information, not in Gaps.
+	// or dead letter covers and that lie where the table no longer records
+	// every skipped business duplicate (more than 10,000 runs of them, the
+	// oldest dropped: BusinessDroppedKey): skipped duplicates or losses,
+	// verify cannot tell. Information, not in Gaps.
 	Unchecked int64 `json:"unchecked"`
 	// AboveWatermark counts rows at or above the watermark (every row, when
 	// there is no watermark): an invariant violation, since a row becomes
@@ -233,9 +233,9 @@ type Report struct {
 	skipped map[int32][]int64
 	// absent holds the runs of offsets absent from the log per partition.
 	absent map[int32][][2]int64
-	// dropped holds per partition the offset below which skipped business
-	// duplicates are no longer all recorded (droppedBelow).
-	dropped map[int32]int64
+	// dropped holds per partition the runs of offsets where skipped
+	// business duplicates are no longer all recorded (droppedRuns).
+	dropped map[int32][][2]int64
 }
 
 // OK reports whether the table honours the commit protocol's invariant and
@@ -416,7 +416,7 @@ func (t *Table) Verify(ctx context.Context, topic string, readDL DeadLetterReade
 	if r.absent, err = absentRuns(tbl, topic); err != nil {
 		return nil, err
 	}
-	if r.dropped, err = droppedBelow(tbl, topic); err != nil {
+	if r.dropped, err = droppedRuns(tbl, topic); err != nil {
 		return nil, err
 	}
 
@@ -777,29 +777,24 @@ func (r *Report) reconcile(p int32, w int64, rows []verifyRow, dl DeadLetters, o
 
 // addGap adds the offsets [from, to), which no row or dead letter covers,
 // to pr's gaps, less those absent from the log (splitGap).
-func (pr *PartitionReport) addGap(from, to int64, absent [][2]int64, dropped int64) {
+func (pr *PartitionReport) addGap(from, to int64, absent, dropped [][2]int64) {
 	gaps, n := splitGap(from, to, absent)
-	gaps, below := clipGaps(gaps, dropped)
+	gaps, unchecked := clipGaps(gaps, dropped)
 	pr.Gaps = append(pr.Gaps, gaps...)
-	pr.GapOffsets += to - from - n - below
+	pr.GapOffsets += to - from - n - unchecked
 	pr.AbsentFromLog += n
-	pr.Unchecked += below
+	pr.Unchecked += unchecked
 }
 
-// clipGaps returns gaps without their offsets below floor, and how many
-// those were.
-func clipGaps(gaps []Gap, floor int64) (kept []Gap, below int64) {
+// clipGaps returns gaps without their offsets inside runs (sorted, merged),
+// and how many those were.
+func clipGaps(gaps []Gap, runs [][2]int64) (kept []Gap, inside int64) {
 	for _, g := range gaps {
-		if g.From < floor {
-			cut := min(g.To, floor)
-			below += cut - g.From
-			g.From = cut
-		}
-		if g.From < g.To {
-			kept = append(kept, g)
-		}
+		out, n := splitGap(g.From, g.To, runs)
+		kept = append(kept, out...)
+		inside += n
 	}
-	return kept, below
+	return kept, inside
 }
 
 // splitGap returns the runs of [from, to) outside absent (sorted, merged
@@ -994,7 +989,7 @@ func (e *errWriter) absent(n int64) {
 // skipped business duplicates (PartitionReport.Unchecked).
 func (e *errWriter) unchecked(n int64) {
 	if n > 0 {
-		e.printf("  %s not checked: no row or dead letter covers them, and they lie below the offsets from which the table still records its skipped business duplicates (past 10,000 runs of them, maintenance keeps the newest): skipped duplicates or losses, which verify cannot tell apart\n",
+		e.printf("  %s not checked: no row or dead letter covers them, and they lie where the table no longer records every skipped business duplicate (past 10,000 runs of them, maintenance keeps the newest): skipped duplicates or losses, which verify cannot tell apart\n",
 			plural(n, "offset"))
 	}
 }

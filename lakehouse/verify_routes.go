@@ -79,9 +79,8 @@ type RoutesPartition struct {
 	// PartitionReport.AbsentFromLog): information, not in Gaps.
 	AbsentFromLog int64 `json:"absent_from_log"`
 	// Unchecked counts the offsets below Watermark that nothing covers and
-	// that lie below the offsets from which a table still records its
-	// skipped business duplicates (see PartitionReport.Unchecked):
-	// information, not in Gaps.
+	// that lie where a table no longer records every skipped business
+	// duplicate (see PartitionReport.Unchecked): information, not in Gaps.
 	Unchecked int64 `json:"unchecked"`
 	// InSeveral counts offsets below Watermark that are rows of more than
 	// one table, or a row and a dead letter; InSeveralExamples shows some.
@@ -110,9 +109,9 @@ func VerifyRoutes(ctx context.Context, topic string, tables []*Table, readDL Dea
 	// Every route's job reads the whole log, so an offset any of them found
 	// absent is absent.
 	absent := skipRuns{}
-	// An offset below the point from which any table records its skipped
-	// business duplicates may be one of that table's.
-	dropped := map[int32]int64{}
+	// An offset where any table no longer records every skipped business
+	// duplicate may be one of that table's.
+	dropped := skipRuns{}
 	parts := map[int32]struct{}{}
 	for i, t := range tables {
 		tbl, err := t.Load(ctx)
@@ -133,13 +132,11 @@ func VerifyRoutes(ctx context.Context, topic string, tables []*Table, readDL Dea
 			return nil, err
 		}
 		absent.add(skipRuns{topic: runs[topic]})
-		below, err := droppedBelow(tbl, topic)
+		runs, _, err = recordedRuns(tbl, droppedKeys)
 		if err != nil {
 			return nil, err
 		}
-		for p, off := range below {
-			dropped[p] = max(dropped[p], off)
-		}
+		dropped.add(skipRuns{topic: runs[topic]})
 		tr := RouteTableReport{Table: t.Name(), Group: t.group, SnapshotID: -1, DuplicateExamples: []string{}}
 		sessions := &sessionIndex{ids: make(map[string]uint32)}
 		keys := t.newKeyIndex()
@@ -257,12 +254,12 @@ func VerifyRoutes(ctx context.Context, topic string, tables []*Table, readDL Dea
 				}
 			}
 			if off > next {
-				pr.addGap(next, off, absent[topic][strconv.Itoa(int(p))], dropped[p])
+				pr.addGap(next, off, absent[topic][strconv.Itoa(int(p))], dropped[topic][strconv.Itoa(int(p))])
 			}
 			next = off + 1
 		}
 		if pr.MinOffset >= 0 && pr.Watermark != NoWatermark && next < pr.Watermark {
-			pr.addGap(next, pr.Watermark, absent[topic][strconv.Itoa(int(p))], dropped[p])
+			pr.addGap(next, pr.Watermark, absent[topic][strconv.Itoa(int(p))], dropped[topic][strconv.Itoa(int(p))])
 		}
 		r.Partitions = append(r.Partitions, pr)
 	}
@@ -270,13 +267,13 @@ func VerifyRoutes(ctx context.Context, topic string, tables []*Table, readDL Dea
 }
 
 // addGap is PartitionReport.addGap.
-func (pr *RoutesPartition) addGap(from, to int64, absent [][2]int64, dropped int64) {
+func (pr *RoutesPartition) addGap(from, to int64, absent, dropped [][2]int64) {
 	gaps, n := splitGap(from, to, absent)
-	gaps, below := clipGaps(gaps, dropped)
+	gaps, unchecked := clipGaps(gaps, dropped)
 	pr.Gaps = append(pr.Gaps, gaps...)
-	pr.GapOffsets += to - from - n - below
+	pr.GapOffsets += to - from - n - unchecked
 	pr.AbsentFromLog += n
-	pr.Unchecked += below
+	pr.Unchecked += unchecked
 }
 
 // places describes where offset off of partition p is: "events/0@17 in

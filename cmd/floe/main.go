@@ -20,8 +20,9 @@ func main() {
 	// by a hung call.
 	context.AfterFunc(ctx, stop)
 	err := rootCmd().ExecuteContext(ctx)
+	signalled := ctx.Err() != nil // stop cancels ctx too
 	stop()
-	if err != nil && ctx.Err() != nil && errors.Is(err, context.Canceled) {
+	if err != nil && signalled && errors.Is(err, context.Canceled) {
 		// Say why: "context canceled" alone reads as a failure of its own.
 		err = fmt.Errorf("%v: stopped before it finished: %w", context.Cause(ctx), err)
 	}
