@@ -215,7 +215,7 @@ func TestRetriedReadErrorIsLogged(t *testing.T) {
 	k := KafkaConfig{Brokers: cl.Addrs(), Topic: "clicks", FetchMaxBytes: 1 << 20}
 	read := func(k KafkaConfig, records int) []slog.Record {
 		log := &recorded{}
-		r, err := openReader(k, 0, &kafka.Dialer{Timeout: 10 * time.Second}, kafka.FirstOffset, readErrorLogger(slog.New(log), k.Topic, 0))
+		r, err := openReader(k, 0, &kafka.Dialer{Timeout: 10 * time.Second}, kafka.FirstOffset, readAheadRecords, readErrorLogger(slog.New(log), k.Topic, 0))
 		if err != nil {
 			t.Fatal(err)
 		}

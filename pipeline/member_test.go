@@ -14,6 +14,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"runtime/metrics"
 	"slices"
 	"strconv"
 	"strings"
@@ -833,6 +834,68 @@ func TestStalledMemberHoldsOnlyItsWindow(t *testing.T) {
 	waitRun(t, done, 30*time.Second, "the member did not stop")
 	if n := distinctIDs(t, tbl); n != len(msgs) {
 		t.Fatalf("%d rows, want %d", n, len(msgs))
+	}
+}
+
+// TestLargeRecordsAreNotFetchedFarAhead: records near max_message_bytes
+// (900 KB) with a small commit.max_bytes: what each partition's reader
+// fetches ahead stays within a few MiB, so the member holds about its
+// windows, not the backlog. kafka-go's queue of 1000 records a partition
+// held nearly the whole topic live at once.
+func TestLargeRecordsAreNotFetchedFarAhead(t *testing.T) {
+	j := newJob(t, 0, pipeline.CommitConfig{Interval: pipeline.Duration(time.Second), MaxBytes: 8 << 20}, nil)
+	gen := clickgen.New(clickgen.Config{Sessions: 50, Seed: 8})
+	pad := strings.Repeat("x", 900<<10)
+	msgs := make([]clickgen.Message, 240)
+	for i := range msgs {
+		msgs[i] = gen.Next()
+		msgs[i].Value = bytes.Replace(msgs[i].Value, []byte(`"user_agent":"`), []byte(`"user_agent":"`+pad), 1)
+	}
+	if _, err := j.cl.Produce(t.Context(), "clicks", msgs); err != nil {
+		t.Fatal(err)
+	}
+	end, err := j.cl.EndOffsets(t.Context(), "clicks")
+	if err != nil {
+		t.Fatal(err)
+	}
+	topic := len(msgs) * len(msgs[0].Value)
+	msgs = nil
+	runtime.GC()
+	live := []metrics.Sample{{Name: "/gc/heap/live:bytes"}}
+	metrics.Read(live)
+	base := live[0].Value.Uint64()
+	var peak atomic.Uint64
+	sampled := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(sampled)
+		for {
+			metrics.Read(live)
+			if v := live[0].Value.Uint64(); v > peak.Load() {
+				peak.Store(v)
+			}
+			select {
+			case <-done:
+				return
+			case <-time.After(10 * time.Millisecond):
+			}
+		}
+	}()
+	runMember(t, j.cfg, j.tbl, j.sc)
+	waitCaughtUp(t, j.tbl, end, 60*time.Second)
+	close(done)
+	<-sampled
+	over := int64(peak.Load()) - int64(base)
+	t.Logf("peak live heap %d MiB over the base; the topic holds %d MiB", over>>20, topic>>20)
+	// Windows of 8 MiB, their flushes (sorted copies, Parquet pages and
+	// statistics of 900 KB values: a few times the window for a moment),
+	// and 4 MiB fetched ahead a partition: 110-125 MiB here, 235-265 MiB
+	// with 1000 records a partition fetched ahead.
+	if over > int64(topic)*3/4 {
+		t.Errorf("the member held %d MiB live with commit.max_bytes 8 MiB; the topic holds %d MiB", over>>20, topic>>20)
+	}
+	if n := distinctIDs(t, j.tbl); n != 240 {
+		t.Fatalf("%d rows, want 240", n)
 	}
 }
 

@@ -198,7 +198,10 @@ type replayer struct {
 
 func (rp *replayer) replay(ctx context.Context, r ReplayRange) error {
 	k := rp.cfg.Kafka
-	reader, err := openReader(k, r.Partition, rp.dialer, r.From, readErrorLogger(rp.log, k.Topic, r.Partition))
+	errLog := readErrorLogger(rp.log, k.Topic, r.Partition)
+	reader, err := newPausingReader(r.From, func(seek int64, queue int) (*kafka.Reader, error) {
+		return openReader(k, r.Partition, rp.dialer, seek, queue, errLog)
+	})
 	if err != nil {
 		return err
 	}
