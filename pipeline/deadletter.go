@@ -8,6 +8,7 @@ import (
 	"maps"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/segmentio/kafka-go"
@@ -83,6 +84,29 @@ const maxLetterBytes = 512 << 10
 // under 600 KiB) still fits a batch of its own.
 const deadLetterBatchBytes = 1<<20 - 4<<10
 
+// cutLetterBytes bounds what a letter the dead-letter topic refused as too
+// large (its max.message.bytes, or the broker's message.max.bytes, below
+// floe's letters) keeps of its record's key and value, and of the record's
+// own headers, when written again: written as it was, it was refused at
+// every attempt and held its flush forever. floe's headers (under 3 KiB)
+// still name the record and the sizes cut; the whole record stays in the
+// source topic.
+const cutLetterBytes = 4 << 10
+
+// letterBounds bound what a dead letter keeps of its record: data its key
+// and value together, headers the record's own headers.
+type letterBounds struct{ data, headers int }
+
+var (
+	wholeLetter = letterBounds{data: maxLetterBytes, headers: maxSourceHeaderBytes}
+	cutLetter   = letterBounds{data: cutLetterBytes, headers: cutLetterBytes}
+)
+
+// errDeadLettersRefused marks a dead-letter write the broker refuses in a
+// way no retry clears (see refusalsForGood): only a change to the topic's
+// ACL or configuration can.
+var errDeadLettersRefused = errors.New("dead letters refused for good")
+
 // ReasonEnrichFailed is the dead-letter reason for records the enrichment
 // stage could not enrich under the dlq breaker policy. Verify tells it
 // from the reasons that do not depend on the moment.
@@ -96,7 +120,7 @@ type deadLetter struct {
 	detail string
 }
 
-func (d deadLetter) message(topic, table string) kafka.Message {
+func (d deadLetter) message(topic, table string, b letterBounds) kafka.Message {
 	h := []kafka.Header{
 		{Key: HeaderReason, Value: []byte(d.reason)},
 		{Key: HeaderTable, Value: []byte(table)},
@@ -112,14 +136,14 @@ func (d deadLetter) message(topic, table string) kafka.Message {
 		h = append(h, kafka.Header{Key: HeaderDetail, Value: []byte(schemas.Truncate(d.detail, maxReasonTextBytes))})
 	}
 	key, value := d.msg.Key, d.msg.Value
-	if len(key)+len(value) > maxLetterBytes {
-		if len(key) > maxLetterBytes/2 {
+	if len(key)+len(value) > b.data {
+		if len(key) > b.data/2 {
 			h = append(h, kafka.Header{Key: HeaderKeySize, Value: []byte(strconv.Itoa(len(key)))})
-			key = key[:maxLetterBytes/2]
+			key = key[:b.data/2]
 		}
-		if len(value) > maxLetterBytes-len(key) {
+		if len(value) > b.data-len(key) {
 			h = append(h, kafka.Header{Key: HeaderValueSize, Value: []byte(strconv.Itoa(len(value)))})
-			value = value[:maxLetterBytes-len(key)]
+			value = value[:b.data-len(key)]
 		}
 	}
 	kept, dropped := 0, 0
@@ -128,7 +152,7 @@ func (d deadLetter) message(topic, table string) kafka.Message {
 			continue
 		}
 		size := len(sh.Key) + len(sh.Value) + headerOverhead
-		if kept+size > maxSourceHeaderBytes {
+		if kept+size > b.headers {
 			dropped++
 			continue
 		}
@@ -148,38 +172,104 @@ type deadLetterWriter struct {
 	topic string
 	table string // named in every dead letter's HeaderTable
 	w     *kafka.Writer
+	// cut writes the letters the topic refused as too large again, cut,
+	// each in a batch of its own: the broker refuses a whole batch over
+	// the topic's max.message.bytes, even of small letters.
+	cut *kafka.Writer
 }
 
 func newDeadLetterWriter(cfg KafkaConfig, table string, transport *kafka.Transport) *deadLetterWriter {
-	return &deadLetterWriter{
-		topic: cfg.DLQTopic,
-		table: table,
-		w: &kafka.Writer{
+	writer := func(batchSize int) *kafka.Writer {
+		return &kafka.Writer{
 			Addr:                   kafka.TCP(cfg.Brokers...),
 			Balancer:               &kafka.Hash{},
 			RequiredAcks:           kafka.RequireAll,
 			AllowAutoTopicCreation: true,
-			BatchSize:              1000,
+			BatchSize:              batchSize,
 			BatchBytes:             deadLetterBatchBytes,
 			BatchTimeout:           time.Millisecond,
 			MaxAttempts:            5,
 			Transport:              transport,
-		},
+		}
 	}
+	return &deadLetterWriter{topic: cfg.DLQTopic, table: table, w: writer(1000), cut: writer(1)}
 }
 
+// write writes letters and returns once all are acknowledged. A letter
+// the topic refuses as too large is written again cut (cutLetter); an
+// error no retry clears wraps errDeadLettersRefused.
 func (d *deadLetterWriter) write(ctx context.Context, letters []deadLetter) error {
 	if len(letters) == 0 {
 		return nil
 	}
 	msgs := make([]kafka.Message, len(letters))
 	for i, l := range letters {
-		msgs[i] = l.message(d.topic, d.table)
+		msgs[i] = l.message(d.topic, d.table, wholeLetter)
 	}
-	if err := d.w.WriteMessages(ctx, msgs...); err != nil {
-		return fmt.Errorf("writing %d records to dead-letter topic %s: %w", len(msgs), d.topic, err)
+	err := d.w.WriteMessages(ctx, msgs...)
+	if refused, ok := err.(kafka.WriteErrors); ok {
+		var cut []kafka.Message
+		for i, e := range refused {
+			if errors.Is(e, kafka.MessageSizeTooLarge) {
+				cut = append(cut, letters[i].message(d.topic, d.table, cutLetter))
+				refused[i] = nil
+			}
+		}
+		// With other letters refused too, the flush retries them all.
+		if err = byError(refused); err == nil {
+			if err = byError(d.cut.WriteMessages(ctx, cut...)); err != nil {
+				err = fmt.Errorf("writing again %d of them cut to %d bytes of key and value: %w", len(cut), cutLetterBytes, err)
+			}
+		}
 	}
-	return nil
+	if err == nil {
+		return nil
+	}
+	err = fmt.Errorf("writing %d records to dead-letter topic %s: %w", len(msgs), d.topic, err)
+	// One letter never written holds its flush forever.
+	if slices.ContainsFunc(refusalsForGood, func(code kafka.Error) bool { return errors.Is(err, code) }) {
+		return fmt.Errorf("%w: %w", errDeadLettersRefused, err)
+	}
+	return err
+}
+
+// refusalsForGood are the broker's answers to a produce request that
+// retrying cannot change: the topic's ACL, its size limits (a letter
+// already cut, see write), a record it can never take (a compacted topic
+// refuses one without a key), an invalid topic name.
+var refusalsForGood = []kafka.Error{kafka.TopicAuthorizationFailed, kafka.ClusterAuthorizationFailed,
+	kafka.MessageSizeTooLarge, kafka.RecordListTooLarge, kafka.InvalidRecord, kafka.InvalidTopic}
+
+// byError returns err, but a kafka.WriteErrors as its distinct errors, each
+// with its count of letters (nil when it holds none): it spells out every
+// letter's error, and a refused flush of thousands of letters logged as
+// many copies of one error at every retry.
+func byError(err error) error {
+	letters, ok := err.(kafka.WriteErrors)
+	if !ok {
+		return err
+	}
+	var distinct []error
+	count := map[string]int{}
+	for _, e := range letters {
+		if e == nil {
+			continue
+		}
+		if count[e.Error()] == 0 {
+			distinct = append(distinct, e)
+		}
+		count[e.Error()]++
+	}
+	if len(distinct) == 0 {
+		return nil
+	}
+	format := make([]string, len(distinct))
+	args := make([]any, 0, 2*len(distinct))
+	for i, e := range distinct {
+		format[i] = "%d of the letters: %w"
+		args = append(args, count[e.Error()], e)
+	}
+	return fmt.Errorf(strings.Join(format, "; "), args...)
 }
 
 // dlqCloseTimeout bounds close. A batch still in flight then was abandoned
@@ -195,7 +285,7 @@ const dlqCloseTimeout = 5 * time.Second
 // background.
 func (d *deadLetterWriter) close() error {
 	closed := make(chan struct{})
-	go func() { d.w.Close(); close(closed) }()
+	go func() { d.w.Close(); d.cut.Close(); close(closed) }()
 	select {
 	case <-closed:
 		return nil

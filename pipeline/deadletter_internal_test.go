@@ -94,7 +94,7 @@ func TestDeadLetterSizesWhatItCuts(t *testing.T) {
 		{"both large", 400 << 10, 2 << 20, "409600", "2097152", half, half},
 	} {
 		msg := kafka.Message{Topic: "clicks", Offset: 3, Key: bytes.Repeat([]byte("k"), c.key), Value: bytes.Repeat([]byte("v"), c.value), Time: time.Now()}
-		m := deadLetter{msg: msg, reason: "malformed_json"}.message("clicks.dlq", "t.clicks")
+		m := deadLetter{msg: msg, reason: "malformed_json"}.message("clicks.dlq", "t.clicks", wholeLetter)
 		sizes := map[string]string{}
 		for _, h := range m.Headers {
 			if h.Key == HeaderKeySize || h.Key == HeaderValueSize {
@@ -121,7 +121,7 @@ func TestDeadLetterKeepsSourceHeaders(t *testing.T) {
 		{Key: "too-much", Value: []byte("0123456789")},
 		{Key: "tenant", Value: []byte("t1")},
 	}}
-	m := deadLetter{msg: msg, reason: "malformed_json"}.message("clicks.dlq", "t.clicks")
+	m := deadLetter{msg: msg, reason: "malformed_json"}.message("clicks.dlq", "t.clicks", wholeLetter)
 	var names []string
 	values := map[string][]string{}
 	for _, h := range m.Headers {
@@ -191,7 +191,7 @@ func TestDeadLetterBatchesFitTheBroker(t *testing.T) {
 	largest := deadLetter{msg: kafka.Message{Topic: "clicks", Offset: 1, Key: bytes.Repeat([]byte("k"), 1024),
 		Value: bytes.Repeat([]byte("v"), 2<<20), Headers: headers, Time: time.Now()}, reason: "too_large",
 		field: strings.Repeat("f", 2*maxReasonTextBytes), detail: strings.Repeat("d", 2*maxReasonTextBytes)}
-	if n := kafkaGoSize(largest.message("clicks.dlq", "t.clicks")); n > deadLetterBatchBytes {
+	if n := kafkaGoSize(largest.message("clicks.dlq", "t.clicks", wholeLetter)); n > deadLetterBatchBytes {
 		t.Fatalf("the largest letter counts %d bytes, over the batch bound %d", n, deadLetterBatchBytes)
 	}
 	write("the largest letter", largest)
@@ -203,7 +203,7 @@ func TestDeadLetterBatchesFitTheBroker(t *testing.T) {
 	pair := func(total int) []deadLetter {
 		mal := deadLetter{msg: kafka.Message{Topic: "clicks", Offset: 8, Key: []byte("s-2"), Value: []byte{}, Time: time.Now()},
 			reason: "malformed_json", detail: "cannot parse JSON: unexpected tail"}
-		rest := total - kafkaGoSize(big.message("clicks.dlq", "t.clicks")) - kafkaGoSize(mal.message("clicks.dlq", "t.clicks"))
+		rest := total - kafkaGoSize(big.message("clicks.dlq", "t.clicks", wholeLetter)) - kafkaGoSize(mal.message("clicks.dlq", "t.clicks", wholeLetter))
 		mal.msg.Value = bytes.Repeat([]byte("{"), rest)
 		return []deadLetter{big, mal}
 	}

@@ -271,7 +271,7 @@ func (m *Member) Run(ctx context.Context) error {
 			m.done.Store(true)
 			return nil
 		case errors.Is(err, errPartitionStopped), errors.Is(err, errLogBehind),
-			m.until != nil && errors.Is(err, fs.ErrPermission): // see retry
+			m.until != nil && (errors.Is(err, fs.ErrPermission) || errors.Is(err, errDeadLettersRefused)): // see retry
 			return err
 		case ctx.Err() != nil:
 			why := context.Cause(ctx) // the signal, when one stopped floe
@@ -1089,9 +1089,11 @@ func (f *flusher) flush(ctx context.Context) error {
 // to 30 s. An unreachable catalog or broker therefore pauses the member in
 // place — the window fills, fetching stops, heartbeats go on — instead of
 // ending the generation and rebalancing the whole group. A permission error
-// (the table's files not writable by the job's user) ends a scheduled run,
-// which would retry it until killed; the long-running job retries it, as
-// access may be granted meanwhile, and logs it as an error.
+// (the table's files not writable by the job's user) and a dead-letter
+// topic refusing its letters for good (its ACL, its max.message.bytes) end
+// a scheduled run, which would retry them until killed; the long-running
+// job retries them, as an operator may fix the access or the topic
+// meanwhile, and logs them as errors.
 func (m *Member) retry(ctx context.Context, what string, op func() error) error {
 	backoff := 250 * time.Millisecond
 	for {
@@ -1101,19 +1103,25 @@ func (m *Member) retry(ctx context.Context, what string, op func() error) error 
 			return err
 		}
 		denied := errors.Is(err, fs.ErrPermission)
-		if ctx.Err() != nil || denied && m.until != nil {
+		refused := errors.Is(err, errDeadLettersRefused)
+		if ctx.Err() != nil || (denied || refused) && m.until != nil {
 			// Given up: revoked or commit.grace over (nothing is held
 			// back by it any more, and the next flush will tell), or a
-			// scheduled run denied access (Run ends with it).
+			// scheduled run denied access or refused its dead letters
+			// (Run ends with it).
 			m.stats.Stalled.Store(false)
 			return fmt.Errorf("%s: %w", what, err)
 		}
 		m.stats.Stalled.Store(true)
 		m.stats.FlushRetries.Add(1)
-		if denied {
+		switch {
+		case denied:
 			m.log.Error("flush failed: no write access to the table's files; retrying until access is granted",
 				"op", what, "in", backoff, "err", err)
-		} else {
+		case refused:
+			m.log.Error("flush failed: the dead-letter topic refuses its letters; retrying until its ACL or configuration is fixed",
+				"op", what, "in", backoff, "err", err)
+		default:
 			m.log.Warn("flush failed, retrying", "op", what, "in", backoff, "err", err)
 		}
 		select {

@@ -1,0 +1,209 @@
+package pipeline_test
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/floe-dev/floe/pipeline"
+	"github.com/floe-dev/floe/schemas/clickgen"
+)
+
+// createDeadLetterTopic creates j's dead-letter topic, of one partition,
+// with the given max.message.bytes, and returns an admin client of j's
+// broker.
+func createDeadLetterTopic(t *testing.T, j *job, maxMessageBytes int) *kadm.Client {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(j.cl.Addrs()...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Close)
+	adm := kadm.NewClient(cl)
+	configs := map[string]*string{"max.message.bytes": new(strconv.Itoa(maxMessageBytes))}
+	if _, err := adm.CreateTopic(t.Context(), 1, 1, configs, j.cfg.Kafka.DLQTopic); err != nil {
+		t.Fatal(err)
+	}
+	return adm
+}
+
+// produceMalformed produces a record to j's topic that is not JSON, then
+// small ones of the keys more, and sets j.end past them; it returns where
+// the first one landed.
+func produceMalformed(t *testing.T, j *job, key, value []byte, more ...string) (partition int32, offset int64) {
+	t.Helper()
+	landed, err := j.cl.Produce(t.Context(), "clicks", []clickgen.Message{{Key: key, Value: value}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for p, offs := range landed {
+		partition, offset = p, offs[0]
+	}
+	var msgs []clickgen.Message
+	for _, k := range more {
+		msgs = append(msgs, clickgen.Message{Key: []byte(k), Value: []byte(`{"session_id":`)})
+	}
+	if _, err := j.cl.Produce(t.Context(), "clicks", msgs); err != nil {
+		t.Fatal(err)
+	}
+	if j.end, err = j.cl.EndOffsets(t.Context(), "clicks"); err != nil {
+		t.Fatal(err)
+	}
+	return partition, offset
+}
+
+// TestDeadLetterTooLargeForItsTopicIsWrittenCut: a record whose dead letter
+// (50 KB) is over the dead-letter topic's max.message.bytes (20,000) is
+// dead-lettered with its key and the first bytes of its value, 4 KiB in
+// all, and floe's headers, and so are 100 small ones (together over the
+// limit too); a scheduled run commits every other record and ends. Before,
+// the broker refused the letters at every attempt: every flush of every
+// partition was retried forever, and a scheduled run never ended.
+func TestDeadLetterTooLargeForItsTopicIsWrittenCut(t *testing.T) {
+	j := newJob(t, 200, fastCommit, nil)
+	createDeadLetterTopic(t, j, 20_000)
+	key, value := []byte("s-big"), bytes.Repeat([]byte("{"), 50_000)
+	more := make([]string, 100)
+	for i := range more {
+		more[i] = "s-" + strconv.Itoa(i)
+	}
+	partition, offset := produceMalformed(t, j, key, value, more...)
+
+	m, err := pipeline.NewMember(j.cfg, j.tbl, j.sc, pipeline.UntilOffsets(j.end))
+	if err != nil {
+		t.Fatal(err)
+	}
+	done, stop := startRun(m)
+	defer stop()
+	waitRun(t, done, 60*time.Second, "the scheduled run did not end")
+
+	dl, err := pipeline.ReadDeadLetters(t.Context(), j.cfg.Kafka, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err := j.tbl.Verify(t.Context(), "clicks", dl.Read)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !rep.OK() || rep.Rows != 200 || rep.DeadLetters != 101 {
+		var out strings.Builder
+		rep.WriteText(&out)
+		t.Fatalf("want 200 rows and 101 dead letters, verified:\n%s", out.String())
+	}
+
+	cl, err := kgo.NewClient(kgo.SeedBrokers(j.cl.Addrs()...), kgo.ConsumeTopics(j.cfg.Kafka.DLQTopic),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	var letter *kgo.Record
+	for letter == nil && ctx.Err() == nil {
+		cl.PollFetches(ctx).EachRecord(func(r *kgo.Record) {
+			if bytes.Equal(r.Key, key) {
+				letter = r
+			}
+		})
+	}
+	if letter == nil {
+		t.Fatal("the large record's dead letter not read back within 30 s")
+	}
+	headers := map[string]string{}
+	for _, h := range letter.Headers {
+		headers[h.Key] = string(h.Value)
+	}
+	want := map[string]string{
+		pipeline.HeaderReason:          "malformed_json",
+		pipeline.HeaderSourceTopic:     "clicks",
+		pipeline.HeaderSourcePartition: strconv.Itoa(int(partition)),
+		pipeline.HeaderSourceOffset:    strconv.FormatInt(offset, 10),
+		pipeline.HeaderValueSize:       "50000",
+		pipeline.HeaderTable:           "t.clicks",
+	}
+	for k, v := range want {
+		if headers[k] != v {
+			t.Errorf("header %s: %q, want %q", k, headers[k], v)
+		}
+	}
+	if len(letter.Key)+len(letter.Value) != 4<<10 || !bytes.HasPrefix(value, letter.Value) {
+		t.Errorf("letter of %d bytes of value; want the value's first %d bytes", len(letter.Value), 4<<10-len(key))
+	}
+}
+
+// TestDeadLetterTopicRefusingForGoodEndsAScheduledRun: a dead-letter topic
+// that refuses a letter in a way no retry clears — the job may not write to
+// it, or even the letter cut is over its max.message.bytes — ends a
+// scheduled run with an error naming the topic, while the long-running job
+// retries, logging an error, and commits once the topic's ACL or
+// configuration is fixed. The scheduled run retried it (and every other
+// partition's records with it) forever.
+func TestDeadLetterTopicRefusingForGoodEndsAScheduledRun(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		refuse func(*testing.T, *job) (fix func())
+	}{
+		{"unauthorized", func(t *testing.T, j *job) func() {
+			h := j.cl.Kfake().Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: j.cfg.Kafka.DLQTopic,
+				Err: kerr.TopicAuthorizationFailed, Count: -1})
+			return h.Remove
+		}},
+		{"even a cut letter too large", func(t *testing.T, j *job) func() {
+			adm := createDeadLetterTopic(t, j, 100)
+			return func() {
+				set := []kadm.AlterConfig{{Op: kadm.SetConfig, Name: "max.message.bytes", Value: new("1048588")}}
+				if _, err := adm.AlterTopicConfigs(t.Context(), set, j.cfg.Kafka.DLQTopic); err != nil {
+					t.Error(err)
+				}
+			}
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			j := newJob(t, 200, fastCommit, nil)
+			fix := c.refuse(t, j)
+			produceMalformed(t, j, []byte("s-bad"), []byte("{"))
+
+			m, err := pipeline.NewMember(j.cfg, j.tbl, j.sc, pipeline.UntilOffsets(j.end))
+			if err != nil {
+				t.Fatal(err)
+			}
+			done, stop := startRun(m)
+			defer stop()
+			select {
+			case err := <-done:
+				if err == nil || !strings.Contains(err.Error(), "dead-letter topic "+j.cfg.Kafka.DLQTopic) {
+					t.Fatalf("scheduled run: %v; want an error naming the dead-letter topic", err)
+				}
+			case <-time.After(30 * time.Second):
+				t.Fatal("the scheduled run still running after 30 s")
+			}
+
+			log := &lockedBuffer{}
+			m, err = pipeline.NewMember(j.cfg, j.tbl, j.sc, pipeline.WithLogger(slog.New(slog.NewTextHandler(log, nil))))
+			if err != nil {
+				t.Fatal(err)
+			}
+			done, stop = startRun(m)
+			defer stop()
+			waitFor(t, 30*time.Second, "the long-running job logged no error", func() bool {
+				out := log.String()
+				return strings.Contains(out, "level=ERROR") && strings.Contains(out, "dead-letter topic refuses")
+			})
+			fix()
+			waitCaughtUp(t, j.tbl, j.end, 60*time.Second)
+			stop()
+			waitRun(t, done, 30*time.Second, "the member did not stop")
+		})
+	}
+}
