@@ -274,14 +274,17 @@ func (m *Member) Run(ctx context.Context) error {
 			m.until != nil && (errors.Is(err, fs.ErrPermission) || errors.Is(err, errDeadLettersRefused)): // see retry
 			return err
 		case ctx.Err() != nil:
-			why := context.Cause(ctx) // the signal, when one stopped floe
+			var attrs []any
+			if why := context.Cause(ctx); why != context.Canceled {
+				attrs = append(attrs, "cause", why) // the signal that stopped floe
+			}
 			switch {
 			case errors.Is(err, errFinalFlush):
-				m.log.Warn("stopping: the final flush failed; the next owner redoes its records", "cause", why, "err", err)
+				m.log.Warn("stopping: the final flush failed; the next owner redoes its records", append(attrs, "err", err)...)
 			case err != nil:
-				m.log.Warn("stopping: the generation ended with an error; the next owner redoes what was not committed", "cause", why, "err", err)
+				m.log.Warn("stopping: the generation ended with an error; the next owner redoes what was not committed", append(attrs, "err", err)...)
 			default:
-				m.log.Info("stopping: buffers committed, leaving the group", "cause", why)
+				m.log.Info("stopping: buffers committed, leaving the group", attrs...)
 			}
 			return nil
 		case errors.Is(err, lakehouse.ErrFenced):

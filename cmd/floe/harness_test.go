@@ -358,6 +358,9 @@ func (e *env) drain(t *testing.T, produced <-chan error, procs ...*proc) map[int
 		if err := p.wait(t, 30*time.Second); err != nil {
 			t.Errorf("%s exited with %v after SIGTERM", p.name, err)
 		}
+		if out := p.output(); !strings.Contains(out, `msg="stopping: buffers committed, leaving the group" cause="terminated signal received"`) {
+			t.Errorf("%s's stop is not logged as one the signal asked for:\n%s", p.name, tail(out, 2000))
+		}
 	}
 	return end
 }
