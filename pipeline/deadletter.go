@@ -172,10 +172,9 @@ type deadLetterWriter struct {
 	topic string
 	table string // named in every dead letter's HeaderTable
 	w     *kafka.Writer
-	// cut writes the letters the topic refused as too large again, cut,
-	// each in a batch of its own: the broker refuses a whole batch over
-	// the topic's max.message.bytes, even of small letters.
-	cut *kafka.Writer
+	// alone writes the letters the topic refused as too large again, each
+	// in a batch of its own (see write).
+	alone *kafka.Writer
 }
 
 func newDeadLetterWriter(cfg KafkaConfig, table string, transport *kafka.Transport) *deadLetterWriter {
@@ -192,40 +191,57 @@ func newDeadLetterWriter(cfg KafkaConfig, table string, transport *kafka.Transpo
 			Transport:              transport,
 		}
 	}
-	return &deadLetterWriter{topic: cfg.DLQTopic, table: table, w: writer(1000), cut: writer(1)}
+	return &deadLetterWriter{topic: cfg.DLQTopic, table: table, w: writer(1000), alone: writer(1)}
 }
 
 // write writes letters and returns once all are acknowledged. A letter
-// the topic refuses as too large is written again cut (cutLetter); an
-// error no retry clears wraps errDeadLettersRefused.
+// the topic refuses as too large is written again alone, and cut
+// (cutLetter) if it is refused alone too; an error no retry clears wraps
+// errDeadLettersRefused.
 func (d *deadLetterWriter) write(ctx context.Context, letters []deadLetter) error {
 	if len(letters) == 0 {
 		return nil
 	}
 	msgs := make([]kafka.Message, len(letters))
+	at := make([]int, len(letters)) // the letter of each of msgs
 	for i, l := range letters {
-		msgs[i] = l.message(d.topic, d.table, wholeLetter)
+		msgs[i], at[i] = l.message(d.topic, d.table, wholeLetter), i
 	}
 	err := d.w.WriteMessages(ctx, msgs...)
-	if refused, ok := err.(kafka.WriteErrors); ok {
-		var cut []kafka.Message
+	// The broker refuses a whole batch over the topic's max.message.bytes,
+	// each letter in it as too large: those are written again one by one,
+	// whole, and then those refused alone, cut.
+	how := ""
+	for _, b := range []letterBounds{wholeLetter, cutLetter} {
+		refused, ok := err.(kafka.WriteErrors)
+		if !ok {
+			break
+		}
+		var again []int
 		for i, e := range refused {
 			if errors.Is(e, kafka.MessageSizeTooLarge) {
-				cut = append(cut, letters[i].message(d.topic, d.table, cutLetter))
+				again = append(again, at[i])
 				refused[i] = nil
 			}
 		}
 		// With other letters refused too, the flush retries them all.
-		if err = byError(refused); err == nil {
-			if err = byError(d.cut.WriteMessages(ctx, cut...)); err != nil {
-				err = fmt.Errorf("writing again %d of them cut to %d bytes of key and value: %w", len(cut), cutLetterBytes, err)
-			}
+		if err = byError(refused); err != nil || len(again) == 0 {
+			break
 		}
+		msgs, at = make([]kafka.Message, len(again)), again
+		for i, l := range again {
+			msgs[i] = letters[l].message(d.topic, d.table, b)
+		}
+		how = fmt.Sprintf("written again one by one, %d of them cut to %d bytes of key and value: ", len(again), cutLetterBytes)
+		if b == wholeLetter {
+			how = fmt.Sprintf("written again one by one, %d of them: ", len(again))
+		}
+		err = d.alone.WriteMessages(ctx, msgs...)
 	}
-	if err == nil {
+	if err = byError(err); err == nil {
 		return nil
 	}
-	err = fmt.Errorf("writing %d records to dead-letter topic %s: %w", len(msgs), d.topic, err)
+	err = fmt.Errorf("writing %d records to dead-letter topic %s: %s%w", len(letters), d.topic, how, err)
 	// One letter never written holds its flush forever.
 	if slices.ContainsFunc(refusalsForGood, func(code kafka.Error) bool { return errors.Is(err, code) }) {
 		return fmt.Errorf("%w: %w", errDeadLettersRefused, err)
@@ -285,7 +301,7 @@ const dlqCloseTimeout = 5 * time.Second
 // background.
 func (d *deadLetterWriter) close() error {
 	closed := make(chan struct{})
-	go func() { d.w.Close(); d.cut.Close(); close(closed) }()
+	go func() { d.w.Close(); d.alone.Close(); close(closed) }()
 	select {
 	case <-closed:
 		return nil

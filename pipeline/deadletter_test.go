@@ -101,24 +101,14 @@ func TestDeadLetterTooLargeForItsTopicIsWrittenCut(t *testing.T) {
 		t.Fatalf("want 200 rows and 101 dead letters, verified:\n%s", out.String())
 	}
 
-	cl, err := kgo.NewClient(kgo.SeedBrokers(j.cl.Addrs()...), kgo.ConsumeTopics(j.cfg.Kafka.DLQTopic),
-		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
-	defer cancel()
 	var letter *kgo.Record
-	for letter == nil && ctx.Err() == nil {
-		cl.PollFetches(ctx).EachRecord(func(r *kgo.Record) {
-			if bytes.Equal(r.Key, key) {
-				letter = r
-			}
-		})
+	for _, r := range readLetters(t, j, 101) {
+		if bytes.Equal(r.Key, key) {
+			letter = r
+		}
 	}
 	if letter == nil {
-		t.Fatal("the large record's dead letter not read back within 30 s")
+		t.Fatal("the large record's dead letter not read back")
 	}
 	headers := map[string]string{}
 	for _, h := range letter.Headers {
@@ -139,6 +129,58 @@ func TestDeadLetterTooLargeForItsTopicIsWrittenCut(t *testing.T) {
 	}
 	if len(letter.Key)+len(letter.Value) != 4<<10 || !bytes.HasPrefix(value, letter.Value) {
 		t.Errorf("letter of %d bytes of value; want the value's first %d bytes", len(letter.Value), 4<<10-len(key))
+	}
+}
+
+// readLetters reads n records of j's dead-letter topic, failing the test
+// when they are not there within 30 s.
+func readLetters(t *testing.T, j *job, n int) []*kgo.Record {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(j.cl.Addrs()...), kgo.ConsumeTopics(j.cfg.Kafka.DLQTopic),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	var out []*kgo.Record
+	for len(out) < n && ctx.Err() == nil {
+		cl.PollFetches(ctx).EachRecord(func(r *kgo.Record) { out = append(out, r) })
+	}
+	if len(out) < n {
+		t.Fatalf("%d dead letters read back within 30 s, want %d", len(out), n)
+	}
+	return out
+}
+
+// TestDeadLettersThatFitAloneAreNotCut: letters of 160 KB each fit the
+// dead-letter topic's max.message.bytes (300,000) alone, not two in a
+// batch: the broker refuses the batch, each letter as too large, and each
+// is written again alone, whole. They were all written cut to 4 KiB.
+func TestDeadLettersThatFitAloneAreNotCut(t *testing.T) {
+	j := newJob(t, 0, fastCommit, nil)
+	createDeadLetterTopic(t, j, 300_000)
+	value := bytes.Repeat([]byte("{"), 160_000)
+	big := clickgen.Message{Key: []byte("s-big"), Value: value} // one partition
+	if _, err := j.cl.Produce(t.Context(), "clicks", []clickgen.Message{big, big, big}); err != nil {
+		t.Fatal(err)
+	}
+	var err error
+	if j.end, err = j.cl.EndOffsets(t.Context(), "clicks"); err != nil {
+		t.Fatal(err)
+	}
+	m, err := pipeline.NewMember(j.cfg, j.tbl, j.sc, pipeline.UntilOffsets(j.end))
+	if err != nil {
+		t.Fatal(err)
+	}
+	done, stop := startRun(m)
+	defer stop()
+	waitRun(t, done, 60*time.Second, "the scheduled run did not end")
+	for i, r := range readLetters(t, j, 3) {
+		if len(r.Value) != len(value) {
+			t.Errorf("letter %d keeps %d bytes of its %d-byte value, though it fits the topic alone", i, len(r.Value), len(value))
+		}
 	}
 }
 
