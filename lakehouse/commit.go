@@ -660,6 +660,7 @@ func (t *Table) writeFiles(ctx context.Context, tbl *table.Table, rows arrow.Rec
 		yielded = true
 		yield(sorted, nil)
 	}
+	want := sorted.NumRows()
 	var out []iceberg.DataFile
 	for df, err := range table.WriteRecords(ctx, tbl, sorted.Schema(), one,
 		table.WithTargetFileSize(t.target), table.WithWriteUUID(uuid.New()), table.WithMaxWriteWorkers(1)) {
@@ -668,7 +669,29 @@ func (t *Table) writeFiles(ctx context.Context, tbl *table.Table, rows arrow.Rec
 		}
 		out = append(out, df)
 	}
+	if written := rowCount(out); written != want {
+		// iceberg-go 0.7.0's partitioned writer can lose a file's write
+		// error: a partition's writer that fails leaves the writers that
+		// closeAll waits for before it gets there, and WriteRecords ends
+		// without an error or that partition's file. Committed, the flush's
+		// offsets would move past rows no file holds. The write probe finds
+		// the cause when it is the storage refusing (fs.ErrPermission).
+		err := fmt.Errorf("writing data files: %d of %d rows written, with no error from the writer", written, want)
+		if perr := t.CheckWrite(ctx); perr != nil {
+			err = fmt.Errorf("%w (%w)", err, perr)
+		}
+		return out, err
+	}
 	return out, nil
+}
+
+// rowCount is how many rows files hold.
+func rowCount(files []iceberg.DataFile) int64 {
+	var n int64
+	for _, f := range files {
+		n += f.Count()
+	}
+	return n
 }
 
 // deleteFiles removes data files of a flush that did not commit. Failures

@@ -509,6 +509,47 @@ func TestCheckWriteRefusesAnUnwritableDataLocation(t *testing.T) {
 	}
 }
 
+// TestFlushFailingForOneDayFails: a flush whose rows fall in many
+// partitions (days), one of which the storage refuses (its directory not
+// writable), fails, and the watermark stays. iceberg-go's partitioned
+// writer lost the error of a partition whose writer failed before it
+// closed the others, and returned the others' files without an error: the
+// commit moved the offsets past that day's rows, which no file held.
+func TestFlushFailingForOneDayFails(t *testing.T) {
+	f := newFixture(t)
+	tbl := f.open(t, "g")
+	it, err := tbl.Load(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	day := strings.TrimPrefix(it.Location(), "file://") + "/data/event_ts_day=2024-11-29"
+	if err := os.MkdirAll(day, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	unwritable.Dir(t, day)
+	b := f.schema.NewBuilder(memory.DefaultAllocator, 0)
+	defer b.Release()
+	const n = 5000
+	for o := range int64(n) {
+		ts := 1732860000000 + (o%40)*24*3600*1000 // 40 days
+		v := fmt.Sprintf(`{"session_id":"s-%d","event_type":"click","ts":%d,"seq":%d}`, o%7, ts, o)
+		if err := b.Append([]byte(v), schemas.Meta{Topic: topic, Partition: 0, Offset: o, Timestamp: time.UnixMilli(ts)}, time.Now(), "off"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	part := lakehouse.Part{Range: lakehouse.Range{Topic: topic, Partition: 0, From: 0, To: n}, Resume: lakehouse.NoWatermark, Rows: b.NewRecord()}
+	if _, err := tbl.Commit(t.Context(), []lakehouse.Part{part}); err == nil {
+		t.Fatalf("Commit of 40 days' rows, one day's directory unwritable, succeeded")
+	}
+	wm, err := tbl.Watermarks(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w, ok := wm.Get(topic, 0); ok {
+		t.Fatalf("the watermark moved to %d, past rows no file holds", w)
+	}
+}
+
 func TestOpenCatalogErrorsAreClear(t *testing.T) {
 	f := newFixture(t)
 	for _, tc := range []struct {

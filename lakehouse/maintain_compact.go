@@ -343,14 +343,7 @@ func relabelData(d arrow.ArrayData, want arrow.DataType) (arrow.ArrayData, bool)
 // sameRows checks that a group's new files hold as many rows as the files
 // they replace: compaction must not change the table's content.
 func sameRows(gr table.CompactionGroupResult) error {
-	var before, after int64
-	for _, f := range gr.OldDataFiles {
-		before += f.Count()
-	}
-	for _, f := range gr.NewDataFiles {
-		after += f.Count()
-	}
-	if before != after {
+	if before, after := rowCount(gr.OldDataFiles), rowCount(gr.NewDataFiles); before != after {
 		return fmt.Errorf("compaction group %s: %d rows in %d files became %d rows in %d files",
 			gr.PartitionKey, before, len(gr.OldDataFiles), after, len(gr.NewDataFiles))
 	}

@@ -268,6 +268,12 @@ func (t *Table) rewriteWithout(ctx context.Context, tbl *table.Table, r Range, i
 			t.deleteFiles(tbl, copies)
 			return old, kept, fmt.Errorf("copying %s: read %d of its %d rows", task.File.FilePath(), read, task.File.Count())
 		}
+		if written := rowCount(copies); written != read-int64(removed) {
+			// A write error iceberg-go's writer lost (see writeFiles).
+			t.deleteFiles(tbl, copies)
+			return old, kept, fmt.Errorf("copying %s: %d of its %d other rows written, with no error from the writer",
+				task.File.FilePath(), written, read-int64(removed))
+		}
 		if removed == 0 {
 			t.deleteFiles(tbl, copies)
 			continue
