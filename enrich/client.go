@@ -129,16 +129,20 @@ func newClient(cfg *Config, badAttr func(string)) (*client, error) {
 		}
 	}
 	// net/http sends a URL's user info as "Authorization: Basic
-	// base64(user:password)".
+	// base64(user:password)", with or without a password; without one (or
+	// with an empty one, curl's -u KEY:) the name is the credential.
 	if u, err := url.Parse(strings.ReplaceAll(cfg.URL, "{key}", "k")); err == nil && u.User != nil {
-		if pw, ok := u.User.Password(); ok {
-			basic := base64.StdEncoding.EncodeToString([]byte(u.User.Username() + ":" + pw))
-			c.secrets = append(c.secrets, "Basic "+basic, basic, pw)
+		pw, _ := u.User.Password()
+		basic := base64.StdEncoding.EncodeToString([]byte(u.User.Username() + ":" + pw))
+		c.secrets = append(c.secrets, "Basic "+basic, basic, pw)
+		if pw == "" {
+			c.secrets = append(c.secrets, u.User.Username())
 		}
 	}
 	// The credentials alone shorter than minSecret would match ordinary
-	// text; the auth header's value is scrubbed whatever its length.
-	c.secrets = slices.DeleteFunc(c.secrets, func(s string) bool { return s != c.authValue && len(s) < minSecret })
+	// text (an empty one, everywhere); the auth header's value is scrubbed
+	// whatever its length.
+	c.secrets = slices.DeleteFunc(c.secrets, func(s string) bool { return s == "" || (s != c.authValue && len(s) < minSecret) })
 	return c, nil
 }
 

@@ -364,3 +364,40 @@ func TestPlainHTTPCredentialsWarned(t *testing.T) {
 		}
 	}
 }
+
+// TestUserInfoNameNeverLeaked: an API key given as the URL's user info name,
+// https://KEY@host or curl's https://KEY:@host, which net/http sends as
+// Basic credentials, stays out of errors and logs, and the errors stay
+// readable. Before, the name was shown in every transport error, and an
+// empty password was scrubbed as a secret: REDACTED between every byte of
+// every error, the key still spelled out.
+func TestUserInfoNameNeverLeaked(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := "http://" + l.Addr().String()
+	_ = l.Close()
+	echo := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		user, _, _ := r.BasicAuth()
+		http.Error(w, "service down for "+r.Header.Get("Authorization")+" alias "+user, http.StatusServiceUnavailable)
+	}))
+	defer echo.Close()
+	for _, ui := range []string{secret + "@", secret + ":@"} {
+		for _, tc := range []struct{ name, url, want string }{
+			{"transport error", closed, "connection refused"},
+			{"echoed", echo.URL, "service down for REDACTED alias REDACTED"},
+		} {
+			r, h := lookupOnce(t, strings.Replace(tc.url, "http://", "http://"+ui, 1), "")
+			if r.Err == nil || !strings.Contains(r.Err.Error(), tc.want) {
+				t.Fatalf("%s, %s: got %s (%v), want an error holding %q", ui, tc.name, r.Status, r.Err, tc.want)
+			}
+			basic := base64.StdEncoding.EncodeToString([]byte(secret + ":"))
+			for what, s := range map[string]string{"error": r.Err.Error(), "logs": h.logs.String()} {
+				if strings.Contains(s, secret) || strings.Contains(s, basic) {
+					t.Errorf("%s, %s: the user info's name leaked into %s: %s", ui, tc.name, what, s)
+				}
+			}
+		}
+	}
+}

@@ -1,6 +1,7 @@
 // Package redact prints the URLs of floe's configuration (enrichment
 // service, REST catalog, schema registry, metrics endpoint) without the
-// credentials they may carry: a user-info password or a token in the query.
+// credentials they may carry: a user-info password (or a name alone, which
+// is then the credential) or a token in the query.
 package redact
 
 import (
@@ -14,7 +15,10 @@ import (
 const Mask = "REDACTED"
 
 // URL returns s with its user-info password and the values of its query
-// replaced by Mask, and without its fragment. When s does not parse (a
+// replaced by Mask, and without its fragment. User info without a password
+// (or with an empty one) is masked whole: net/http sends it as Basic
+// credentials, and an API key passed as https://KEY@host or
+// https://KEY:@host is the name. When s does not parse (a
 // password holding a '%' not followed by two hex digits, a '#' or a '/'),
 // everything between "://" and the last '@' is masked, and so is the
 // query: the parser's idea of where the user info ends is then not to be
@@ -26,8 +30,10 @@ func URL(s string) string {
 	}
 	c := *u
 	if c.User != nil {
-		if _, has := c.User.Password(); has {
+		if pw, _ := c.User.Password(); pw != "" {
 			c.User = url.UserPassword(c.User.Username(), Mask)
+		} else {
+			c.User = url.User(Mask)
 		}
 	}
 	c.RawQuery = query(c.RawQuery)

@@ -9,11 +9,15 @@ import (
 )
 
 // TestURL checks that neither a password nor a query value survives, also
-// in the URLs url.Parse refuses, which are the ones config errors quote.
+// in the URLs url.Parse refuses, which are the ones config errors quote,
+// and that user info whose name is the credential (no password, or an
+// empty one) is masked whole; before, the name was kept, and an empty
+// password came out as "s3cret:REDACTED".
 func TestURL(t *testing.T) {
 	for in, want := range map[string]string{
 		"https://lookup.example.com/v1":                    "https://lookup.example.com/v1",
-		"https://floe@lookup.example.com/v1":               "https://floe@lookup.example.com/v1",
+		"https://s3cret@lookup.example.com/v1":             "https://REDACTED@lookup.example.com/v1",
+		"https://s3cret:@lookup.example.com/v1":            "https://REDACTED@lookup.example.com/v1",
 		"https://floe:s3cret@lookup.example.com/v1":        "https://floe:REDACTED@lookup.example.com/v1",
 		"http://h:81/l?api_key=s3cret&x=1&s3cret#frag":     "http://h:81/l?api_key=REDACTED&x=REDACTED&REDACTED",
 		"https://floe:pa%ss-s3cret@catalog.example.com:81": "https://REDACTED@catalog.example.com:81",
