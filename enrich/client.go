@@ -85,9 +85,9 @@ type client struct {
 	authValue string
 	// shownURL is the URL as errors name it: redacted, {key} as written.
 	shownURL string
-	// secrets are what scrub removes: the auth header's value and the
-	// Basic credentials of the URL's user info, each as a server may echo
-	// them.
+	// secrets are what scrub removes: the auth header's value, the Basic
+	// credentials of the URL's user info and the values of its query, each
+	// as a server may echo them.
 	secrets []string
 }
 
@@ -128,15 +128,30 @@ func newClient(cfg *Config, badAttr func(string)) (*client, error) {
 			c.secrets = append(c.secrets, strings.TrimSpace(cred))
 		}
 	}
-	// net/http sends a URL's user info as "Authorization: Basic
-	// base64(user:password)", with or without a password; without one (or
-	// with an empty one, curl's -u KEY:) the name is the credential.
-	if u, err := url.Parse(strings.ReplaceAll(cfg.URL, "{key}", "k")); err == nil && u.User != nil {
-		pw, _ := u.User.Password()
-		basic := base64.StdEncoding.EncodeToString([]byte(u.User.Username() + ":" + pw))
-		c.secrets = append(c.secrets, "Basic "+basic, basic, pw)
-		if pw == "" {
-			c.secrets = append(c.secrets, u.User.Username())
+	if u, err := url.Parse(strings.ReplaceAll(cfg.URL, "{key}", "k")); err == nil {
+		// net/http sends a URL's user info as "Authorization: Basic
+		// base64(user:password)", with or without a password; without one
+		// (or with an empty one, curl's -u KEY:) the name is the credential.
+		if u.User != nil {
+			pw, _ := u.User.Password()
+			basic := base64.StdEncoding.EncodeToString([]byte(u.User.Username() + ":" + pw))
+			c.secrets = append(c.secrets, "Basic "+basic, basic, pw)
+			if pw == "" {
+				c.secrets = append(c.secrets, u.User.Username())
+			}
+		}
+		// A server echoes the request's URL in a redirect's Location (an
+		// http to https upgrade keeps the query) or in an error body, its
+		// query's values raw or decoded.
+		for p := range strings.SplitSeq(u.RawQuery, "&") {
+			_, v, ok := strings.Cut(p, "=")
+			if !ok {
+				v = p // a parameter without '=' may be a token alone
+			}
+			c.secrets = append(c.secrets, v)
+			if dv, err := url.QueryUnescape(v); err == nil {
+				c.secrets = append(c.secrets, dv)
+			}
 		}
 	}
 	// The credentials alone shorter than minSecret would match ordinary
@@ -214,7 +229,7 @@ func (c *client) lookup(ctx context.Context, keys []string) (map[string]Values, 
 	case resp.StatusCode >= 300 && resp.StatusCode < 400:
 		drain(resp.Body)
 		return nil, c.fail(resp.StatusCode, false, "%s answered %s to %q: floe does not follow redirects, which would send the auth header elsewhere; set enrich.url to where it points",
-			req.Method, resp.Status, resp.Header.Get("Location"))
+			req.Method, resp.Status, redactURL(resp.Header.Get("Location")))
 	default:
 		// More than is shown, so that an echoed secret is scrubbed whole
 		// before the snippet is cut.

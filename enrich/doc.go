@@ -133,8 +133,10 @@
 // Config.AuthHeader's value is sent on every request and appears nowhere
 // else: not in errors (a server echoing it, whole or its credential alone,
 // is scrubbed before the error's 256-byte snippet of the body is cut), not
-// in logs, not in Config's String or LogValue. Redirects are not followed:
-// a 3xx is a permanent error naming its Location, since following it would
+// in logs, not in Config's String or LogValue. So are the credentials of
+// Config.URL (its user info's, its query's values), wherever the service
+// echoes them. Redirects are not followed: a 3xx is a permanent error
+// naming its Location (redacted like the URL), since following it would
 // send the header to wherever the server points (over plain http, too).
 //
 // # Metrics

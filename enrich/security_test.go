@@ -19,6 +19,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -399,5 +400,55 @@ func TestUserInfoNameNeverLeaked(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// TestQueryTokenEchoNeverLeaked: a token in enrich.url's query stays out of
+// errors (and so of dead letters' floe.detail) and logs when the service
+// echoes it: in a redirect's Location (an http to https upgrade keeps the
+// query) or in an error body, raw or decoded. Before, only the URL floe
+// formats itself was redacted; an echo was shown as the service sent it.
+func TestQueryTokenEchoNeverLeaked(t *testing.T) {
+	const token = "s3cret/t0ken+value" // sent percent-encoded
+	for _, tc := range []struct {
+		name    string
+		handler http.HandlerFunc
+		want    string
+	}{
+		{"https upgrade", func(w http.ResponseWriter, r *http.Request) {
+			http.Redirect(w, r, "https://"+r.Host+r.URL.RequestURI(), http.StatusMovedPermanently)
+		}, "lookup?api_key=REDACTED"},
+		{"request echoed", func(w http.ResponseWriter, r *http.Request) {
+			http.Error(w, "no route for "+r.Method+" "+r.URL.RequestURI(), http.StatusBadRequest)
+		}, "no route for POST /lookup?api_key=REDACTED"},
+		{"token echoed decoded", func(w http.ResponseWriter, r *http.Request) {
+			http.Error(w, "unknown api_key "+r.URL.Query().Get("api_key"), http.StatusForbidden)
+		}, "unknown api_key REDACTED"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := httptest.NewServer(tc.handler)
+			defer srv.Close()
+			cfg := testConfig(srv.URL)
+			cfg.URL += "?api_key=" + url.QueryEscape(token)
+			cfg.Retries = -1
+			cfg.Breaker.Policy = enrich.PolicyDLQ
+			h := startStage(t, cfg)
+			q := h.st.NewQueue()
+			if err := q.Submit(context.Background(), "u-1", nil); err != nil {
+				t.Fatal(err)
+			}
+			r := (<-q.Out()).Result
+			q.Close()
+			collect(q)
+			h.stop()
+			if r.Status != enrich.StatusDead || r.Err == nil || !strings.Contains(r.Err.Error(), tc.want) {
+				t.Fatalf("got %s (%v), want a dead letter's error holding %q", r.Status, r.Err, tc.want)
+			}
+			for what, s := range map[string]string{"error": r.Err.Error(), "logs": h.logs.String()} {
+				if strings.Contains(s, token) || strings.Contains(s, url.QueryEscape(token)) {
+					t.Errorf("the query's token leaked into %s: %s", what, s)
+				}
+			}
+		})
 	}
 }
