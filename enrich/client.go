@@ -231,17 +231,11 @@ func (c *client) lookup(ctx context.Context, keys []string) (map[string]Values, 
 		return nil, c.fail(resp.StatusCode, false, "%s answered %s to %q: floe does not follow redirects, which would send the auth header elsewhere; set enrich.url to where it points",
 			req.Method, resp.Status, redactURL(resp.Header.Get("Location")))
 	default:
-		// More than is shown, so that an echoed secret is scrubbed whole
-		// before the snippet is cut.
 		body, _ := io.ReadAll(io.LimitReader(resp.Body, snippetRead))
 		drain(resp.Body)
 		code := resp.StatusCode
 		retryable := code == http.StatusTooManyRequests || (code >= 500 && code != http.StatusNotImplemented)
-		msg := c.scrub(string(body), len(body) == snippetRead)
-		if msg = strings.TrimSpace(truncate(msg, snippetShown)); msg != "" {
-			msg = ": " + msg
-		}
-		e := c.fail(code, retryable, "%s answered %s%s", req.Method, resp.Status, msg)
+		e := c.fail(code, retryable, "%s answered %s%s", req.Method, resp.Status, c.snippet(body, len(body) == snippetRead))
 		if code == http.StatusTooManyRequests || code == http.StatusServiceUnavailable {
 			e.RetryAfter = retryAfter(resp.Header.Get("Retry-After"), time.Now())
 		}
@@ -274,7 +268,9 @@ func (c *client) decode(keys []string, raw []byte) (map[string]Values, error) {
 	defer c.parsers.Put(p)
 	v, err := p.ParseBytes(raw)
 	if err != nil {
-		return nil, c.fail(http.StatusOK, false, "decoding the response: %v", err)
+		// Not fastjson's message: it quotes the body's two ends around
+		// "...", which can cut an echoed secret into halves scrub misses.
+		return nil, c.fail(http.StatusOK, false, "decoding the response: not JSON%s", c.snippet(raw[:min(len(raw), snippetRead)], len(raw) > snippetRead))
 	}
 	if c.mode == ModeSingle {
 		if v.Type() == fastjson.TypeNull {
@@ -333,6 +329,18 @@ const (
 	snippetRead  = 4 << 10
 	snippetShown = 256
 )
+
+// snippet is ": " and the start of body for an error, or "" for an empty
+// body. Callers pass more of the body than is shown (up to snippetRead;
+// cut when there was more), so that an echoed secret is scrubbed whole
+// before the snippet is cut.
+func (c *client) snippet(body []byte, cut bool) string {
+	s := strings.TrimSpace(truncate(c.scrub(string(body), cut), snippetShown))
+	if s == "" {
+		return ""
+	}
+	return ": " + s
+}
 
 // scrub replaces the secrets in s (see client.secrets). When s was cut (a
 // body read to its limit), an end of s that begins a secret is dropped as

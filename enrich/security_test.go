@@ -452,3 +452,42 @@ func TestQueryTokenEchoNeverLeaked(t *testing.T) {
 		})
 	}
 }
+
+// TestNonJSONAnswerNeverLeaksTheAuthHeader: a 200 answer that is not JSON
+// (a login page echoing the token) fails with the start of its body,
+// scrubbed, and nothing of the token. Before, the error quoted fastjson's
+// message, which shows the body's first and last 40 bytes around "...": an
+// echoed token cut in two there was not recognised, and its halves shown.
+func TestNonJSONAnswerNeverLeaksTheAuthHeader(t *testing.T) {
+	token := strings.Repeat("eyJhbGciOiJIUzI1NiJ9", 19) + secret // 398 bytes
+	for _, tc := range []struct {
+		name string
+		body func(auth string) string
+	}{
+		{"echoed once", func(auth string) string { return "<html>session expired for " + auth + "</html>" }},
+		// Scrubbed, the echoes shrink, and the one cut by what is read
+		// of the body (4 KiB) comes into what is shown.
+		{"echoed until the read's end", func(auth string) string { return strings.Repeat(auth+" ", 20) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				_, _ = io.WriteString(w, tc.body(r.Header.Get("Authorization")))
+			}))
+			defer srv.Close()
+			r, h := lookupOnce(t, srv.URL, "Authorization: Bearer "+token)
+			if r.Status != enrich.StatusError || r.Err == nil || !strings.Contains(r.Err.Error(), "decoding the response: not JSON") {
+				t.Fatalf("got %s (%v), want the answer refused as not JSON", r.Status, r.Err)
+			}
+			if !strings.Contains(r.Err.Error(), "REDACTED") {
+				t.Errorf("the error shows no scrubbed start of the body: %v", r.Err)
+			}
+			for n := 8; n <= len(token); n++ { // every piece that could be told from noise
+				for i := 0; i+n <= len(token); i += n {
+					if piece := token[i : i+n]; strings.Contains(r.Err.Error(), piece) || strings.Contains(h.logs.String(), piece) {
+						t.Fatalf("%q of the auth header leaked: %v", piece, r.Err)
+					}
+				}
+			}
+		})
+	}
+}
