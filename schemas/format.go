@@ -7,7 +7,9 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
+	"net/url"
 	"os"
 	"strconv"
 	"strings"
@@ -163,7 +165,9 @@ func (s *Schema) newDecoder() valueDecoder {
 // life of the process (a schema id's schema never changes). It is shared
 // by every Builder of a Schema.
 type registry struct {
-	cl      *sr.Client
+	cl *sr.Client
+	// secrets are the credentials sent, scrubbed from errors (fail).
+	secrets redact.Secrets
 	timeout time.Duration
 	stop    bool // OnIncompatible is "stop"
 
@@ -209,7 +213,18 @@ func newRegistry(c RegistryConfig) (*registry, error) {
 	default:
 		return nil, fmt.Errorf("registry.on_incompatible %q: want stop or dlq", c.OnIncompatible)
 	}
-	opts := []sr.ClientOpt{sr.URLs(c.URL), sr.UserAgent("floe")}
+	// sr sets Authorization on every request, and net/http keeps it on a
+	// redirect to the same host name (another port or scheme: another
+	// service) or a subdomain, so a redirect is not followed.
+	hc := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return errRedirect }}
+	opts := []sr.ClientOpt{sr.URLs(c.URL), sr.UserAgent("floe"), sr.HTTPClient(hc)}
+	// A registry (or a proxy) may echo the Authorization it got into an
+	// error's body, which sr makes the error's message.
+	var secrets redact.Secrets
+	if u, err := url.Parse(c.URL); err == nil && u.User != nil {
+		pass, _ := u.User.Password() // net/http sends it as Basic
+		secrets = redact.Basic(u.User.Username(), pass)
+	}
 	switch {
 	case c.BasicAuth != "" && c.BearerToken != "":
 		return nil, errors.New("registry: set basic_auth or bearer_token, not both")
@@ -219,8 +234,10 @@ func newRegistry(c RegistryConfig) (*registry, error) {
 			return nil, errors.New("registry.basic_auth: want user:password")
 		}
 		opts = append(opts, sr.BasicAuth(user, pass))
+		secrets = append(secrets, redact.Basic(user, pass)...)
 	case c.BearerToken != "":
 		opts = append(opts, sr.BearerToken(c.BearerToken))
+		secrets = append(secrets, c.BearerToken)
 	}
 	if c.TLS.CAFile != "" || c.TLS.CertFile != "" || c.TLS.KeyFile != "" {
 		tc := &tls.Config{MinVersion: tls.VersionTLS12}
@@ -244,7 +261,7 @@ func newRegistry(c RegistryConfig) (*registry, error) {
 			}
 			tc.Certificates = []tls.Certificate{cert}
 		}
-		opts = append(opts, sr.HTTPClient(&http.Client{Transport: &http.Transport{TLSClientConfig: tc}}))
+		hc.Transport = &http.Transport{TLSClientConfig: tc}
 	}
 	cl, err := sr.NewClient(opts...)
 	if err != nil {
@@ -254,7 +271,35 @@ func newRegistry(c RegistryConfig) (*registry, error) {
 	if timeout <= 0 {
 		timeout = 10 * time.Second
 	}
-	return &registry{cl: cl, timeout: timeout, stop: c.OnIncompatible != "dlq", byID: map[int]*writerSchema{}}, nil
+	return &registry{cl: cl, secrets: secrets, timeout: timeout, stop: c.OnIncompatible != "dlq", byID: map[int]*writerSchema{}}, nil
+}
+
+// WarnInsecure logs, once at start-up, registry credentials (basic_auth,
+// bearer_token or the url's user info) that would cross the network in
+// clear text.
+func (c *RegistryConfig) WarnInsecure(log *slog.Logger) {
+	u, err := url.Parse(c.URL)
+	if err == nil && u.Scheme == "http" && (c.BasicAuth != "" || c.BearerToken != "" || u.User != nil) {
+		log.Warn("registry credentials (basic_auth, bearer_token or the url's user info) are sent over plain http; use https:// outside a trusted network")
+	}
+}
+
+// errRedirect refuses a redirect; net/http's error names its target.
+var errRedirect = errors.New("redirect not followed: it would send the registry's credentials there; set registry.url to where it points")
+
+// answerShown is how much of a registry's answer an error shows.
+const answerShown = 256
+
+// fail is err, from the registry client, fit for a log: sr makes the
+// registry's answer (its JSON message, or its whole body) the error's
+// message, and it may echo the Authorization sent; a transport error
+// names the URL (a refused redirect's target) with its query.
+func (r *registry) fail(err error) error {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		return r.secrets.Error(redact.RequestError(ue), 0)
+	}
+	return r.secrets.Error(err, answerShown)
 }
 
 // get returns schema id's writer schema. An error that is not a
@@ -273,7 +318,7 @@ func (r *registry) get(id int, kind string) (*writerSchema, error) {
 	if err != nil {
 		var re *sr.ResponseError
 		if !errors.As(err, &re) || re.StatusCode != http.StatusNotFound {
-			return nil, fmt.Errorf("fetching schema id %d from the registry: %w", id, err)
+			return nil, fmt.Errorf("fetching schema id %d from the registry: %w", id, r.fail(err))
 		}
 		ws = &writerSchema{err: &DecodeError{Reason: ReasonUnknownSchema, Detail: "the registry has no schema id " + strconv.Itoa(id)},
 			retryAt: time.Now().Add(unknownRetry)}
@@ -360,7 +405,7 @@ func (r *registry) avroReferences(ctx context.Context, id int, refs []sr.SchemaR
 		if err != nil {
 			var re *sr.ResponseError
 			if !errors.As(err, &re) || re.StatusCode != http.StatusNotFound {
-				return nil, fmt.Errorf("fetching schema id %d's %s from the registry: %w", id, what, err)
+				return nil, fmt.Errorf("fetching schema id %d's %s from the registry: %w", id, what, r.fail(err))
 			}
 			ws := badSchema(id, what+": the registry does not have it")
 			ws.retryAt = time.Now().Add(unknownRetry)

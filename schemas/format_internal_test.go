@@ -1,13 +1,20 @@
 package schemas
 
 import (
+	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math"
 	"math/big"
+	"net/http"
+	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -16,6 +23,7 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/memory"
 	"github.com/hamba/avro/v2"
 	"github.com/twmb/franz-go/pkg/sr"
+	"github.com/twmb/franz-go/pkg/sr/srfake"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/types/dynamicpb"
@@ -489,5 +497,127 @@ func TestRegistryURLPasswordNotShown(t *testing.T) {
 	_, err := newRegistry(RegistryConfig{URL: "ftp://floe:s3cret-pw@registry.example.com"})
 	if err == nil || strings.Contains(err.Error(), "s3cret-pw") || !strings.Contains(err.Error(), "registry.example.com") {
 		t.Errorf("got %v, want registry.url refused without its password", err)
+	}
+}
+
+// appendFrom decodes one wire-format message of schema id through a
+// Clickstream schema reading reg (a registry config), returning the error.
+func appendFrom(t *testing.T, reg RegistryConfig, id int) error {
+	t.Helper()
+	cs, err := Lookup(Clickstream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc, err := cs.WithFormat(Format{Kind: FormatAvro, Registry: &reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := sc.NewRecordBuilder(nil, 0)
+	defer b.Release()
+	return b.Append(wire(id, nil, []byte{0}), Meta{Topic: "t"}, time.Time{}, "")
+}
+
+// TestRegistryErrorsHideCredentials: a registry (or the proxy in front of
+// it) whose refusal echoes the Authorization it got, in a JSON message or
+// a plain body, fails the message without the password, the token or the
+// Basic value in the error, which is cut to a snippet. Before, sr's error
+// (the message, or the whole body) was wrapped as it came into the error
+// that stops the partition and is logged at every retry.
+func TestRegistryErrorsHideCredentials(t *testing.T) {
+	const secret = "sr-s3cret-pa55word"
+	reg := srfake.New()
+	t.Cleanup(reg.Close)
+	reg.Intercept(func(w http.ResponseWriter, r *http.Request) bool {
+		echo := "rejected " + r.Header.Get("Authorization") + " " + strings.Repeat("padding ", 100)
+		if user, pass, ok := r.BasicAuth(); ok {
+			echo += " (" + user + ":" + pass + ")"
+		}
+		if strings.Contains(r.URL.Path, "/schemas/ids/1") {
+			w.WriteHeader(http.StatusUnauthorized)
+			_, _ = w.Write([]byte(echo))
+			return true
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusForbidden)
+		_ = json.NewEncoder(w).Encode(map[string]any{"error_code": 40301, "message": echo})
+		return true
+	})
+	withUser := strings.Replace(reg.URL(), "http://", "http://floe:"+secret+"@", 1)
+	for _, c := range []RegistryConfig{
+		{URL: reg.URL(), BasicAuth: "floe:" + secret},
+		{URL: reg.URL(), BearerToken: secret},
+		{URL: withUser},
+	} {
+		for _, id := range []int{1, 2} { // a plain body, a JSON message
+			err := appendFrom(t, c, id)
+			if err == nil || !strings.Contains(err.Error(), "rejected") {
+				t.Fatalf("schema id %d: got %v, want the registry's refusal", id, err)
+			}
+			if strings.Contains(err.Error(), secret) || strings.Contains(err.Error(), base64.StdEncoding.EncodeToString([]byte("floe:"+secret))) {
+				t.Errorf("schema id %d: a credential is in the error: %v", id, err)
+			}
+			if len(err.Error()) > 400 {
+				t.Errorf("schema id %d: an error of %d bytes, want a snippet of the answer", id, len(err.Error()))
+			}
+		}
+	}
+}
+
+// TestRegistryRedirectNotFollowed: a registry that redirects elsewhere
+// (here another port of the same host, which net/http treats as the same
+// host) fails the message with an error naming the target redacted, and
+// the target receives nothing. Before, sr's client followed it with the
+// Authorization of basic_auth or bearer_token.
+func TestRegistryRedirectNotFollowed(t *testing.T) {
+	const secret = "sr-s3cret-pa55word"
+	var leaked atomic.Value
+	other := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		leaked.Store(r.Header.Get("Authorization"))
+		http.NotFound(w, r)
+	}))
+	t.Cleanup(other.Close)
+	reg := srfake.New()
+	t.Cleanup(reg.Close)
+	reg.Intercept(func(w http.ResponseWriter, r *http.Request) bool {
+		http.Redirect(w, r, other.URL+r.URL.Path+"?sig="+secret, http.StatusTemporaryRedirect)
+		return true
+	})
+	for _, c := range []RegistryConfig{
+		{URL: reg.URL(), BasicAuth: "floe:" + secret},
+		{URL: reg.URL(), BearerToken: secret},
+	} {
+		err := appendFrom(t, c, 7)
+		if err == nil || !strings.Contains(err.Error(), `Get "`+other.URL+`/schemas/ids/7?sig=REDACTED": redirect not followed`) {
+			t.Errorf("got %v, want the redirect to %s refused", err, other.URL)
+
+		}
+		if err != nil && strings.Contains(err.Error(), secret) {
+			t.Errorf("the error holds a secret: %v", err)
+		}
+	}
+	if got := leaked.Load(); got != nil {
+		t.Errorf("the redirect's target got a request (Authorization %q)", got)
+	}
+}
+
+// TestRegistryInsecureCredentialsWarned: registry credentials sent over
+// plain http are warned about, naming none of them; over https, or without
+// credentials, nothing is. Before, nothing was.
+func TestRegistryInsecureCredentialsWarned(t *testing.T) {
+	for _, tc := range []struct {
+		c    RegistryConfig
+		warn bool
+	}{
+		{RegistryConfig{URL: "http://registry:8081", BasicAuth: "floe:s3cret"}, true},
+		{RegistryConfig{URL: "http://registry:8081", BearerToken: "s3cret"}, true},
+		{RegistryConfig{URL: "http://floe:s3cret@registry:8081"}, true},
+		{RegistryConfig{URL: "https://registry:8081", BasicAuth: "floe:s3cret"}, false},
+		{RegistryConfig{URL: "http://registry:8081"}, false},
+	} {
+		var buf bytes.Buffer
+		tc.c.WarnInsecure(slog.New(slog.NewTextHandler(&buf, nil)))
+		if got := strings.Contains(buf.String(), "plain http"); got != tc.warn || strings.Contains(buf.String(), "s3cret") {
+			t.Errorf("%+v: logged %q, want a warning: %v", tc.c, buf.String(), tc.warn)
+		}
 	}
 }

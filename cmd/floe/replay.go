@@ -99,6 +99,9 @@ With routes, --table picks the route; a route with where replays only the record
 				if err := j.tbl.CheckWrite(ctx); err != nil {
 					return err
 				}
+				if r := cfg.Registry; r != nil {
+					r.WarnInsecure(j.log)
+				}
 				var read atomic.Int64
 				opts.Read = &read
 				stop := reportProgress(j.log, "replaying", total, read.Load)

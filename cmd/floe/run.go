@@ -195,6 +195,9 @@ func newRunMember(ctx context.Context, j *job, reg *prometheus.Registry, untilCa
 	if err != nil {
 		return nil, nil, err
 	}
+	if r := j.cfg.Registry; r != nil {
+		r.WarnInsecure(j.log)
+	}
 	if m, err = pipeline.NewMember(j.cfg, j.tbl, sc, opts...); err != nil {
 		return nil, nil, err
 	}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/sr/srfake"
 
 	"github.com/floe-dev/floe/internal/unwritable"
 	"github.com/floe-dev/floe/schemas/clickgen"
@@ -272,4 +273,23 @@ func (p *proc) signalOnceHung(t *testing.T, accepted <-chan struct{}) {
 	}
 	time.Sleep(200 * time.Millisecond)
 	p.signal(t, syscall.SIGTERM)
+}
+
+// TestRegistryCredentialsOverHTTPWarned: `floe run` with registry
+// credentials sent to an http:// registry.url warns at start-up, naming
+// none of them, as it does for the catalog's and the enrichment service's.
+// Before, nothing was said.
+func TestRegistryCredentialsOverHTTPWarned(t *testing.T) {
+	const secret = "sr-s3cret-pa55word"
+	reg := srfake.New()
+	t.Cleanup(reg.Close)
+	e := newEnv(t, 1, "format: avro\nregistry:\n  url: "+reg.URL()+"\n  basic_auth: \"floe:"+secret+"\"\n")
+	p := e.start("run", "run", "--until-caught-up")
+	if err := p.wait(t, 60*time.Second); err != nil {
+		t.Fatalf("floe run: %v\n%s", err, tail(p.output(), 3000))
+	}
+	if out := p.output(); !strings.Contains(out, "registry credentials (basic_auth, bearer_token or the url's user info) are sent over plain http") ||
+		strings.Contains(out, secret) {
+		t.Errorf("want the registry's credentials over http warned about, without them:\n%s", tail(out, 3000))
+	}
 }

@@ -1,0 +1,49 @@
+package redact_test
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"strings"
+	"testing"
+
+	"github.com/floe-dev/floe/internal/redact"
+)
+
+// TestSecretsScrub checks every secret goes, in each form net/http sends
+// user info in, and a secret holding another goes whole.
+func TestSecretsScrub(t *testing.T) {
+	s := append(redact.Secrets{"tok", "", "tok-s3cret"}, redact.Basic("floe", "pa55word")...)
+	got := s.Scrub("Authorization: Basic ZmxvZTpwYTU1d29yZA== (floe:pa55word), Bearer tok-s3cret, tok")
+	want := "Authorization: Basic REDACTED (floe:REDACTED), Bearer REDACTED, REDACTED"
+	if got != want {
+		t.Errorf("got %q, want %q", got, want)
+	}
+	if b := redact.Basic("floe", ""); b != nil {
+		t.Errorf("a user without a password gave secrets %q", b)
+	}
+}
+
+// TestSecretsError checks a scrubbed error keeps its chain, is cut after
+// scrubbing at a UTF-8 boundary, and is err itself when nothing changed.
+func TestSecretsError(t *testing.T) {
+	s := redact.Secrets{"s3cret"}
+	err := s.Error(fmt.Errorf("loading: token s3cret: %w", fs.ErrPermission), 0)
+	if err.Error() != "loading: token REDACTED: permission denied" || !errors.Is(err, fs.ErrPermission) {
+		t.Errorf("got %v, want it scrubbed and still fs.ErrPermission", err)
+	}
+	err = s.Error(errors.New("é s3cret tail"), 11)
+	if got := err.Error(); got != "é REDACTED..." {
+		t.Errorf("got %q", got)
+	}
+	if got := s.Error(errors.New(strings.Repeat("é", 3)), 3); got.Error() != "é..." {
+		t.Errorf("got %q, want a cut at a rune boundary", got)
+	}
+	plain := errors.New("nothing to hide")
+	if got := s.Error(plain, 100); got != plain {
+		t.Errorf("got %v, want the error itself", got)
+	}
+	if s.Error(nil, 10) != nil {
+		t.Error("nil became an error")
+	}
+}
