@@ -3,6 +3,8 @@ package lakehouse_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
+	"errors"
 	"log/slog"
 	"net"
 	"net/http"
@@ -10,6 +12,8 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+
+	"github.com/apache/iceberg-go/catalog/rest"
 
 	"github.com/floe-dev/floe/lakehouse"
 	"github.com/floe-dev/floe/schemas"
@@ -123,6 +127,65 @@ func TestRESTCatalogInsecureSettingsWarned(t *testing.T) {
 			if !strings.Contains(got, w) {
 				t.Errorf("%s: logged %q, want a warning with %q", tc.name, got, w)
 			}
+		}
+	}
+}
+
+// TestRESTCatalogErrorsHideCredentials: a REST catalog (or the gateway in
+// front of it) whose refusals echo the credentials it got — the token in
+// its error message, a header.* value, an OAuth2 client secret in the
+// token endpoint's error_description — fails loading the catalog, or the
+// table, with errors that show none of them and still wrap iceberg-go's
+// sentinels. Before, iceberg-go's errors carried the server's text as it
+// came, and floe exited with it and logged it at every retried flush.
+func TestRESTCatalogErrorsHideCredentials(t *testing.T) {
+	const token, apiKey, clientSecret = "cat-t0ken-s3cret", "api-k3y-s3cret", "cl13nt-s3cret"
+	var configOK atomic.Bool
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		if strings.HasSuffix(r.URL.Path, "/oauth/tokens") {
+			_ = r.ParseForm()
+			w.WriteHeader(http.StatusUnauthorized)
+			_ = json.NewEncoder(w).Encode(map[string]string{"error": "invalid_client",
+				"error_description": "client " + r.PostForm.Get("client_id") + " with secret " + r.PostForm.Get("client_secret") + " is unknown"})
+			return
+		}
+		if r.URL.Path == "/v1/config" && configOK.Load() {
+			_, _ = w.Write([]byte(`{"defaults":{},"overrides":{}}`))
+			return
+		}
+		w.WriteHeader(http.StatusUnauthorized)
+		_ = json.NewEncoder(w).Encode(map[string]any{"error": map[string]any{"type": "NotAuthorizedException", "code": 401,
+			"message": "rejected " + r.Header.Get("Authorization") + " with X-Api-Key " + r.Header.Get("X-Api-Key")}})
+	}))
+	t.Cleanup(srv.Close)
+	sc, err := schemas.Lookup(schemas.Clickstream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	withToken := map[string]string{"type": "rest", "uri": srv.URL, "token": token, "header.X-Api-Key": apiKey}
+	for _, tc := range []struct {
+		name     string
+		props    map[string]string
+		configOK bool
+		want     error
+	}{
+		{"loading the catalog", withToken, false, rest.ErrUnauthorized},
+		{"loading the table", withToken, true, rest.ErrUnauthorized},
+		{"the OAuth2 token", map[string]string{"type": "rest", "uri": srv.URL, "credential": "floe:" + clientSecret}, false, rest.ErrOAuthError},
+	} {
+		configOK.Store(tc.configOK)
+		_, err := lakehouse.Open(context.Background(), lakehouse.Config{Table: "db.events", Group: "g", Catalog: tc.props}, sc)
+		if err == nil || !strings.Contains(err.Error(), "rejected") && !strings.Contains(err.Error(), "is unknown") {
+			t.Fatalf("%s: got %v, want the server's refusal", tc.name, err)
+		}
+		for _, secret := range []string{token, apiKey, clientSecret} {
+			if strings.Contains(err.Error(), secret) {
+				t.Errorf("%s: the error holds %q: %v", tc.name, secret, err)
+			}
+		}
+		if !errors.Is(err, tc.want) {
+			t.Errorf("%s: %v is not %v", tc.name, err, tc.want)
 		}
 	}
 }

@@ -136,7 +136,8 @@ func (t *Table) SetRoutingSince(topic string, from map[int32]int64) {
 // timeout: without them concurrent commits surface "database is locked" as an
 // unknown commit state. A Hive catalog makes one call at a time
 // (serialCatalog); a REST catalog's client talks only to its uri's origin
-// (openREST).
+// (openREST). The catalog's errors, and OpenCatalog's, do not show its
+// credentials (scrubCatalog).
 func OpenCatalog(ctx context.Context, props map[string]string) (catalog.Catalog, error) {
 	p := iceberg.Properties{}
 	for k, v := range props {
@@ -156,11 +157,15 @@ func OpenCatalog(ctx context.Context, props map[string]string) (catalog.Catalog,
 	} else {
 		cat, err = catalog.Load(ctx, name, p)
 	}
+	secrets := catalogSecrets(p)
 	if err != nil {
-		return nil, fmt.Errorf("loading %s catalog: %w", p["type"], err)
+		return nil, fmt.Errorf("loading %s catalog: %w", p["type"], secrets.Error(err, 0))
 	}
 	if p["type"] == "hive" {
-		return newSerialCatalog(cat), nil
+		cat = newSerialCatalog(cat)
+	}
+	if len(secrets) > 0 {
+		cat = scrubCatalog{cat, secrets}
 	}
 	return cat, nil
 }
