@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"sort"
@@ -190,7 +191,13 @@ func scrape(ctx context.Context, url, topic, table string) (*doctor.Metrics, err
 	// query: every message names the URL redacted.
 	shown := redact.URL(url)
 	req.Header.Set("Accept", "text/plain; version=0.0.4")
-	resp, err := http.DefaultClient.Do(req)
+	// No redirect is followed: net/http would send the URL it left, query
+	// token and all, as the Referer to whatever host a redirect names
+	// (its error names the target, redacted below).
+	cl := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error {
+		return errors.New("redirect not followed: it would send the URL's credentials there; set --metrics-url to where it points")
+	}}
+	resp, err := cl.Do(req)
 	if err != nil {
 		return nil, fmt.Errorf("--metrics-url: scraping %s: %w", shown, redact.RequestError(err))
 	}

@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -298,6 +299,34 @@ func TestDoctorStartOffsetLatest(t *testing.T) {
 	member.signal(t, syscall.SIGTERM)
 	if err := member.wait(t, 30*time.Second); err != nil {
 		t.Fatalf("member exit after SIGTERM: %v", err)
+	}
+}
+
+// TestDoctorScrapeRedirectNotFollowed: a metrics endpoint that redirects
+// elsewhere fails the scrape, naming the target redacted, and the target
+// receives nothing. Before, doctor followed it to any host, sending the
+// --metrics-url it left, query token included, as the Referer.
+func TestDoctorScrapeRedirectNotFollowed(t *testing.T) {
+	const secret = "sCr4pe-s3cret"
+	var reached atomic.Value
+	other := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		reached.Store(r.Header.Get("Referer"))
+		http.NotFound(w, r)
+	}))
+	t.Cleanup(other.Close)
+	redirecting := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, other.URL+"/metrics?sig="+secret, http.StatusFound)
+	}))
+	t.Cleanup(redirecting.Close)
+	_, err := scrape(context.Background(), redirecting.URL+"/metrics?token="+secret, "t", "x.y")
+	if err == nil || !strings.Contains(err.Error(), `"`+other.URL+`/metrics?sig=REDACTED": redirect not followed`) {
+		t.Errorf("got %v, want the redirect to %s refused", err, other.URL)
+	}
+	if err != nil && strings.Contains(err.Error(), secret) {
+		t.Errorf("a credential leaked: %v", err)
+	}
+	if got := reached.Load(); got != nil {
+		t.Errorf("the redirect's target got a request (Referer %q)", got)
 	}
 }
 
