@@ -863,23 +863,20 @@ func businessSkipped(tbl *table.Table, topic string) (map[int32][]int64, error) 
 // did not hold when they were read (recordedRuns). Kept as runs: one run can
 // be millions of offsets deleted by retention.
 func absentRuns(tbl *table.Table, topic string) (map[int32][][2]int64, error) {
-	runs, _, err := recordedRuns(tbl, absentKeys)
-	if err != nil {
-		return nil, err
-	}
-	out := map[int32][][2]int64{}
-	for ps, rs := range runs[topic] {
-		p, _ := strconv.ParseInt(ps, 10, 32) // checked by decodeRuns
-		out[int32(p)] = rs
-	}
-	return out, nil
+	return partitionRuns(tbl, topic, absentKeys)
 }
 
 // droppedRuns returns, per partition of topic, the runs of offsets where
 // the table no longer records every skipped business duplicate
 // (BusinessDroppedKey).
 func droppedRuns(tbl *table.Table, topic string) (map[int32][][2]int64, error) {
-	runs, _, err := recordedRuns(tbl, droppedKeys)
+	return partitionRuns(tbl, topic, droppedKeys)
+}
+
+// partitionRuns returns the runs of kind k recorded for topic
+// (recordedRuns), per partition.
+func partitionRuns(tbl *table.Table, topic string, k runKeys) (map[int32][][2]int64, error) {
+	runs, _, err := recordedRuns(tbl, k)
 	if err != nil {
 		return nil, err
 	}

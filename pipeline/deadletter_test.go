@@ -3,7 +3,6 @@ package pipeline_test
 import (
 	"bytes"
 	"context"
-	"log/slog"
 	"strconv"
 	"strings"
 	"testing"
@@ -78,14 +77,7 @@ func TestDeadLetterTooLargeForItsTopicIsWrittenCut(t *testing.T) {
 		more[i] = "s-" + strconv.Itoa(i)
 	}
 	partition, offset := produceMalformed(t, j, key, value, more...)
-
-	m, err := pipeline.NewMember(j.cfg, j.tbl, j.sc, pipeline.UntilOffsets(j.end))
-	if err != nil {
-		t.Fatal(err)
-	}
-	done, stop := startRun(m)
-	defer stop()
-	waitRun(t, done, 60*time.Second, "the scheduled run did not end")
+	runScheduled(t, j, "the scheduled run")
 
 	dl, err := pipeline.ReadDeadLetters(t.Context(), j.cfg.Kafka, nil)
 	if err != nil {
@@ -166,17 +158,7 @@ func TestDeadLettersThatFitAloneAreNotCut(t *testing.T) {
 	if _, err := j.cl.Produce(t.Context(), "clicks", []clickgen.Message{big, big, big}); err != nil {
 		t.Fatal(err)
 	}
-	var err error
-	if j.end, err = j.cl.EndOffsets(t.Context(), "clicks"); err != nil {
-		t.Fatal(err)
-	}
-	m, err := pipeline.NewMember(j.cfg, j.tbl, j.sc, pipeline.UntilOffsets(j.end))
-	if err != nil {
-		t.Fatal(err)
-	}
-	done, stop := startRun(m)
-	defer stop()
-	waitRun(t, done, 60*time.Second, "the scheduled run did not end")
+	runScheduled(t, j, "the scheduled run")
 	for i, r := range readLetters(t, j, 3) {
 		if len(r.Value) != len(value) {
 			t.Errorf("letter %d keeps %d bytes of its %d-byte value, though it fits the topic alone", i, len(r.Value), len(value))
@@ -216,36 +198,9 @@ func TestDeadLetterTopicRefusingForGoodEndsAScheduledRun(t *testing.T) {
 			fix := c.refuse(t, j)
 			produceMalformed(t, j, []byte("s-bad"), []byte("{"))
 
-			m, err := pipeline.NewMember(j.cfg, j.tbl, j.sc, pipeline.UntilOffsets(j.end))
-			if err != nil {
-				t.Fatal(err)
-			}
-			done, stop := startRun(m)
-			defer stop()
-			select {
-			case err := <-done:
-				if err == nil || !strings.Contains(err.Error(), "dead-letter topic "+j.cfg.Kafka.DLQTopic) {
-					t.Fatalf("scheduled run: %v; want an error naming the dead-letter topic", err)
-				}
-			case <-time.After(30 * time.Second):
-				t.Fatal("the scheduled run still running after 30 s")
-			}
-
-			log := &lockedBuffer{}
-			m, err = pipeline.NewMember(j.cfg, j.tbl, j.sc, pipeline.WithLogger(slog.New(slog.NewTextHandler(log, nil))))
-			if err != nil {
-				t.Fatal(err)
-			}
-			done, stop = startRun(m)
-			defer stop()
-			waitFor(t, 30*time.Second, "the long-running job logged no error", func() bool {
-				out := log.String()
-				return strings.Contains(out, "level=ERROR") && strings.Contains(out, "dead-letter topic refuses")
-			})
-			fix()
-			waitCaughtUp(t, j.tbl, j.end, 60*time.Second)
-			stop()
-			waitRun(t, done, 30*time.Second, "the member did not stop")
+			endsScheduledRetriesLong(t, j, func(err error) bool {
+				return err != nil && strings.Contains(err.Error(), "dead-letter topic "+j.cfg.Kafka.DLQTopic)
+			}, "an error naming the dead-letter topic", "dead-letter topic refuses", fix)
 		})
 	}
 }

@@ -557,6 +557,17 @@ func TestUnwritableTableEndsAScheduledRun(t *testing.T) {
 	}
 	restore := unwritable.Dir(t, data)
 
+	endsScheduledRetriesLong(t, j, func(err error) bool {
+		return errors.Is(err, fs.ErrPermission) && strings.Contains(err.Error(), data)
+	}, "a permission error naming "+data, "no write access", restore)
+}
+
+// endsScheduledRetriesLong runs a scheduled member of j, which must end
+// within 30 s with an error ok accepts (want says which), then a
+// long-running one, which must log an ERROR containing logged, and catch up
+// once fix has run.
+func endsScheduledRetriesLong(t *testing.T, j *job, ok func(error) bool, want, logged string, fix func()) {
+	t.Helper()
 	m, err := pipeline.NewMember(j.cfg, j.tbl, j.sc, pipeline.UntilOffsets(j.end))
 	if err != nil {
 		t.Fatal(err)
@@ -565,11 +576,11 @@ func TestUnwritableTableEndsAScheduledRun(t *testing.T) {
 	defer stop()
 	select {
 	case err := <-done:
-		if !errors.Is(err, fs.ErrPermission) || !strings.Contains(err.Error(), data) {
-			t.Fatalf("scheduled run on an unwritable table: %v; want a permission error naming %s", err, data)
+		if !ok(err) {
+			t.Fatalf("scheduled run: %v; want %s", err, want)
 		}
 	case <-time.After(30 * time.Second):
-		t.Fatal("the scheduled run on an unwritable table still running after 30 s")
+		t.Fatal("the scheduled run still running after 30 s")
 	}
 
 	log := &lockedBuffer{}
@@ -581,9 +592,9 @@ func TestUnwritableTableEndsAScheduledRun(t *testing.T) {
 	defer stop()
 	waitFor(t, 30*time.Second, "the long-running job logged no error", func() bool {
 		out := log.String()
-		return strings.Contains(out, "level=ERROR") && strings.Contains(out, "no write access")
+		return strings.Contains(out, "level=ERROR") && strings.Contains(out, logged)
 	})
-	restore()
+	fix()
 	waitCaughtUp(t, j.tbl, j.end, 60*time.Second) // retried within 30 s
 	stop()
 	waitRun(t, done, 30*time.Second, "the member did not stop")
