@@ -143,3 +143,7 @@ require (
 	modernc.org/mathutil v1.7.1 // indirect
 	modernc.org/memory v1.12.1 // indirect
 )
+
+// A patched copy of kafka-go v0.4.51's reader for compacted topics: see
+// third_party/kafka-go/README.md.
+replace github.com/segmentio/kafka-go => ./third_party/kafka-go
