@@ -29,15 +29,6 @@ type Batch struct {
 	offset        int64
 	highWaterMark int64
 	err           error
-	// The last offset in the batch.
-	//
-	// We use lastOffset to skip offsets that have been compacted away.
-	//
-	// We store lastOffset because we get lastOffset when we read a new message
-	// but only try to handle compaction when we receive an EOF. However, when
-	// we get an EOF we do not get the lastOffset. So there is a mismatch
-	// between when we receive it and need to use it.
-	lastOffset int64
 }
 
 // Throttle gives the throttling duration applied by the kafka server on the
@@ -244,12 +235,10 @@ func (batch *Batch) readMessage(
 		return
 	}
 
-	var lastOffset int64
-	offset, lastOffset, timestamp, headers, err = batch.msgs.readMessage(batch.offset, key, val)
+	offset, timestamp, headers, err = batch.msgs.readMessage(batch.offset, key, val)
 	switch {
 	case err == nil:
 		batch.offset = offset + 1
-		batch.lastOffset = lastOffset
 	case errors.Is(err, errShortRead):
 		// As an "optimization" kafka truncates the returned response after
 		// producing MaxBytes, which could then cause the code to return
@@ -274,21 +263,20 @@ func (batch *Batch) readMessage(
 			err = checkTimeoutErr(batch.deadline)
 			batch.err = err
 
-			// Checks the following:
-			// - `batch.err` for a "success" from the previous timeout check
-			// - `batch.msgs.lengthRemain` to ensure that this EOF is not due
-			//   to MaxBytes truncation
-			// - `batch.lastOffset` to ensure that the message format contains
-			//   `lastOffset`
-			if errors.Is(batch.err, io.EOF) && batch.msgs.lengthRemain == 0 && batch.lastOffset != -1 {
-				// Log compaction can create batches that end with compacted
-				// records so the normal strategy that increments the "next"
-				// offset as records are read doesn't work as the compacted
-				// records are "missing" and never get "read".
-				//
-				// In order to reliably reach the next non-compacted offset we
-				// jump past the saved lastOffset.
-				batch.offset = batch.lastOffset + 1
+			// Log compaction can create batches that end with compacted
+			// records, or that hold none, so the normal strategy that
+			// increments the "next" offset as records are read doesn't work
+			// as the compacted records are "missing" and never get "read".
+			//
+			// floe patch: in order to reliably reach the next non-compacted
+			// offset we jump past the last batch read to its end (not past
+			// one whose records a MaxBytes truncation cut, nor one of the
+			// v0/v1 formats, which say nothing of compacted offsets). Before,
+			// the jump was skipped for a compressed batch (the reader fetched
+			// it for ever), and a batch with no record alone in a response
+			// jumped to offset 1 (its lastOffset was never set).
+			if errors.Is(batch.err, io.EOF) && batch.msgs.readTo >= batch.offset {
+				batch.offset = batch.msgs.readTo + 1
 			}
 		}
 	default:

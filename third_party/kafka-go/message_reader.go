@@ -17,10 +17,16 @@ type messageSetReader struct {
 	*readerStack      // used for decompressing compressed messages and record batches
 	empty        bool // if true, short circuits messageSetReader methods
 	debug        bool // enable debug log messages
-	// How many bytes are expected to remain in the response.
-	//
-	// This is used to detect truncation of the response.
-	lengthRemain int
+	// floe patch: readTo is the last offset of the last v2 record batch read
+	// to its end (all its records read, or none to read), -1 before one.
+	// Batch resumes after it once the response is exhausted: compaction
+	// leaves batches whose last records are gone (the batch keeps its
+	// lastOffsetDelta) and batches with no record at all (kept for their
+	// producer's state), so the offsets read do not say where a batch ends.
+	// It replaces the byte count lengthRemain, which was decreased by
+	// decompressed record sizes from the compressed size, so never reached 0
+	// for a compressed batch: its reader refetched it for ever.
+	readTo int64
 
 	decompressed *bytes.Buffer
 }
@@ -88,6 +94,7 @@ func newMessageSetReader(reader *bufio.Reader, remain int) (*messageSetReader, e
 			remain: remain,
 		},
 		decompressed: acquireBuffer(),
+		readTo:       -1,
 	}
 	err := res.readHeader()
 	return res, err
@@ -120,7 +127,7 @@ func (r *messageSetReader) discard() (err error) {
 }
 
 func (r *messageSetReader) readMessage(min int64, key readBytesFunc, val readBytesFunc) (
-	offset int64, lastOffset int64, timestamp int64, headers []Header, err error) {
+	offset int64, timestamp int64, headers []Header, err error) {
 
 	if r.empty {
 		err = RequestTimedOut
@@ -129,13 +136,21 @@ func (r *messageSetReader) readMessage(min int64, key readBytesFunc, val readByt
 	if err = r.readHeader(); err != nil {
 		return
 	}
+	// floe patch: skip the v2 batches compaction emptied of their records
+	// (readHeader reads the next header while the count is 0). Before,
+	// readMessageV2 read one more header itself, so two empty batches in a
+	// row made it parse the next batch's header as a record and panic in
+	// markRead ("negative count").
+	for r.header.magic == 2 && r.count == 0 {
+		if err = r.readHeader(); err != nil {
+			return
+		}
+	}
 	switch r.header.magic {
 	case 0, 1:
 		offset, timestamp, headers, err = r.readMessageV1(min, key, val)
-		// Set an invalid value so that it can be ignored
-		lastOffset = -1
 	case 2:
-		offset, lastOffset, timestamp, headers, err = r.readMessageV2(min, key, val)
+		offset, timestamp, headers, err = r.readMessageV2(min, key, val)
 	default:
 		err = r.header.badMagic()
 	}
@@ -250,10 +265,7 @@ func (r *messageSetReader) readMessageV1(min int64, key readBytesFunc, val readB
 }
 
 func (r *messageSetReader) readMessageV2(_ int64, key readBytesFunc, val readBytesFunc) (
-	offset int64, lastOffset int64, timestamp int64, headers []Header, err error) {
-	if err = r.readHeader(); err != nil {
-		return
-	}
+	offset int64, timestamp int64, headers []Header, err error) {
 	if r.count == int(r.header.v2.count) { // first time reading this set, so check for compression headers.
 		var codec CompressionCodec
 		if codec, err = r.header.compression(); err != nil {
@@ -294,12 +306,10 @@ func (r *messageSetReader) readMessageV2(_ int64, key readBytesFunc, val readByt
 			r.readerStack.parent.count = 0
 		}
 	}
-	remainBefore := r.remain
 	var length int64
 	if err = r.readVarInt(&length); err != nil {
 		return
 	}
-	lengthOfLength := remainBefore - r.remain
 	var attrs int8
 	if err = r.readInt8(&attrs); err != nil {
 		return
@@ -332,8 +342,6 @@ func (r *messageSetReader) readMessageV2(_ int64, key readBytesFunc, val readByt
 			}
 		}
 	}
-	lastOffset = r.header.firstOffset + int64(r.header.v2.lastOffsetDelta)
-	r.lengthRemain -= int(length) + lengthOfLength
 	r.markRead()
 	return
 }
@@ -353,6 +361,12 @@ func (r *messageSetReader) markRead() {
 		panic("markRead: negative count")
 	}
 	r.count--
+	if r.count == 0 && r.header.magic == 2 {
+		// floe patch: the batch is read to its end, compressed or not
+		// (a compressed batch's header and count are on the stack pushed
+		// for its records).
+		r.readTo = r.header.firstOffset + int64(r.header.v2.lastOffsetDelta)
+	}
 	r.unwindStack()
 	if r.debug {
 		r.log("Mark read remain=%d", r.remain)
@@ -429,9 +443,6 @@ func (r *messageSetReader) readHeader() (err error) {
 			return
 		}
 		r.count = 1
-		// Set arbitrary non-zero length so that we always assume the
-		// message is truncated since bytes remain.
-		r.lengthRemain = 1
 		if r.debug {
 			r.log("Read v0 header with offset=%d len=%d magic=%d attributes=%d", r.header.firstOffset, r.header.length, r.header.magic, r.header.v1.attributes)
 		}
@@ -444,9 +455,6 @@ func (r *messageSetReader) readHeader() (err error) {
 			return
 		}
 		r.count = 1
-		// Set arbitrary non-zero length so that we always assume the
-		// message is truncated since bytes remain.
-		r.lengthRemain = 1
 		if r.debug {
 			r.log("Read v1 header with remain=%d offset=%d magic=%d and attributes=%d", r.remain, r.header.firstOffset, r.header.magic, r.header.v1.attributes)
 		}
@@ -480,8 +488,12 @@ func (r *messageSetReader) readHeader() (err error) {
 			return
 		}
 		r.count = int(r.header.v2.count)
-		// Subtracts the header bytes from the length
-		r.lengthRemain = int(r.header.length) - 49
+		if r.count == 0 {
+			// floe patch: a batch compaction emptied is read to its end
+			// with its header. Set here, it also holds when the batch is
+			// alone in a fetch response, where no record is ever read.
+			r.readTo = r.header.firstOffset + int64(r.header.v2.lastOffsetDelta)
+		}
 		if r.debug {
 			r.log("Read v2 header with count=%d offset=%d len=%d magic=%d attributes=%d", r.count, r.header.firstOffset, r.header.length, r.header.magic, r.header.v2.attributes)
 		}

@@ -1,0 +1,220 @@
+package pipeline_test
+
+// The record batches Apache Kafka's log cleaner leaves behind, read through
+// the patched kafka-go reader (third_party/kafka-go). kfake's own
+// compaction (TestCompactedTopicVerifies) rewrites batches whole, so these
+// tests answer partition 0's fetches as Kafka serves a cleaned log: one
+// segment per answer, a cleaned batch keeping its compression and its
+// lastOffsetDelta, and a batch the cleaner emptied kept as a header with no
+// record (for its idempotent producer's state).
+
+import (
+	"bytes"
+	"compress/gzip"
+	"fmt"
+	"hash/crc32"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/floe-dev/floe/pipeline"
+)
+
+// cleanedValue is the clickstream value of the record at off.
+func cleanedValue(off int64) []byte {
+	return fmt.Appendf(nil, `{"event_id":"e%d","session_id":"s","user_id":"u","event_type":"click","ts":1700000000000,"seq":%d}`, off, off)
+}
+
+// cleanedBatch encodes a v2 record batch at base holding the records of
+// offsets (none: an emptied batch), with lastOffsetDelta last as the
+// producer wrote it, gzip-compressed or not.
+func cleanedBatch(t *testing.T, base int64, offsets []int64, last int32, gzipped bool) []byte {
+	t.Helper()
+	var records []byte
+	for _, off := range offsets {
+		r := kmsg.Record{OffsetDelta: int32(off - base), Key: fmt.Appendf(nil, "k%d", off), Value: cleanedValue(off)}
+		r.Length = int32(len(r.AppendTo(nil)) - 1) // less the one byte of Length 0
+		records = r.AppendTo(records)
+	}
+	var attrs int16
+	if gzipped {
+		var buf bytes.Buffer
+		zw := gzip.NewWriter(&buf)
+		if _, err := zw.Write(records); err != nil {
+			t.Fatal(err)
+		}
+		if err := zw.Close(); err != nil {
+			t.Fatal(err)
+		}
+		records, attrs = buf.Bytes(), 1
+	}
+	ts := time.Now().UnixMilli()
+	b := kmsg.RecordBatch{FirstOffset: base, Magic: 2, Attributes: attrs, LastOffsetDelta: last,
+		FirstTimestamp: ts, MaxTimestamp: ts, ProducerID: 7, NumRecords: int32(len(offsets)), Records: records}
+	b.Length = int32(len(b.AppendTo(nil)) - 12) // less FirstOffset and Length
+	// The CRC covers the batch from its Attributes (byte 21) on.
+	b.CRC = int32(crc32.Checksum(b.AppendTo(nil)[21:], crc32.MakeTable(crc32.Castagnoli)))
+	return b.AppendTo(nil)
+}
+
+// offsetsIn returns the offsets of [from, to).
+func offsetsIn(from, to int64) []int64 {
+	var out []int64
+	for off := from; off < to; off++ {
+		out = append(out, off)
+	}
+	return out
+}
+
+// serveCleanedLog produces n records to partition 0 of j's topic, deletes
+// those below logStart, and answers each fetch of partition 0 at an offset
+// cleaned has batches for with them (one segment of the cleaned log), the
+// others from kfake's log.
+func serveCleanedLog(t *testing.T, j *job, n, logStart int64, cleaned func(offset int64) []byte) {
+	t.Helper()
+	ctx := t.Context()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(j.cl.Addrs()...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	for off := range n {
+		r := &kgo.Record{Topic: "clicks", Partition: 0, Key: fmt.Appendf(nil, "k%d", off), Value: cleanedValue(off)}
+		if err := cl.ProduceSync(ctx, r).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if logStart > 0 {
+		if err := j.cl.DeleteRecords(ctx, "clicks", map[int32]int64{0: logStart}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	kf := j.cl.Kfake()
+	kf.ControlKey(kmsg.Fetch.Int16(), func(r kmsg.Request) (kmsg.Response, error, bool) {
+		kf.KeepControl()
+		req := r.(*kmsg.FetchRequest)
+		if len(req.Topics) != 1 || req.Topics[0].Topic != "clicks" || len(req.Topics[0].Partitions) != 1 ||
+			req.Topics[0].Partitions[0].Partition != 0 {
+			return nil, nil, false
+		}
+		offset := req.Topics[0].Partitions[0].FetchOffset
+		p := kmsg.NewFetchResponseTopicPartition()
+		p.HighWatermark, p.LastStableOffset, p.LogStartOffset = n, n, logStart
+		if offset < logStart {
+			p.ErrorCode = kerr.OffsetOutOfRange.Code
+		} else if p.RecordBatches = cleaned(offset); p.RecordBatches == nil {
+			return nil, nil, false
+		}
+		rt := kmsg.NewFetchResponseTopic()
+		rt.Topic, rt.Partitions = "clicks", []kmsg.FetchResponseTopicPartition{p}
+		resp := req.ResponseKind().(*kmsg.FetchResponse)
+		resp.Topics = append(resp.Topics, rt)
+		return resp, nil, true
+	})
+}
+
+// runCleanedLog runs j as a scheduled job to the topic's end and checks
+// that verify finds every record of the log in the table and absent
+// offsets absent from it.
+func runCleanedLog(t *testing.T, j *job, absent int64) {
+	t.Helper()
+	end, err := j.cl.EndOffsets(t.Context(), "clicks")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := pipeline.NewMember(j.cfg, j.tbl, j.sc, pipeline.UntilOffsets(end))
+	if err != nil {
+		t.Fatal(err)
+	}
+	done, stop := startRun(m)
+	defer stop()
+	waitRun(t, done, 30*time.Second, "the scheduled run over the cleaned log did not end")
+	dl, err := pipeline.ReadDeadLetters(t.Context(), j.cfg.Kafka, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err := j.tbl.Verify(t.Context(), "clicks", dl.Read)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out strings.Builder
+	rep.WriteText(&out)
+	if !rep.OK() || rep.AbsentFromLog != absent {
+		t.Fatalf("verify: OK %v, absent %d, want OK and %d absent:\n%s", rep.OK(), rep.AbsentFromLog, absent, out.String())
+	}
+}
+
+// TestCleanedBatchEndingAFetchIsPassed: a segment of the cleaned log ends
+// with a batch whose last records (8, 9) the cleaner removed; the batch
+// keeps its lastOffsetDelta, 9, and the reader goes on at 10. Compressed,
+// the reader fetched offset 8 for ever: the partition stalled without an
+// error or a log line.
+func TestCleanedBatchEndingAFetchIsPassed(t *testing.T) {
+	for _, gzipped := range []bool{false, true} {
+		t.Run(fmt.Sprintf("gzip=%v", gzipped), func(t *testing.T) {
+			j := newJob(t, 0, fastCommit, nil)
+			segment := cleanedBatch(t, 0, offsetsIn(0, 8), 9, gzipped)
+			serveCleanedLog(t, j, 30, 0, func(offset int64) []byte {
+				if offset < 10 {
+					return segment
+				}
+				return nil
+			})
+			runCleanedLog(t, j, 2)
+		})
+	}
+}
+
+// TestEmptiedBatchAloneInAFetchIsPassed: a segment of the cleaned log ends
+// with a batch the cleaner emptied (offsets 10..14), which the fetch at 10
+// answers alone. The reader rewound to offset 1 (it jumped past the last
+// offset of the batches it had read records of, none), then stopped the
+// partition, failed with records out of order or looped.
+func TestEmptiedBatchAloneInAFetchIsPassed(t *testing.T) {
+	for _, logStart := range []int64{0, 5} {
+		t.Run(fmt.Sprintf("log-start=%d", logStart), func(t *testing.T) {
+			j := newJob(t, 0, fastCommit, nil)
+			emptied := cleanedBatch(t, 10, nil, 4, false)
+			segment := append(cleanedBatch(t, logStart, offsetsIn(logStart, 10), int32(9-logStart), false), emptied...)
+			serveCleanedLog(t, j, 30, logStart, func(offset int64) []byte {
+				switch {
+				case offset < 10:
+					return segment
+				case offset < 15:
+					return emptied
+				}
+				return nil
+			})
+			runCleanedLog(t, j, 5)
+		})
+	}
+}
+
+// TestEmptiedBatchesInARowAreSkipped: two batches in a row the cleaner
+// emptied (two producers' last batches, 10..14 and 15..19), then one with
+// records. The reader parsed the header of the third batch as a record and
+// panicked in its own goroutine ("markRead: negative count"): floe crashed,
+// and again at every start.
+func TestEmptiedBatchesInARowAreSkipped(t *testing.T) {
+	j := newJob(t, 0, fastCommit, nil)
+	var segment []byte
+	for _, b := range [][]byte{
+		cleanedBatch(t, 0, offsetsIn(0, 10), 9, false),
+		cleanedBatch(t, 10, nil, 4, false),
+		cleanedBatch(t, 15, nil, 4, false),
+		cleanedBatch(t, 20, offsetsIn(20, 30), 9, false),
+	} {
+		segment = append(segment, b...)
+	}
+	serveCleanedLog(t, j, 30, 0, func(offset int64) []byte {
+		if offset < 20 {
+			return segment
+		}
+		return nil
+	})
+	runCleanedLog(t, j, 10)
+}
