@@ -40,7 +40,7 @@ interop-spark:
 	bash deploy/spark/run.sh $(SPARK_RECORDS)
 
 fmt:
-	gofmt -w $$(git ls-files '*.go')
+	gofmt -w $$(git ls-files '*.go' ':!third_party')
 
 clean:
 	rm -rf bin floe-demo
