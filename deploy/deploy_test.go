@@ -383,6 +383,56 @@ func checkBuildResolves(t *testing.T, b goBuild) {
 // environment and flags, and the package builds and runs), the runtime runs
 // floe as a non-root user with the configuration at /etc/floe/floe.yaml,
 // and exposes the metrics port that configuration listens on.
+// TestDockerfileDownloadsModules replays the build stage up to its `go mod
+// download` in an empty directory, with only what the COPYs before it put
+// there (this machine's module cache standing for the image's cache mount):
+// go.mod's replace of kafka-go with the copy in third_party made the
+// download fail, and the image could not be built.
+func TestDockerfileDownloadsModules(t *testing.T) {
+	src := t.TempDir()
+	for _, n := range parseDockerfile(t)[0].nodes {
+		a := args(n)
+		switch strings.ToLower(n.Value) {
+		case "copy":
+			if len(n.Flags) > 0 || len(a) < 2 {
+				continue
+			}
+			dest := filepath.Join(src, a[len(a)-1])
+			for _, f := range a[:len(a)-1] {
+				if f == "." {
+					t.Fatalf("line %d: COPY . before go mod download", n.StartLine)
+				}
+				raw, err := os.ReadFile(filepath.Join(repoRoot(), f))
+				if err != nil {
+					t.Fatal(err)
+				}
+				to := dest
+				if strings.HasSuffix(a[len(a)-1], "/") {
+					to = filepath.Join(dest, filepath.Base(f))
+				}
+				if err := os.MkdirAll(filepath.Dir(to), 0o755); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.WriteFile(to, raw, 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+		case "run":
+			if !strings.Contains(strings.Join(a, " "), "go mod download") {
+				continue
+			}
+			cmd := exec.Command("go", "mod", "download")
+			cmd.Dir = src
+			cmd.Env = append(os.Environ(), "GOPROXY=off", "GOFLAGS=-mod=mod")
+			if out, err := cmd.CombinedOutput(); err != nil {
+				t.Fatalf("line %d: go mod download fails with what the COPYs before it put in /src (%v):\n%s", n.StartLine, err, out)
+			}
+			return
+		}
+	}
+	t.Fatal("no RUN go mod download in the build stage")
+}
+
 func TestDockerfile(t *testing.T) {
 	stages := parseDockerfile(t)
 	if len(stages) < 2 {
