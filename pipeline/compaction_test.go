@@ -20,8 +20,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
-
-	"github.com/floe-dev/floe/pipeline"
 )
 
 // cleanedValue is the clickstream value of the record at off.
@@ -122,25 +120,8 @@ func serveCleanedLog(t *testing.T, j *job, n, logStart int64, cleaned func(offse
 // offsets absent from it.
 func runCleanedLog(t *testing.T, j *job, absent int64) {
 	t.Helper()
-	end, err := j.cl.EndOffsets(t.Context(), "clicks")
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := pipeline.NewMember(j.cfg, j.tbl, j.sc, pipeline.UntilOffsets(end))
-	if err != nil {
-		t.Fatal(err)
-	}
-	done, stop := startRun(m)
-	defer stop()
-	waitRun(t, done, 30*time.Second, "the scheduled run over the cleaned log did not end")
-	dl, err := pipeline.ReadDeadLetters(t.Context(), j.cfg.Kafka, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rep, err := j.tbl.Verify(t.Context(), "clicks", dl.Read)
-	if err != nil {
-		t.Fatal(err)
-	}
+	runScheduled(t, j, "the scheduled run over the cleaned log")
+	rep := verifyWithDeadLetters(t, j)
 	var out strings.Builder
 	rep.WriteText(&out)
 	if !rep.OK() || rep.AbsentFromLog != absent {

@@ -14,6 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/floe-dev/floe/lakehouse"
 	"github.com/floe-dev/floe/pipeline"
 	"github.com/floe-dev/floe/schemas/clickgen"
 )
@@ -78,16 +79,7 @@ func TestDeadLetterTooLargeForItsTopicIsWrittenCut(t *testing.T) {
 	}
 	partition, offset := produceMalformed(t, j, key, value, more...)
 	runScheduled(t, j, "the scheduled run")
-
-	dl, err := pipeline.ReadDeadLetters(t.Context(), j.cfg.Kafka, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rep, err := j.tbl.Verify(t.Context(), "clicks", dl.Read)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !rep.OK() || rep.Rows != 200 || rep.DeadLetters != 101 {
+	if rep := verifyWithDeadLetters(t, j); !rep.OK() || rep.Rows != 200 || rep.DeadLetters != 101 {
 		var out strings.Builder
 		rep.WriteText(&out)
 		t.Fatalf("want 200 rows and 101 dead letters, verified:\n%s", out.String())
@@ -122,6 +114,20 @@ func TestDeadLetterTooLargeForItsTopicIsWrittenCut(t *testing.T) {
 	if len(letter.Key)+len(letter.Value) != 4<<10 || !bytes.HasPrefix(value, letter.Value) {
 		t.Errorf("letter of %d bytes of value; want the value's first %d bytes", len(letter.Value), 4<<10-len(key))
 	}
+}
+
+// verifyWithDeadLetters verifies j's table against its dead-letter topic.
+func verifyWithDeadLetters(t *testing.T, j *job) *lakehouse.Report {
+	t.Helper()
+	dl, err := pipeline.ReadDeadLetters(t.Context(), j.cfg.Kafka, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err := j.tbl.Verify(t.Context(), "clicks", dl.Read)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rep
 }
 
 // readLetters reads n records of j's dead-letter topic, failing the test
