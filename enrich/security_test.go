@@ -152,6 +152,13 @@ func lookupOnce(t *testing.T, url, auth string) (enrich.Result, *harness) {
 	cfg := testConfig(url)
 	cfg.AuthHeader = auth
 	cfg.Breaker.Policy = enrich.PolicyPassthrough
+	return lookupOnceWith(t, cfg)
+}
+
+// lookupOnceWith looks key u-1 up once through a stage of cfg, which it
+// stops, and returns the result and the stage's harness (its logs).
+func lookupOnceWith(t *testing.T, cfg enrich.Config) (enrich.Result, *harness) {
+	t.Helper()
 	h := startStage(t, cfg)
 	q := h.st.NewQueue()
 	if err := q.Submit(context.Background(), "u-1", nil); err != nil {
@@ -282,15 +289,7 @@ func TestURLCredentialsNeverLeaked(t *testing.T) {
 			}
 			cfg.Retries = -1
 			cfg.Breaker.Policy = enrich.PolicyDLQ
-			h := startStage(t, cfg)
-			q := h.st.NewQueue()
-			if err := q.Submit(context.Background(), "u-1", nil); err != nil {
-				t.Fatal(err)
-			}
-			r := (<-q.Out()).Result
-			q.Close()
-			collect(q)
-			h.stop()
+			r, h := lookupOnceWith(t, cfg)
 			if r.Err == nil || !strings.Contains(r.Err.Error(), "api_key=REDACTED") {
 				t.Fatalf("%s: got %s (%v), want an error naming the URL redacted", mode, r.Status, r.Err)
 			}
@@ -432,15 +431,7 @@ func TestQueryTokenEchoNeverLeaked(t *testing.T) {
 			cfg.URL += "?api_key=" + url.QueryEscape(token)
 			cfg.Retries = -1
 			cfg.Breaker.Policy = enrich.PolicyDLQ
-			h := startStage(t, cfg)
-			q := h.st.NewQueue()
-			if err := q.Submit(context.Background(), "u-1", nil); err != nil {
-				t.Fatal(err)
-			}
-			r := (<-q.Out()).Result
-			q.Close()
-			collect(q)
-			h.stop()
+			r, h := lookupOnceWith(t, cfg)
 			if r.Status != enrich.StatusDead || r.Err == nil || !strings.Contains(r.Err.Error(), tc.want) {
 				t.Fatalf("got %s (%v), want a dead letter's error holding %q", r.Status, r.Err, tc.want)
 			}

@@ -121,24 +121,10 @@ type PartitionReport struct {
 	// a loss at the very start of a partition's coverage is not detected.
 	MinOffset int64 `json:"min_offset"`
 	MaxOffset int64 `json:"max_offset"`
-	// Gaps lists the runs of offsets in [MinOffset, Watermark) that are
-	// neither rows nor dead letters nor absent from the log. When the
-	// dead-letter topic was not read they include the dead-lettered records.
-	Gaps []Gap `json:"gaps"`
-	// GapOffsets is the number of offsets in Gaps.
-	GapOffsets int64 `json:"gap_offsets"`
-	// AbsentFromLog counts the offsets in [MinOffset, Watermark) that no
-	// row or dead letter covers and that the log did not hold when the job
-	// read them, as its commits recorded (AbsentOffsetsKey): compacted
-	// away, or deleted by retention before they were read. Information,
-	// not a problem of the table.
-	AbsentFromLog int64 `json:"absent_from_log"`
-	// Unchecked counts the offsets in [MinOffset, Watermark) that no row
-	// or dead letter covers and that lie where the table no longer records
-	// every skipped business duplicate (more than 10,000 runs of them, the
-	// oldest dropped: BusinessDroppedKey): skipped duplicates or losses,
-	// verify cannot tell. Information, not in Gaps.
-	Unchecked int64 `json:"unchecked"`
+	// Coverage: the offsets in [MinOffset, Watermark) that no row or dead
+	// letter covers. When the dead-letter topic was not read its gaps
+	// include the dead-lettered records.
+	Coverage
 	// AboveWatermark counts rows at or above the watermark (every row, when
 	// there is no watermark): an invariant violation, since a row becomes
 	// visible only in the commit that moves the watermark past it.
@@ -709,7 +695,7 @@ func (o *orderChecker) next(v verifyRow) bool {
 // It adds to r's distinct ids, duplicate examples and order violations.
 func (r *Report) reconcile(p int32, w int64, rows []verifyRow, dl DeadLetters, ord *orderChecker) PartitionReport {
 	pr := PartitionReport{Partition: p, Watermark: w, Rows: int64(len(rows)), DeadLetters: -1,
-		MinOffset: -1, MaxOffset: -1, Gaps: []Gap{}}
+		MinOffset: -1, MaxOffset: -1, Coverage: Coverage{Gaps: []Gap{}}}
 	var dead []int64
 	if dl != nil {
 		dead = slices.Sorted(maps.Keys(dl[p]))
@@ -775,15 +761,37 @@ func (r *Report) reconcile(p int32, w int64, rows []verifyRow, dl DeadLetters, o
 	return pr
 }
 
-// addGap adds the offsets [from, to), which no row or dead letter covers,
-// to pr's gaps, less those absent from the log (splitGap).
-func (pr *PartitionReport) addGap(from, to int64, absent, dropped [][2]int64) {
+// Coverage accounts for the offsets below a partition's watermark that
+// nothing covers (no row, dead letter or recorded skipped duplicate),
+// counted from the first offset seen.
+type Coverage struct {
+	// Gaps lists the runs of those offsets that are neither absent from
+	// the log nor unchecked.
+	Gaps []Gap `json:"gaps"`
+	// GapOffsets is the number of offsets in Gaps.
+	GapOffsets int64 `json:"gap_offsets"`
+	// AbsentFromLog counts those the log did not hold when the job read
+	// them, as its commits recorded (AbsentOffsetsKey): compacted away, or
+	// deleted by retention before they were read. Information, not a
+	// problem of the table.
+	AbsentFromLog int64 `json:"absent_from_log"`
+	// Unchecked counts those that lie where the table no longer records
+	// every skipped business duplicate (more than 10,000 runs of them, the
+	// oldest dropped: BusinessDroppedKey): skipped duplicates or losses,
+	// verify cannot tell. Information, not in Gaps.
+	Unchecked int64 `json:"unchecked"`
+}
+
+// addGap accounts for the offsets [from, to), which nothing covers: gaps,
+// but for those absent from the log (absent runs) or unchecked (dropped
+// runs).
+func (c *Coverage) addGap(from, to int64, absent, dropped [][2]int64) {
 	gaps, n := splitGap(from, to, absent)
 	gaps, unchecked := clipGaps(gaps, dropped)
-	pr.Gaps = append(pr.Gaps, gaps...)
-	pr.GapOffsets += to - from - n - unchecked
-	pr.AbsentFromLog += n
-	pr.Unchecked += unchecked
+	c.Gaps = append(c.Gaps, gaps...)
+	c.GapOffsets += to - from - n - unchecked
+	c.AbsentFromLog += n
+	c.Unchecked += unchecked
 }
 
 // clipGaps returns gaps without their offsets inside runs (sorted, merged),

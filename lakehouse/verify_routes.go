@@ -70,18 +70,13 @@ type RoutesPartition struct {
 	DeadLetters     int64 `json:"dead_letters"`
 	// MinOffset and MaxOffset bound the offsets seen in any table or the
 	// dead-letter topics (-1 when none); gaps are counted from MinOffset.
-	MinOffset  int64 `json:"min_offset"`
-	MaxOffset  int64 `json:"max_offset"`
-	Gaps       []Gap `json:"gaps"`
-	GapOffsets int64 `json:"gap_offsets"`
-	// AbsentFromLog counts the offsets below Watermark that nothing covers
-	// and that the log did not hold when a route's job read them (see
-	// PartitionReport.AbsentFromLog): information, not in Gaps.
-	AbsentFromLog int64 `json:"absent_from_log"`
-	// Unchecked counts the offsets below Watermark that nothing covers and
-	// that lie where a table no longer records every skipped business
-	// duplicate (see PartitionReport.Unchecked): information, not in Gaps.
-	Unchecked int64 `json:"unchecked"`
+	MinOffset int64 `json:"min_offset"`
+	MaxOffset int64 `json:"max_offset"`
+	// Coverage: the offsets below Watermark in no table nor dead-letter
+	// topic; an offset a route's job found absent from the log is absent,
+	// and one where any table no longer records every skipped business
+	// duplicate is unchecked.
+	Coverage
 	// InSeveral counts offsets below Watermark that are rows of more than
 	// one table, or a row and a dead letter; InSeveralExamples shows some.
 	InSeveral         int64    `json:"in_several"`
@@ -192,7 +187,7 @@ func VerifyRoutes(ctx context.Context, topic string, tables []*Table, readDL Dea
 	rest := slices.Clone(rows)
 	for _, p := range slices.Sorted(maps.Keys(parts)) {
 		pr := RoutesPartition{Partition: p, Watermark: -1, Rows: make([]int64, len(tables)), MinOffset: -1, MaxOffset: -1,
-			Gaps: []Gap{}, InSeveralExamples: []string{}}
+			Coverage: Coverage{Gaps: []Gap{}}, InSeveralExamples: []string{}}
 		// Every distinct offset of the partition once per place it is in.
 		var offs []int64
 		for i := range tables {
@@ -264,16 +259,6 @@ func VerifyRoutes(ctx context.Context, topic string, tables []*Table, readDL Dea
 		r.Partitions = append(r.Partitions, pr)
 	}
 	return r, nil
-}
-
-// addGap is PartitionReport.addGap.
-func (pr *RoutesPartition) addGap(from, to int64, absent, dropped [][2]int64) {
-	gaps, n := splitGap(from, to, absent)
-	gaps, unchecked := clipGaps(gaps, dropped)
-	pr.Gaps = append(pr.Gaps, gaps...)
-	pr.GapOffsets += to - from - n - unchecked
-	pr.AbsentFromLog += n
-	pr.Unchecked += unchecked
 }
 
 // places describes where offset off of partition p is: "events/0@17 in
