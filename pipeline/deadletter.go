@@ -9,9 +9,11 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/segmentio/kafka-go"
+	metadataAPI "github.com/segmentio/kafka-go/protocol/metadata"
 
 	"github.com/floe-dev/floe/lakehouse"
 	"github.com/floe-dev/floe/schemas"
@@ -175,6 +177,8 @@ type deadLetterWriter struct {
 	// alone writes the letters the topic refused as too large again, each
 	// in a batch of its own (see write).
 	alone *kafka.Writer
+	// cut, when set, counts the letters written cut.
+	cut *atomic.Int64
 }
 
 func newDeadLetterWriter(cfg KafkaConfig, table string, transport *kafka.Transport) *deadLetterWriter {
@@ -211,7 +215,7 @@ func (d *deadLetterWriter) write(ctx context.Context, letters []deadLetter) erro
 	// The broker refuses a whole batch over the topic's max.message.bytes,
 	// each letter in it as too large: those are written again one by one,
 	// whole, and then those refused alone, cut.
-	how := ""
+	how, cut := "", 0
 	for _, b := range []letterBounds{wholeLetter, cutLetter} {
 		refused, ok := err.(kafka.WriteErrors)
 		if !ok {
@@ -235,10 +239,15 @@ func (d *deadLetterWriter) write(ctx context.Context, letters []deadLetter) erro
 		how = fmt.Sprintf("written again one by one, %d of them cut to %d bytes of key and value: ", len(again), cutLetterBytes)
 		if b == wholeLetter {
 			how = fmt.Sprintf("written again one by one, %d of them: ", len(again))
+		} else {
+			cut = len(again)
 		}
 		err = d.alone.WriteMessages(ctx, msgs...)
 	}
 	if err = byError(err); err == nil {
+		if d.cut != nil {
+			d.cut.Add(int64(cut))
+		}
 		return nil
 	}
 	err = fmt.Errorf("writing %d records to dead-letter topic %s: %s%w", len(letters), d.topic, how, err)
@@ -295,6 +304,45 @@ func byError(err error) error {
 // 10 s timeout), and Writer.Close waits for it: a broker that does not
 // answer would hold a stop for almost a minute.
 const dlqCloseTimeout = 5 * time.Second
+
+// errNoDeadLetterTopic marks a dead-letter topic that does not exist and
+// that the broker does not create when asked (checkTopic).
+var errNoDeadLetterTopic = errors.New("does not exist, and the broker did not create it when asked " +
+	"(auto.create.topics.enable is off, or this principal may not create topics): " +
+	"create it, or set kafka.dlq_topic to a topic that exists")
+
+// checkTopicTimeout bounds checkTopic.
+const checkTopicTimeout = 30 * time.Second
+
+// checkTopic asks the broker for the dead-letter topic, letting it create
+// the topic as the writer would with its first letter. A topic the broker
+// neither has nor creates, or one this principal may not see, would fail
+// the first flush that holds a dead letter, and every retry of it, for as
+// long as the member runs: that is an error at start-up. Any other answer
+// (a leader being elected, a broker out of reach) is left to the writes.
+func (d *deadLetterWriter) checkTopic(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, checkTopicTimeout)
+	defer cancel()
+	res, err := d.w.Transport.RoundTrip(ctx, d.w.Addr, &metadataAPI.Request{
+		TopicNames:             []string{d.topic},
+		AllowAutoTopicCreation: true,
+	})
+	if err != nil {
+		return nil
+	}
+	for _, t := range res.(*metadataAPI.Response).Topics {
+		if t.Name != d.topic {
+			continue
+		}
+		switch code := kafka.Error(t.ErrorCode); code {
+		case kafka.UnknownTopicOrPartition:
+			return fmt.Errorf("dead-letter topic %s %w", d.topic, errNoDeadLetterTopic)
+		case kafka.TopicAuthorizationFailed, kafka.InvalidTopic:
+			return fmt.Errorf("dead-letter topic %s: %w", d.topic, code)
+		}
+	}
+	return nil
+}
 
 // close waits for the writer's batches, at most dlqCloseTimeout; after
 // that it returns an error and leaves them to finish or fail in the

@@ -3,6 +3,7 @@ package pipeline_test
 import (
 	"bytes"
 	"context"
+	"log/slog"
 	"strconv"
 	"strings"
 	"testing"
@@ -78,7 +79,10 @@ func TestDeadLetterTooLargeForItsTopicIsWrittenCut(t *testing.T) {
 		more[i] = "s-" + strconv.Itoa(i)
 	}
 	partition, offset := produceMalformed(t, j, key, value, more...)
-	runScheduled(t, j, "the scheduled run")
+	m := runScheduled(t, j, "the scheduled run")
+	if n := m.Stats().DeadLettersCut.Load(); n != 1 {
+		t.Errorf("floe_dead_letters_cut_total %d, want 1: the large record's letter", n)
+	}
 	if rep := verifyWithDeadLetters(t, j); !rep.OK() || rep.Rows != 200 || rep.DeadLetters != 101 {
 		var out strings.Builder
 		rep.WriteText(&out)
@@ -164,7 +168,9 @@ func TestDeadLettersThatFitAloneAreNotCut(t *testing.T) {
 	if _, err := j.cl.Produce(t.Context(), "clicks", []clickgen.Message{big, big, big}); err != nil {
 		t.Fatal(err)
 	}
-	runScheduled(t, j, "the scheduled run")
+	if n := runScheduled(t, j, "the scheduled run").Stats().DeadLettersCut.Load(); n != 0 {
+		t.Errorf("floe_dead_letters_cut_total %d, want 0", n)
+	}
 	for i, r := range readLetters(t, j, 3) {
 		if len(r.Value) != len(value) {
 			t.Errorf("letter %d keeps %d bytes of its %d-byte value, though it fits the topic alone", i, len(r.Value), len(value))
@@ -209,4 +215,36 @@ func TestDeadLetterTopicRefusingForGoodEndsAScheduledRun(t *testing.T) {
 			}, "an error naming the dead-letter topic", "dead-letter topic refuses", fix)
 		})
 	}
+}
+
+// TestMissingDeadLetterTopicFailsTheStart: a dead-letter topic the broker
+// neither has nor creates (Apache Kafka with auto.create.topics.enable=false
+// answers the metadata request for it with UNKNOWN_TOPIC_OR_PARTITION, which
+// kfake is made to answer here) stops a member and a replay at start-up,
+// with an error naming the topic. The member used to start, and the first
+// flush holding a dead letter was retried for as long as it ran. Once the
+// topic can be created, the same job runs and catches up.
+func TestMissingDeadLetterTopicFailsTheStart(t *testing.T) {
+	j := newJob(t, 200, fastCommit, nil)
+	h := j.cl.Kfake().Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Metadata}, Topic: j.cfg.Kafka.DLQTopic,
+		Err: kerr.UnknownTopicOrPartition, Count: -1})
+	want := "dead-letter topic " + j.cfg.Kafka.DLQTopic + " does not exist"
+
+	m, err := pipeline.NewMember(j.cfg, j.tbl, j.sc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	says := func(err error) bool { return err != nil && strings.Contains(err.Error(), want) }
+	runFails(t, m, 45*time.Second, "member", says, "an error saying "+want)
+	_, err = pipeline.Replay(t.Context(), j.cfg, j.tbl, j.sc, []pipeline.ReplayRange{{Partition: 0, From: 0, To: 1}},
+		pipeline.ReplayOptions{}, slog.New(slog.DiscardHandler))
+	if !says(err) {
+		t.Fatalf("replay: %v, want an error saying %q", err, want)
+	}
+	if wm, err := j.tbl.Watermarks(t.Context()); err != nil || len(wm) != 0 {
+		t.Fatalf("watermarks %v (%v), want none: nothing may be committed", wm, err)
+	}
+
+	h.Remove()
+	runUntilCaughtUp(t, j)
 }

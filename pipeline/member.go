@@ -145,6 +145,7 @@ var (
 // until caught up in scheduled mode. It returns nil on a clean stop.
 func (m *Member) Run(ctx context.Context) error {
 	k := m.cfg.Kafka
+	defer context.AfterFunc(ctx, func() { m.stats.Stopping.Store(true) })()
 	// Fail fast and clearly on an unreachable cluster or a missing topic;
 	// once running, such errors are retried.
 	checkCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
@@ -196,11 +197,18 @@ func (m *Member) Run(ctx context.Context) error {
 	// an abandoned write that the broker does not answer must not keep the
 	// partitions from their next owner.
 	dlq := newDeadLetterWriter(k, m.cfg.Table.Name, tr)
+	dlq.cut = &m.stats.DeadLettersCut
 	defer func() {
 		if err := dlq.close(); err != nil {
 			m.log.Warn("closing the dead-letter writer", "err", err)
 		}
 	}()
+	if err := dlq.checkTopic(ctx); err != nil {
+		if ctx.Err() != nil {
+			return nil // stopped while starting
+		}
+		return err
+	}
 
 	cg, err := kafka.NewConsumerGroup(kafka.ConsumerGroupConfig{
 		ID:                     k.Group,

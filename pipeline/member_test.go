@@ -562,6 +562,22 @@ func TestUnwritableTableEndsAScheduledRun(t *testing.T) {
 	}, "a permission error naming "+data, "no write access", restore)
 }
 
+// runFails runs m (what), which must end within d with an error ok
+// accepts (want says which).
+func runFails(t *testing.T, m *pipeline.Member, d time.Duration, what string, ok func(error) bool, want string) {
+	t.Helper()
+	done, stop := startRun(m)
+	defer stop()
+	select {
+	case err := <-done:
+		if !ok(err) {
+			t.Fatalf("%s: %v; want %s", what, err, want)
+		}
+	case <-time.After(d):
+		t.Fatalf("the %s still running after %s; want %s", what, d, want)
+	}
+}
+
 // endsScheduledRetriesLong runs a scheduled member of j, which must end
 // within 30 s with an error ok accepts (want says which), then a
 // long-running one, which must log an ERROR containing logged, and catch up
@@ -572,23 +588,14 @@ func endsScheduledRetriesLong(t *testing.T, j *job, ok func(error) bool, want, l
 	if err != nil {
 		t.Fatal(err)
 	}
-	done, stop := startRun(m)
-	defer stop()
-	select {
-	case err := <-done:
-		if !ok(err) {
-			t.Fatalf("scheduled run: %v; want %s", err, want)
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("the scheduled run still running after 30 s")
-	}
+	runFails(t, m, 30*time.Second, "scheduled run", ok, want)
 
 	log := &lockedBuffer{}
 	m, err = pipeline.NewMember(j.cfg, j.tbl, j.sc, pipeline.WithLogger(slog.New(slog.NewTextHandler(log, nil))))
 	if err != nil {
 		t.Fatal(err)
 	}
-	done, stop = startRun(m)
+	done, stop := startRun(m)
 	defer stop()
 	waitFor(t, 30*time.Second, "the long-running job logged no error", func() bool {
 		out := log.String()
@@ -644,8 +651,8 @@ func TestUnansweredOffsetCommitHoldsNothing(t *testing.T) {
 }
 
 // runScheduled runs j as a scheduled job (UntilOffsets of the topic's end
-// offsets now) until it ends.
-func runScheduled(t *testing.T, j *job, what string) {
+// offsets now) until it ends, and returns its member.
+func runScheduled(t *testing.T, j *job, what string) *pipeline.Member {
 	t.Helper()
 	end, err := j.cl.EndOffsets(t.Context(), "clicks")
 	if err != nil {
@@ -658,6 +665,7 @@ func runScheduled(t *testing.T, j *job, what string) {
 	done, stop := startRun(m)
 	defer stop()
 	waitRun(t, done, 60*time.Second, what+" did not end")
+	return m
 }
 
 // TestLatestPinSurvivesAFailedOffsetCommit: the pin of start_offset
@@ -912,8 +920,8 @@ func TestLargeRecordsAreNotFetchedFarAhead(t *testing.T) {
 
 // TestNotReadyWhileWatermarksAreUnreadable: a generation that cannot read
 // its watermarks (the catalog down) fetches and commits nothing, and
-// /readyz says so, then ready once the catalog is back and commits land.
-// It answered ready throughout.
+// /readyz says so, then ready once the catalog is back and commits land,
+// and not ready again once told to stop. It answered ready throughout.
 func TestNotReadyWhileWatermarksAreUnreadable(t *testing.T) {
 	j := newJob(t, 200, fastCommit, nil)
 	tbl, fc := faultyTable(t, j)
@@ -954,6 +962,17 @@ func TestNotReadyWhileWatermarksAreUnreadable(t *testing.T) {
 	}
 	stop()
 	waitRun(t, done, 30*time.Second, "the member did not stop")
+	// The endpoint outlives the stop (floe run serves it until the final
+	// flush is done), and says the member is stopping.
+	resp, err := http.Get("http://" + addr + "/readyz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusServiceUnavailable || !strings.Contains(string(body), "stopping") {
+		t.Fatalf("/readyz %d %q once told to stop, want 503 saying it is stopping", resp.StatusCode, body)
+	}
 }
 
 // TestLagCountsFromWhereTheJobReads: a job started at the latest offsets

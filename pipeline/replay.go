@@ -110,6 +110,9 @@ func Replay(ctx context.Context, cfg Config, tbl *lakehouse.Table, sc *schemas.S
 			log.Warn("closing the dead-letter writer", "err", err)
 		}
 	}()
+	if err := rp.dlq.checkTopic(ctx); err != nil {
+		return res, err
+	}
 	if cfg.Enrich != nil {
 		// A replay looks every key up afresh: it is run to re-enrich
 		// rows, and a saved miss would answer for the service.

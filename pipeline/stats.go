@@ -17,6 +17,7 @@ import (
 type Stats struct {
 	Consumed          atomic.Int64 // records fetched and decoded (or dead-lettered)
 	DeadLettered      atomic.Int64 // records decoded as dead letters (again when an abandoned flush is redone)
+	DeadLettersCut    atomic.Int64 // dead letters written cut, the topic having refused them whole
 	Filtered          atomic.Int64 // records another route of the topic takes (routes with where)
 	Rows              atomic.Int64 // rows committed to the table
 	Skipped           atomic.Int64 // rows the dedupe MERGE found already present
@@ -31,6 +32,7 @@ type Stats struct {
 	OffsetGaps        atomic.Int64 // offsets the log skipped (retention before they were read, compaction)
 	FlushRetries      atomic.Int64 // failed dead-letter writes or table commits retried in place
 	Stalled           atomic.Bool  // a dead-letter write or table commit is failing right now
+	Stopping          atomic.Bool  // told to stop: flushing what it holds before it leaves the group
 	// StoppedPartitions counts partitions held after their worker failed
 	// (see Member.work), retried in place.
 	StoppedPartitions atomic.Int32

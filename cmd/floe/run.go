@@ -96,15 +96,19 @@ topic changed while its routes are not at a common offset (see README, Routing).
 				defer stop()
 			}
 			if listen := jobs[0].cfg.Metrics.Listen; listen != "" {
+				// Served until the run returns, not until the signal: the
+				// final flush's commits and /readyz's "stopping" are seen.
+				serveCtx, stopServing := context.WithCancel(context.WithoutCancel(ctx))
+				defer stopServing()
 				var serve func() error
 				if jobs[0].routed {
 					stats := make(map[string]*pipeline.Stats, len(jobs))
 					for i, j := range jobs {
 						stats[j.cfg.Table.Name] = members[i].Stats()
 					}
-					serve, err = pipeline.ListenRouteMetrics(ctx, listen, reg, stats)
+					serve, err = pipeline.ListenRouteMetrics(serveCtx, listen, reg, stats)
 				} else {
-					serve, err = pipeline.ListenMetrics(ctx, listen, reg, members[0].Stats())
+					serve, err = pipeline.ListenMetrics(serveCtx, listen, reg, members[0].Stats())
 				}
 				if err != nil {
 					return err
