@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/floe-dev/floe/schemas"
 )
@@ -26,8 +27,14 @@ import (
 // allow.
 
 // cacheFileVersion is the format of the cache file; a file of another
-// version is ignored. 3: the end mark carries a checksum.
-const cacheFileVersion = 3
+// version is ignored. 3: the end mark carries a checksum. 4: the service's
+// answers as values.go has converted them since (a string not UTF-8 is a
+// null, a repeated member counts by its last value, longs are read
+// exactly, timestamps may spell t and z in lower case). Raise it whenever
+// those conversions change: an older file holds what the old ones made,
+// which would be served with status ok until cache_ttl ran out; a cold
+// start once costs less.
+const cacheFileVersion = 4
 
 // cacheFileHeader opens a cache file. A file saved for other fields or
 // another key field holds values that do not fit, and one saved against
@@ -265,9 +272,10 @@ func (c *cache) save(w io.Writer, h cacheFileHeader, now time.Time, mono int64, 
 // there (else none), with monoNow value mono taken at wall time now. An
 // entry lives no longer than ttl (a result) or negTTL (a miss) from its
 // lookup, nor from now: the settings may have been lowered since it was
-// saved, or the clock was wrong then. Its strings are shared through
-// interns (by field; nil for none), as the response decoder's are. It
-// returns how many entries it added.
+// saved, or the clock was wrong then. A string that is not UTF-8 is a
+// null, and the others are shared through interns (by field; nil for
+// none), as the response decoder's are. It returns how many entries it
+// added.
 func (c *cache) load(r io.Reader, want cacheFileHeader, now time.Time, mono int64, ttl, negTTL time.Duration, interns []*interner) (int, error) {
 	sr := &summingReader{r: bufio.NewReader(r)}
 	dec := gob.NewDecoder(sr)
@@ -318,9 +326,19 @@ func (c *cache) load(r io.Reader, want cacheFileHeader, now time.Time, mono int6
 		if expires <= mono || (!e.Miss && len(e.Values) != len(want.Fields)) {
 			continue
 		}
-		for i := range min(len(e.Values), len(interns)) {
-			if in := interns[i]; in != nil && e.Values[i].Str != "" {
-				e.Values[i].Str = in.share(e.Values[i].Str)
+		for i := range min(len(e.Values), len(want.Fields)) {
+			a := &e.Values[i]
+			if want.Fields[i].Type != TypeString || a.Str == "" {
+				continue
+			}
+			// A string column holds UTF-8, and the decoder makes any other
+			// string a null: so does the file, whatever wrote it.
+			if !utf8.ValidString(a.Str) {
+				*a = schemas.Attr{}
+				continue
+			}
+			if i < len(interns) && interns[i] != nil {
+				a.Str = interns[i].share(a.Str)
 			}
 		}
 		c.store(e.Key, newCached(e.Values, e.Miss, expires, refresh))

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/gob"
 	"hash/crc32"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -180,5 +181,51 @@ func TestCacheFileSharesStrings(t *testing.T) {
 	v, f := d.get([]byte("a"), mono)
 	if f == absent || v.vals[0].Str != "gold" || unsafe.StringData(v.vals[0].Str) != unsafe.StringData(gold) {
 		t.Fatalf("loaded %v (%v), not the shared copy", v.vals, f)
+	}
+}
+
+// TestCacheFileHoldsTodaysConversions: a file saved before the service's
+// answers were converted as they are now (format 3) loads nothing, and a
+// string attribute that is not UTF-8 loads as a null, as the decoder makes
+// it, the entry's other attributes kept. A format-3 file passed, and its
+// entries were served as the older floe had converted them: a string not
+// UTF-8 went into a string column with status ok until cache_ttl ran out.
+func TestCacheFileHoldsTodaysConversions(t *testing.T) {
+	h := cacheFileHeader{Version: cacheFileVersion, Key: "user_id", Fields: []Field{
+		{Name: "segment", Type: TypeString, Attribute: "segment"},
+		{Name: "visits", Type: TypeLong, Attribute: "visits"}}}
+	now, mono := time.Now(), int64(time.Hour)
+	c := newCache(100, DefaultCacheMaxBytes, time.Second)
+	// What a floe before 6b92ad0 cached for {"segment":"gold\xff","visits":7}.
+	c.put("u-1", Values{schemas.StringAttr("gold\xff"), schemas.LongAttr(7)}, false, time.Hour, mono)
+	c.put("u-2", Values{schemas.StringAttr("silver"), schemas.LongAttr(2)}, false, time.Hour, mono)
+	load := func(saved cacheFileHeader) (*cache, error) {
+		t.Helper()
+		var file bytes.Buffer
+		if _, err := c.save(&file, saved, now, mono, time.Hour, time.Hour); err != nil {
+			t.Fatal(err)
+		}
+		d := newCache(100, DefaultCacheMaxBytes, time.Second)
+		_, err := d.load(&file, h, now, mono, time.Hour, time.Hour, nil)
+		return d, err
+	}
+
+	old := h
+	old.Version = 3
+	if d, err := load(old); err == nil || d.len() != 0 || !strings.Contains(err.Error(), "it is of format 3") {
+		t.Fatalf("a format-3 file: %v, %d entries loaded; want it refused and none", err, d.len())
+	}
+	d, err := load(h)
+	if err != nil || d.len() != 2 {
+		t.Fatalf("load: %d entries, %v; want 2", d.len(), err)
+	}
+	want := map[string]Values{
+		"u-1": {{}, schemas.LongAttr(7)},
+		"u-2": {schemas.StringAttr("silver"), schemas.LongAttr(2)},
+	}
+	for key, w := range want {
+		if v, f := d.get([]byte(key), mono); f == absent || !slices.Equal(v.vals, w) {
+			t.Errorf("%s loaded as %+v (%v), want %+v", key, v.vals, f, w)
+		}
 	}
 }
