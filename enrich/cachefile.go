@@ -141,13 +141,20 @@ func (s *Stage) loadCacheFile() {
 }
 
 // checkCacheFile reports a CacheFile whose directory does not exist or
-// cannot be written, when the stage is made rather than when it stops.
+// cannot be written, or that exists and is not a regular file, when the
+// stage is made rather than when it stops.
 func checkCacheFile(path string) error {
 	if path == "" {
 		return nil
 	}
 	if st, err := os.Stat(filepath.Dir(path)); err != nil || !st.IsDir() {
 		return fmt.Errorf("enrich.cache_file: %q: its directory does not exist", path)
+	}
+	// Followed if it is a link, as the load opens it: a directory fails
+	// every load and every save (the rename onto it), a named pipe blocks
+	// the load. A link to a file is read, then replaced by the save.
+	if st, err := os.Stat(path); err == nil && !st.Mode().IsRegular() {
+		return fmt.Errorf("enrich.cache_file: %q: it is not a regular file (mode %s)", path, st.Mode())
 	}
 	f, err := createCacheTemp(path)
 	if err != nil {

@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -150,5 +151,44 @@ func TestCacheFileDirectoryMustExist(t *testing.T) {
 	_, err = enrich.NewStage(cfg, nil, nil)
 	if err == nil || !strings.Contains(err.Error(), `enrich.cache_file: "/proc/floe-enrich.cache": its directory cannot be written`) {
 		t.Fatalf("NewStage: %v", err)
+	}
+}
+
+// TestCacheFileMustBeAFile: a cache_file that exists and is not a regular
+// file (a directory, a link to one, a named pipe) fails the stage at start;
+// a link to a file, or one to nothing yet, is taken. A directory passed:
+// every run then warned it could not read the file nor save it, and a
+// named pipe held NewStage until something opened it to write.
+func TestCacheFileMustBeAFile(t *testing.T) {
+	dir := t.TempDir()
+	mk := func(name string, make func(path string) error) string {
+		t.Helper()
+		path := filepath.Join(dir, name)
+		if err := make(path); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	file := mk("file", func(p string) error { return os.WriteFile(p, nil, 0o600) })
+	sub := mk("dir", func(p string) error { return os.Mkdir(p, 0o700) })
+	for _, tc := range []struct {
+		path    string
+		refused bool
+	}{
+		{sub, true},
+		{mk("link-to-dir", func(p string) error { return os.Symlink(sub, p) }), true},
+		{file, false},
+		{mk("link-to-file", func(p string) error { return os.Symlink(file, p) }), false},
+		{mk("link-to-nothing", func(p string) error { return os.Symlink(filepath.Join(dir, "nothing"), p) }), false},
+		// Last: taken, it blocks the test (the checks above stop it first).
+		{mk("pipe", func(p string) error { return syscall.Mkfifo(p, 0o600) }), true},
+	} {
+		cfg := testConfig("http://127.0.0.1:9")
+		cfg.CacheFile = tc.path
+		_, err := enrich.NewStage(cfg, nil, nil)
+		refused := err != nil && strings.Contains(err.Error(), `enrich.cache_file: "`+tc.path+`": it is not a regular file`)
+		if refused != tc.refused || (err != nil && !refused) {
+			t.Fatalf("%s: NewStage: %v (want refused: %v)", filepath.Base(tc.path), err, tc.refused)
+		}
 	}
 }
