@@ -399,11 +399,7 @@ func (c *Config) validateRoutes() error {
 			}
 		}
 		if rc.Enrich != nil && rc.Enrich.CacheFile != "" {
-			// One file however it is spelled (a/../b, ./b, b).
-			file, err := filepath.Abs(rc.Enrich.CacheFile)
-			if err != nil {
-				file = filepath.Clean(rc.Enrich.CacheFile)
-			}
+			file := cacheFileID(rc.Enrich.CacheFile)
 			if j, dup := cacheFiles[file]; dup {
 				errs = append(errs, fmt.Errorf("%s: enrich.cache_file: %s is also the cache file of %s: each route saves its own cache, so the last to stop would overwrite the others'; give each route an enrich section with a file of its own",
 					routeName(i, r), rc.Enrich.CacheFile, routeName(j, c.Routes[j])))
@@ -413,6 +409,22 @@ func (c *Config) validateRoutes() error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// cacheFileID is what every spelling of the cache file path names shares
+// (a/../b, ./b, b, or through a link to its directory): its absolute
+// directory with the links resolved, when it exists, and its base name.
+// The base name is not resolved: a save replaces a link there with a
+// file of its own.
+func cacheFileID(path string) string {
+	file, err := filepath.Abs(path)
+	if err != nil {
+		file = filepath.Clean(path)
+	}
+	if dir, err := filepath.EvalSymlinks(filepath.Dir(file)); err == nil {
+		file = filepath.Join(dir, filepath.Base(file))
+	}
+	return file
 }
 
 // unjoin returns the errors errors.Join combined (err itself otherwise).

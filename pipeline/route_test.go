@@ -4,6 +4,8 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -297,6 +299,39 @@ routes:
 				t.Errorf("a top-level problem is reported %d times, once per route:\n%v", n, err)
 			}
 		})
+	}
+}
+
+// TestRouteCacheFileSharedThroughALink: two routes whose cache_file is one
+// file, named once through a link to its directory, are refused as when it
+// is spelled twice. Paths were compared made absolute and clean only, so
+// the routes were taken and the last to stop overwrote the other's cache.
+func TestRouteCacheFileSharedThroughALink(t *testing.T) {
+	dir := t.TempDir()
+	real, link := filepath.Join(dir, "real"), filepath.Join(dir, "link")
+	if err := os.Mkdir(real, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(real, link); err != nil {
+		t.Fatal(err)
+	}
+	route := func(topic, table, file string) string {
+		return `
+  - topic: ` + topic + `
+    table: {name: ` + table + `}
+    enrich:
+      url: http://127.0.0.1:9/lookup
+      key: user_id
+      fields: [{name: segment, type: string}]
+      cache_file: ` + file
+	}
+	body := routesHead + "routes:" + route("clicks", "analytics.clicks", filepath.Join(real, "enrich.cache")) +
+		route("views", "analytics.views", filepath.Join(link, "enrich.cache")) + "\n"
+	_, err := loadRoutes(t, body)
+	want := "routes[1] (table analytics.views): enrich.cache_file: " + filepath.Join(link, "enrich.cache") +
+		" is also the cache file of routes[0] (table analytics.clicks)"
+	if err == nil || !strings.Contains(err.Error(), want) {
+		t.Fatalf("one cache file named through a link to its directory: %v, want %q", err, want)
 	}
 }
 
