@@ -137,7 +137,9 @@ func (s *Stage) loadCacheFile() {
 		s.log.Warn("enrichment cache file not read; starting with an empty cache", "file", path, "err", err)
 		return
 	}
-	s.log.Info("enrichment cache loaded", "file", path, "entries", n)
+	// The cache holds fewer than the file's entries when cache_size or
+	// cache_max_bytes is lower than the run that saved it had.
+	s.log.Info("enrichment cache loaded", "file", path, "entries", n, "kept", s.cache.len())
 }
 
 // checkCacheFile reports a CacheFile whose directory does not exist or

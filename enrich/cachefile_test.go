@@ -3,6 +3,8 @@ package enrich_test
 import (
 	"os"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -71,6 +73,29 @@ func TestCacheFileCarriesLookupsToTheNextRun(t *testing.T) {
 	checkLanes(t, srv, other, runLanes(t, second.st, other))
 	if n := srv.Requests() - before; n != 1 {
 		t.Fatalf("%d requests for one key the first run never saw, want 1", n)
+	}
+}
+
+// TestCacheFileLoadLogsWhatItKept: a run whose cache is smaller than the
+// file its last run saved logs both the file's entries and how many the
+// cache kept. Only the file's were logged, as if all were cached.
+func TestCacheFileLoadLogsWhatItKept(t *testing.T) {
+	srv, url := startServer(t, enrich.ServerConfig{P50: time.Millisecond, P99: 5 * time.Millisecond, Seed: 2})
+	cfg := testConfig(url)
+	cfg.CacheFile = filepath.Join(t.TempDir(), "enrich.cache")
+	recs := cacheFileRecords()
+	first := startStage(t, cfg)
+	checkLanes(t, srv, recs, runLanes(t, first.st, recs))
+	first.stop()
+
+	cfg.CacheSize = 16 // a generation of one entry per shard: 32 at most
+	second := startStage(t, cfg)
+	m := regexp.MustCompile(`msg="enrichment cache loaded" .* entries=(\d+) kept=(\d+)`).FindStringSubmatch(second.logs.String())
+	if m == nil || m[1] != "60" {
+		t.Fatalf("the load did not log 60 entries and what it kept:\n%s", second.logs)
+	}
+	if kept, _ := strconv.Atoi(m[2]); kept == 0 || kept > 32 {
+		t.Fatalf("kept=%s logged by a cache of at most 32 entries", m[2])
 	}
 }
 
