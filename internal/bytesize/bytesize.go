@@ -25,9 +25,9 @@ func (b *Size) UnmarshalYAML(n *yaml.Node) error {
 }
 
 // Parse parses "1048576", "512KiB", "4MiB", "1GiB" (KB/MB/GB are taken as
-// binary units too).
-func Parse(s string) (Size, error) {
-	s = strings.TrimSpace(s)
+// binary units too). Errors quote in as written, unit and all.
+func Parse(in string) (Size, error) {
+	s := strings.TrimSpace(in)
 	mult := int64(1)
 	for _, u := range []struct {
 		suffix string
@@ -41,10 +41,10 @@ func Parse(s string) (Size, error) {
 	// Base 0, as YAML reads an integer: 16_777_216 and 0x1000000 too.
 	v, err := strconv.ParseInt(s, 0, 64)
 	if err != nil || v < 0 {
-		return 0, fmt.Errorf("%q is not a byte size (e.g. 1048576, 512KiB, 4MiB)", s)
+		return 0, fmt.Errorf("%q is not a byte size (e.g. 1048576, 512KiB, 4MiB)", in)
 	}
 	if v > math.MaxInt64/mult {
-		return 0, fmt.Errorf("%q is too large a byte size", s)
+		return 0, fmt.Errorf("%q is too large a byte size", in)
 	}
 	return Size(v * mult), nil
 }

@@ -1,6 +1,8 @@
 package bytesize_test
 
 import (
+	"fmt"
+	"strings"
 	"testing"
 
 	"gopkg.in/yaml.v3"
@@ -18,6 +20,19 @@ func TestParse(t *testing.T) {
 	for _, bad := range []string{"", "-1", "1.5MiB", "12XB", "17179869184GiB", "9223372036854775808"} {
 		if _, err := bytesize.Parse(bad); err == nil {
 			t.Errorf("Parse(%q) accepted", bad)
+		}
+	}
+}
+
+// TestParseErrorQuotesTheInput: an error quotes the size as it was
+// written. It quoted what was left after the unit was cut off, so
+// --target-file-size 10TB was refused as "10T" and 17179869184GiB as too
+// large a "17179869184".
+func TestParseErrorQuotesTheInput(t *testing.T) {
+	for _, bad := range []string{"10TB", "1.5MiB", "17179869184GiB", " 12XB"} {
+		_, err := bytesize.Parse(bad)
+		if want := fmt.Sprintf("%q", bad); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("Parse(%q): %v; want an error quoting %s", bad, err, want)
 		}
 	}
 }
