@@ -1,7 +1,10 @@
 package schemas
 
 import (
+	"bytes"
 	_ "embed"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"regexp"
@@ -121,6 +124,14 @@ func (n *node) indexFields() {
 	}
 }
 
+// jsonPosition returns the line and column, from 1, of the byte at which a
+// json.SyntaxError stopped; its offset counts the bytes read, that one
+// included (at the end of the input, the last byte).
+func jsonPosition(data []byte, offset int64) (line, col int) {
+	before := data[:max(offset-1, 0)]
+	return 1 + bytes.Count(before, []byte("\n")), len(before) - bytes.LastIndexByte(before, '\n')
+}
+
 // userSchema is what a Schema parsed from a file carries beyond the Iceberg
 // and Arrow forms: the field tree the generic decoders walk, and the Avro
 // schema that plain Avro values are written with.
@@ -154,6 +165,13 @@ func LoadFile(path string) (*Schema, error) {
 // columns follow the schema's own, exactly as in the built-in schema. Every
 // error names the field and the problem.
 func ParseAvsc(name string, data []byte) (*Schema, error) {
+	// hamba/avro reads text that is not JSON as a type name, so a missing
+	// comma came back as "unknown type: " followed by the whole file.
+	var syntax *json.SyntaxError
+	if errors.As(json.Unmarshal(data, new(json.RawMessage)), &syntax) {
+		line, col := jsonPosition(data, syntax.Offset)
+		return nil, fmt.Errorf("schema %s: not valid JSON: line %d, column %d: %v", name, line, col, syntax)
+	}
 	as, err := avro.ParseBytesWithCache(data, "", &avro.SchemaCache{})
 	if err != nil {
 		return nil, fmt.Errorf("schema %s: not a valid Avro schema: %w", name, err)

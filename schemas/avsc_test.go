@@ -275,7 +275,10 @@ func TestSchemaFileErrors(t *testing.T) {
 		nested = fmt.Sprintf(`{"type":"record","name":"N%d","fields":[{"name":"x","type":%s}]}`, i, nested)
 	}
 	cases := []struct{ name, schema, want string }{
-		{"not JSON", `{"type":`, "not a valid Avro schema"},
+		// A JSON syntax error was reported by hamba/avro as "unknown
+		// type: " and the whole file, with no position.
+		{"not JSON", `{"type":`, "not valid JSON: line 1, column 8: unexpected end of JSON input"},
+		{"missing comma", "{\n  \"type\": \"record\"\n  \"name\": \"R\",\n  \"fields\": []\n}\n", `not valid JSON: line 3, column 3: invalid character '"' after object key:value pair`},
 		{"not a record", `"string"`, "want a record"},
 		{"unknown type", record("", `{"name":"a","type":"strin"}`), "not a valid Avro schema"},
 		{"no fields", record("", ``), "no fields"},
