@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -39,7 +41,8 @@ func demoCmd(g *globalFlags) *cobra.Command {
 		Long: `Starts an in-process Kafka-protocol broker (kfake), a clickstream generator, a SQLite
 Iceberg catalog and a local warehouse under --dir, and runs floe on them with a live progress
 line. With --records N it stops once N records are committed and prints the verify summary.
-Each run starts from an empty table: --dir's catalog.db and warehouse/ are replaced.`,
+Each run starts from an empty table: --dir's catalog.db and warehouse/ are replaced when a
+previous demo wrote them (its .floe-demo file marks them); any others are refused, not deleted.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := refuseConfigFlags(cmd); err != nil {
@@ -79,16 +82,8 @@ func runDemo(ctx context.Context, d *demoFlags, log *slog.Logger) error {
 	if d.records < 0 || d.rate < 0 || d.partitions < 1 {
 		return errors.New("--records and --rate must be >= 0, --partitions >= 1")
 	}
-
-	// Start from an empty table: the embedded broker is new each run, so a
-	// previous run's watermarks would point past its end.
-	if err := os.MkdirAll(d.dir, 0o755); err != nil {
+	if err := emptyDemoDir(d.dir); err != nil {
 		return err
-	}
-	for _, p := range []string{"catalog.db", "catalog.db-wal", "catalog.db-shm", "warehouse"} {
-		if err := os.RemoveAll(filepath.Join(d.dir, p)); err != nil {
-			return err
-		}
 	}
 	abs, err := filepath.Abs(d.dir)
 	if err != nil {
@@ -215,6 +210,48 @@ func runDemo(ctx context.Context, d *demoFlags, log *slog.Logger) error {
 			}
 		}
 	}
+}
+
+// demoMarker is the file floe demo leaves in its --dir, marking the catalog
+// and warehouse beside it as a demo's, which the next demo may replace.
+const demoMarker = ".floe-demo"
+
+// emptyDemoDir prepares dir for a demo that starts from an empty table: the
+// embedded broker is new each run, so a previous run's watermarks would
+// point past its end. It deletes only what a previous demo left: a
+// catalog.db or warehouse without the marker may be a real job's (README's
+// example keeps both in /var/lib/floe), so dir is refused instead.
+func emptyDemoDir(dir string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	demoFiles := []string{"catalog.db", "catalog.db-wal", "catalog.db-shm", "warehouse"}
+	marker := filepath.Join(dir, demoMarker)
+	if _, err := os.Stat(marker); errors.Is(err, fs.ErrNotExist) {
+		var found []string
+		for _, p := range demoFiles {
+			// Anything but a clear absence (a permission error too) is
+			// kept: refusing costs the user a --dir, deleting their data.
+			if _, err := os.Lstat(filepath.Join(dir, p)); !errors.Is(err, fs.ErrNotExist) {
+				found = append(found, p)
+			}
+		}
+		if len(found) > 0 {
+			return fmt.Errorf("--dir %s holds %s, which no floe demo wrote (it has no %s file); floe demo replaces them, so choose a new or empty --dir, or remove them yourself",
+				dir, strings.Join(found, ", "), demoMarker)
+		}
+		if err := os.WriteFile(marker, []byte("floe demo: the next floe demo --dir here replaces catalog.db and warehouse/\n"), 0o644); err != nil {
+			return err
+		}
+	} else if err != nil {
+		return err
+	}
+	for _, p := range demoFiles {
+		if err := os.RemoveAll(filepath.Join(dir, p)); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // demoEnrichConfig looks user_id up in the reference server and keeps all

@@ -1,0 +1,60 @@
+package main
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/floe-dev/floe/schemas/clickgen"
+)
+
+// runDemoCmd runs a small, fast `floe demo` in-process with args added.
+func runDemoCmd(t *testing.T, args ...string) error {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	defer cancel()
+	root := rootCmd()
+	root.SetArgs(append([]string{"demo", "--records", "100", "--rate", "0", "--partitions", "1", "--no-enrich",
+		"--commit-interval", "200ms", "--json", "--log-level", "error"}, args...))
+	return root.ExecuteContext(ctx)
+}
+
+// TestDemoRefusesADirItDidNotWrite: floe demo --dir D replaces the catalog
+// and warehouse a previous demo left in D, and refuses (status 2, naming D)
+// a D holding another job's. It deleted D/catalog.db and D/warehouse
+// whatever they held, so `floe demo --dir /var/lib/floe`, README's layout
+// for a real job, wiped that job's table.
+func TestDemoRefusesADirItDidNotWrite(t *testing.T) {
+	e := newEnv(t, 2, "")
+	if _, err := e.cluster.ProduceRate(t.Context(), e.topic, clickgen.New(clickgen.Config{Seed: 1}), 400, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.start("job", "run", "--until-caught-up").wait(t, 60*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	end, err := e.endOffsets(t.Context(), e.topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = runDemoCmd(t, "--dir", e.dir)
+	if err == nil || exitCode(err) != 2 || !strings.Contains(err.Error(), e.dir) || !strings.Contains(err.Error(), "catalog.db, warehouse") {
+		t.Errorf("floe demo --dir %s, beside a job's table: %v (status %d); want status 2 naming the directory, catalog.db and warehouse", e.dir, err, exitCode(err))
+	}
+	if _, err := os.Stat(filepath.Join(e.dir, ".floe-demo")); err == nil {
+		t.Errorf("the refused demo left .floe-demo, so the next one would delete the job's table")
+	}
+	if rows, _ := e.check(end, 0); rows != 400 {
+		t.Errorf("the job's table holds %d rows after the refused demo, want 400", rows)
+	}
+
+	// A demo's own directory is replaced run after run.
+	dir := t.TempDir()
+	for run := range 2 {
+		if err := runDemoCmd(t, "--dir", dir); err != nil {
+			t.Fatalf("demo run %d in %s: %v", run+1, dir, err)
+		}
+	}
+}
