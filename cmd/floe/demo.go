@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -75,10 +76,15 @@ func runDemo(ctx context.Context, d *demoFlags, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	gcfg := clickgen.Config{Sessions: d.sessions, MalformedRate: d.malformed, Seed: time.Now().UnixNano()}
-	if err := gcfg.Validate(); err != nil {
-		return err
+	// Checked here, not by clickgen.Config.Validate, whose errors name the
+	// generator's fields rather than the flags.
+	if d.sessions < 0 {
+		return fmt.Errorf("--sessions %d: want 0 (the generator's default, %d) or more", d.sessions, clickgen.DefaultSessions)
 	}
+	if math.IsNaN(d.malformed) || d.malformed < 0 || d.malformed > 1 {
+		return fmt.Errorf("--malformed %v: want a share within [0, 1]", d.malformed)
+	}
+	gcfg := clickgen.Config{Sessions: d.sessions, MalformedRate: d.malformed, Seed: time.Now().UnixNano()}
 	if d.records < 0 || d.rate < 0 || d.partitions < 1 {
 		return errors.New("--records and --rate must be >= 0, --partitions >= 1")
 	}

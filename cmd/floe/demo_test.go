@@ -58,3 +58,15 @@ func TestDemoRefusesADirItDidNotWrite(t *testing.T) {
 		}
 	}
 }
+
+// TestDemoRefusesBadGeneratorFlags: --sessions and --malformed out of range
+// are refused naming the flag. The errors named the generator's fields
+// ("clickgen: Sessions must be >= 0"), which no user of floe demo sets.
+func TestDemoRefusesBadGeneratorFlags(t *testing.T) {
+	for _, args := range [][]string{{"--sessions", "-1"}, {"--malformed", "2"}, {"--malformed", "-0.1"}, {"--malformed", "NaN"}} {
+		err := runDemoCmd(t, append(args, "--dir", t.TempDir())...)
+		if want := strings.Join(args, " "); err == nil || exitCode(err) != 2 || !strings.Contains(err.Error(), want) {
+			t.Errorf("floe demo %s: %v (status %d); want status 2 naming %q", want, err, exitCode(err), want)
+		}
+	}
+}
