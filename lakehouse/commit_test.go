@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -558,7 +559,7 @@ func TestOpenCatalogErrorsAreClear(t *testing.T) {
 	}{
 		{map[string]string{"type": "rest", "uri": "http://127.0.0.1:1"}, "rest catalog"},
 		{map[string]string{"type": "nosuch", "uri": "x"}, "nosuch"},
-		{map[string]string{"type": "sql", "uri": "file:" + f.dir + "/c.db", "sql.dialect": "sqlite"}, "driver"},
+		{map[string]string{"type": "sql", "uri": "file:" + f.dir + "/c.db", "sql.dialect": "sqlite", "warehouse": f.props["warehouse"]}, "driver"},
 	} {
 		_, err := lakehouse.Open(t.Context(), lakehouse.Config{Table: "a.b", Catalog: tc.props, Group: "g"}, f.schema)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
@@ -568,6 +569,59 @@ func TestOpenCatalogErrorsAreClear(t *testing.T) {
 	_, err := lakehouse.Open(t.Context(), lakehouse.Config{Table: "nonamespace", Catalog: f.props, Group: "g"}, f.schema)
 	if err == nil || !strings.Contains(err.Error(), "table.name") {
 		t.Errorf("bad table name: %v", err)
+	}
+}
+
+// TestOpenCatalogRefusesMissingURIOrWarehouse: OpenCatalog refuses a
+// catalog type that connects to a uri without one, and a sql catalog
+// without a warehouse, naming the key, before it opens anything. Before, a
+// sql catalog without uri opened a SQLite database named
+// "?_pragma=busy_timeout…" in the working directory.
+func TestOpenCatalogRefusesMissingURIOrWarehouse(t *testing.T) {
+	f := newFixture(t)
+	cwd := t.TempDir()
+	t.Chdir(cwd)
+	noURI := maps.Clone(f.props)
+	delete(noURI, "uri")
+	noWarehouse := maps.Clone(f.props)
+	delete(noWarehouse, "warehouse")
+	for _, tc := range []struct {
+		props map[string]string
+		want  string
+	}{
+		{noURI, "table.catalog.uri: required for catalog type sql"},
+		{noWarehouse, "table.catalog.warehouse: required for catalog type sql"},
+		{map[string]string{"type": "rest"}, "table.catalog.uri: required for catalog type rest"},
+		{map[string]string{"type": "hive"}, "table.catalog.uri: required for catalog type hive"},
+	} {
+		cat, err := lakehouse.OpenCatalog(t.Context(), tc.props)
+		if c, ok := cat.(interface{ Close() error }); ok {
+			c.Close()
+		}
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("OpenCatalog(%v) = %v, want an error containing %q", tc.props, err, tc.want)
+		}
+	}
+	if files, _ := os.ReadDir(cwd); len(files) > 0 {
+		t.Errorf("files left in the working directory: %v", files)
+	}
+}
+
+// TestOpenSQLCatalogErrorNamesItsURI: a sql catalog whose database cannot
+// be opened fails naming its uri, with the password masked. Before, the
+// error was the driver's alone: "loading sql catalog: unable to open
+// database file (14)".
+func TestOpenSQLCatalogErrorNamesItsURI(t *testing.T) {
+	f := newFixture(t)
+	p := maps.Clone(f.props)
+	p["uri"] = "file:" + f.dir + "/no-such-dir/catalog.db"
+	_, err := lakehouse.OpenCatalog(t.Context(), p)
+	if err == nil || !strings.Contains(err.Error(), "loading sql catalog "+p["uri"]+": ") {
+		t.Errorf("err = %v; want it to name %s", err, p["uri"])
+	}
+	p["uri"] = "file:" + f.dir + "/no-such-dir/catalog.db?_auth&_auth_user=floe&_auth_pass=s3cret"
+	if _, err := lakehouse.OpenCatalog(t.Context(), p); err == nil || strings.Contains(err.Error(), "s3cret") || !strings.Contains(err.Error(), "/no-such-dir/catalog.db") {
+		t.Errorf("err = %v; want it to name the uri without its password", err)
 	}
 }
 

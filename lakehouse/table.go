@@ -35,6 +35,7 @@ import (
 	// The pure-Go SQLite driver, registered as "sqlite", for the default catalog.
 	_ "modernc.org/sqlite"
 
+	"github.com/floe-dev/floe/internal/redact"
 	"github.com/floe-dev/floe/schemas"
 )
 
@@ -139,6 +140,9 @@ func (t *Table) SetRoutingSince(topic string, from map[int32]int64) {
 // (openREST). The catalog's errors, and OpenCatalog's, do not show its
 // credentials (scrubCatalog).
 func OpenCatalog(ctx context.Context, props map[string]string) (catalog.Catalog, error) {
+	if err := CheckCatalog(props); err != nil {
+		return nil, err
+	}
 	p := iceberg.Properties{}
 	for k, v := range props {
 		p[k] = v
@@ -159,7 +163,13 @@ func OpenCatalog(ctx context.Context, props map[string]string) (catalog.Catalog,
 	}
 	secrets := catalogSecrets(p)
 	if err != nil {
-		return nil, fmt.Errorf("loading %s catalog: %w", p["type"], secrets.Error(err, 0))
+		what := p["type"] + " catalog"
+		if p["type"] == "sql" {
+			// The driver's errors do not name the database ("unable to
+			// open database file").
+			what += " " + redact.URL(props["uri"])
+		}
+		return nil, fmt.Errorf("loading %s: %w", what, secrets.Error(err, 0))
 	}
 	if p["type"] == "hive" {
 		cat = newSerialCatalog(cat)
@@ -168,6 +178,26 @@ func OpenCatalog(ctx context.Context, props map[string]string) (catalog.Catalog,
 		cat = scrubCatalog{cat, secrets}
 	}
 	return cat, nil
+}
+
+// CheckCatalog refuses catalog properties that cannot work, naming the
+// key: no uri for a catalog type that connects to one (a sql catalog on
+// SQLite opened a database named "?_pragma=…" in the working directory and
+// ran with it), and no warehouse for a sql catalog, which has no other
+// place for the tables floe creates (iceberg-go's "no default path set"
+// came only when the table was created).
+func CheckCatalog(props map[string]string) error {
+	var errs []error
+	switch typ := strings.ToLower(props["type"]); typ {
+	case "sql", "rest", "http", "https", "hive":
+		if props["uri"] == "" {
+			errs = append(errs, fmt.Errorf("table.catalog.uri: required for catalog type %s", typ))
+		}
+		if typ == "sql" && props["warehouse"] == "" {
+			errs = append(errs, errors.New("table.catalog.warehouse: required for catalog type sql: where the tables floe creates go (file:///var/lib/floe/warehouse, hdfs://namenode:8020/warehouse)"))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 func sqliteURI(uri string) string {

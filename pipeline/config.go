@@ -591,6 +591,9 @@ func (c *Config) validate() error {
 	if c.Table.Catalog["type"] == "" {
 		bad("table.catalog.type", "required (sql, rest, hive, glue)")
 	}
+	if err := lakehouse.CheckCatalog(c.Table.Catalog); err != nil {
+		errs = append(errs, unjoin(err)...)
+	}
 	if c.Commit.MaxRecords < 0 {
 		bad("commit.max_records", "must be positive")
 	}
