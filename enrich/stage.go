@@ -156,6 +156,17 @@ type waiter struct {
 	checked bool
 }
 
+// CheckFiles checks the files NewStage reads or writes: the TLS files load,
+// and the cache file's directory exists and can be written. A command
+// calls it before it creates anything, so that a configuration NewStage
+// would refuse creates nothing (NewStage runs once the table is open).
+func (c *Config) CheckFiles() error {
+	if _, err := tlsConfig(c.TLS); err != nil {
+		return err
+	}
+	return checkCacheFile(c.CacheFile)
+}
+
 // NewStage builds a stage from cfg (Finish is applied to a copy), registering
 // its metrics with reg (nil: not registered). It warns once about risky
 // settings. Call Run to start looking keys up.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"net"
 	"os"
 	"regexp"
 	"strconv"
@@ -442,6 +443,27 @@ func (c *Config) Finish() error {
 	return err
 }
 
+// CheckMember checks what NewMember refuses beyond Finish, reading the
+// files the configuration names: the format's settings (the registry's,
+// the proto file: schemas.Schema.WithFormat) and the enrichment's TLS
+// files and cache file (enrich.Config.CheckFiles). sc is the job's schema
+// (WithEnrichment applied). floe run calls it for every route before it
+// opens any table, so that a refused configuration creates none; NewMember
+// runs once the table is open.
+func (c Config) CheckMember(sc *schemas.Schema) error {
+	return c.checkStage(sc, c.Enrich)
+}
+
+// checkStage checks the format's settings and the files of e, the
+// enrichment stage's configuration (nil: none).
+func (c Config) checkStage(sc *schemas.Schema, e *enrich.Config) error {
+	_, err := sc.WithFormat(c.SchemaFormat())
+	if e != nil {
+		err = errors.Join(err, e.CheckFiles())
+	}
+	return err
+}
+
 func (c *Config) defaults() {
 	k := &c.Kafka
 	// One entry may hold a comma-separated list, as a variable such as
@@ -611,6 +633,15 @@ func (c *Config) validate() error {
 	case timeouts && c.Commit.Grace.D() >= limit:
 		bad("commit.grace", "%s must be below kafka.session_timeout and kafka.rebalance_timeout (%s): a revoked member stops heartbeating, and the coordinator evicts it after the session timeout",
 			c.Commit.Grace.D(), limit)
+	}
+	if l := c.Metrics.Listen; l != "" {
+		// net.Listen refused it only once the member was built, after the
+		// table was created.
+		if _, port, err := net.SplitHostPort(l); err != nil {
+			bad("metrics.listen", "%q: want host:port, or :port for every interface", l)
+		} else if _, err := net.LookupPort("tcp", port); err != nil {
+			bad("metrics.listen", "%q: %v", l, err)
+		}
 	}
 	mt := c.Maintain
 	if mt.Interval.D() < 0 {

@@ -238,6 +238,8 @@ func TestConfigErrorsNameTheKey(t *testing.T) {
 		{"json with registry", "table:", "registry: {url: http://127.0.0.1:8081}\ntable:", "registry: JSON values do not use a schema registry"},
 		{"registry without url", "table:", "format: avro\nregistry: {basic_auth: a:b}\ntable:", "registry.url: required"},
 		{"registry unknown key", "table:", "format: avro\nregistry: {uri: http://x}\ntable:", "uri"},
+		{"metrics listen without port", "table:", "metrics: {listen: bogus}\ntable:", `metrics.listen: "bogus": want host:port`},
+		{"metrics listen port", "table:", "metrics: {listen: \":99999\"}\ntable:", `metrics.listen: ":99999": address 99999: invalid port`},
 		{"enrich with avro", "table:", "format: avro\nenrich:\n  url: http://127.0.0.1:8081/lookup\n  key: user_id\ntable:", "enrich: the lookup key is read from JSON values"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

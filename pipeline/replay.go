@@ -58,7 +58,7 @@ func Replay(ctx context.Context, cfg Config, tbl *lakehouse.Table, sc *schemas.S
 	if len(ranges) == 0 {
 		return res, fmt.Errorf("replay: no range to replay")
 	}
-	if err := CheckReplay(ctx, cfg, ranges, opts); err != nil {
+	if err := CheckReplay(ctx, cfg, sc, ranges, opts); err != nil {
 		return res, err
 	}
 	k := cfg.Kafka
@@ -113,20 +113,8 @@ func Replay(ctx context.Context, cfg Config, tbl *lakehouse.Table, sc *schemas.S
 	if err := rp.dlq.checkTopic(ctx); err != nil {
 		return res, err
 	}
-	if cfg.Enrich != nil {
-		// A replay looks every key up afresh: it is run to re-enrich
-		// rows, and a saved miss would answer for the service.
-		ecfg := *cfg.Enrich
-		ecfg.CacheFile = ""
-		// A failed lookup is not the record's fault: under policy dlq a
-		// replay would dead-letter records whose rows may be stored
-		// already (a record both a row and a dead letter, which verify
-		// flags). It stores them as passthrough does, for --reenrich to
-		// repair once the service answers.
-		if ecfg.Breaker.Policy == enrich.PolicyDLQ {
-			ecfg.Breaker.Policy = enrich.PolicyPassthrough
-		}
-		st, err := enrich.NewStage(ecfg, nil, log)
+	if ecfg := replayEnrich(cfg.Enrich); ecfg != nil {
+		st, err := enrich.NewStage(*ecfg, nil, log)
 		if err != nil {
 			return res, err
 		}
@@ -144,15 +132,41 @@ func Replay(ctx context.Context, cfg Config, tbl *lakehouse.Table, sc *schemas.S
 	return res, nil
 }
 
+// replayEnrich returns e, the job's enrichment configuration, as a
+// replay's stage uses it: without the cache file, and no dead letters for
+// failed lookups (nil without enrichment).
+func replayEnrich(e *enrich.Config) *enrich.Config {
+	if e == nil {
+		return nil
+	}
+	// A replay looks every key up afresh: it is run to re-enrich rows, and
+	// a saved miss would answer for the service.
+	ecfg := *e
+	ecfg.CacheFile = ""
+	// A failed lookup is not the record's fault: under policy dlq a replay
+	// would dead-letter records whose rows may be stored already (a record
+	// both a row and a dead letter, which verify flags). It stores them as
+	// passthrough does, for --reenrich to repair once the service answers.
+	if ecfg.Breaker.Policy == enrich.PolicyDLQ {
+		ecfg.Breaker.Policy = enrich.PolicyPassthrough
+	}
+	return &ecfg
+}
+
 // CheckReplay refuses what Replay would refuse without reading the table:
-// --reenrich without an enrich section, and ranges Kafka cannot serve
-// (empty or inverted ones, of a partition the topic lacks, past its end
-// offset, or from below the log's start). Replay checks them first;
-// `floe replay` also does before it creates the table (a refused replay
-// left a new empty table behind).
-func CheckReplay(ctx context.Context, cfg Config, ranges []ReplayRange, opts ReplayOptions) error {
+// --reenrich without an enrich section, the format's settings and the
+// enrichment's files as NewMember would (see Config.CheckMember; a replay
+// does not use the cache file), and ranges Kafka cannot serve (empty or
+// inverted ones, of a partition the topic lacks, past its end offset, or
+// from below the log's start). sc is the job's schema. Replay checks them
+// first; `floe replay` also does before it creates the table (a refused
+// replay left a new empty table behind).
+func CheckReplay(ctx context.Context, cfg Config, sc *schemas.Schema, ranges []ReplayRange, opts ReplayOptions) error {
 	if opts.Reenrich && cfg.Enrich == nil {
 		return fmt.Errorf("replay: --reenrich needs an enrich section in the configuration")
+	}
+	if err := cfg.checkStage(sc, replayEnrich(cfg.Enrich)); err != nil {
+		return err
 	}
 	k := cfg.Kafka
 	for _, r := range ranges {

@@ -82,7 +82,7 @@ With routes, --table picks the route; a route with where replays only the record
 				}
 			}
 			if len(ranges) > 0 {
-				if err := pipeline.CheckReplay(ctx, cfg, ranges, opts); err != nil {
+				if err := pipeline.CheckReplay(ctx, cfg, j.sc, ranges, opts); err != nil {
 					return err
 				}
 			}

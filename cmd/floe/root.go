@@ -169,12 +169,22 @@ func (g *globalFlags) job() (*job, error) {
 
 // openJobs is open for every route of the configuration (only the one
 // --table picks, when given; with siblings, a field route comes with the
-// other routes of its topic, which together take each record once). The
-// caller closes each j.tbl.
+// other routes of its topic, which together take each record once). With
+// create, for floe run, every job is first checked as its member will be
+// (pipeline.Config.CheckMember): the member is built once the tables are
+// open, and a configuration it refused left them created. The caller
+// closes each j.tbl.
 func (g *globalFlags) openJobs(ctx context.Context, siblings, create bool) ([]*job, error) {
 	jobs, err := g.jobs(siblings)
 	if err != nil {
 		return nil, err
+	}
+	if create {
+		for _, j := range jobs {
+			if err := j.cfg.CheckMember(j.sc); err != nil {
+				return nil, j.wrap(err)
+			}
+		}
 	}
 	for i, j := range jobs {
 		if err := j.open(ctx, create); err != nil {

@@ -8,11 +8,14 @@ import (
 	"net"
 	"net/http"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/apache/iceberg-go"
+	"github.com/apache/iceberg-go/catalog"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/sr/srfake"
@@ -291,5 +294,63 @@ func TestRegistryCredentialsOverHTTPWarned(t *testing.T) {
 	if out := p.output(); !strings.Contains(out, "registry credentials (basic_auth, bearer_token or the url's user info) are sent over plain http") ||
 		strings.Contains(out, secret) {
 		t.Errorf("want the registry's credentials over http warned about, without them:\n%s", tail(out, 3000))
+	}
+}
+
+// TestRefusedMemberSettingsCreateNoTable: `floe run` and `floe replay`
+// refused for a setting only the member (or the replay) used to check —
+// the registry's url, basic_auth or on_incompatible, the proto file, the
+// enrichment's TLS files and cache file, metrics.listen — create no table.
+// They were checked when the member built its decoder, enrichment stage or
+// metrics endpoint, after the table was created, so the refusal left an
+// empty table behind.
+func TestRefusedMemberSettingsCreateNoTable(t *testing.T) {
+	e := newEnv(t, 1, "")
+	ctx := t.Context()
+	if _, err := e.cluster.Produce(ctx, e.topic, []clickgen.Message{clickgen.New(clickgen.Config{Seed: 1}).Next()}); err != nil {
+		t.Fatal(err)
+	}
+	payments, err := filepath.Abs("../../schemas/examples/payments.avsc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	avro := "schema: " + payments + "\nformat: avro\n"
+	enrich := "enrich:\n  url: http://127.0.0.1:1/lookup\n  key: user_id\n  fields: [{name: segment, type: string}]\n"
+	missing := filepath.Join(t.TempDir(), "missing")
+	for _, tc := range []struct {
+		name, extra, want string
+		replay            bool // replay refuses it too
+	}{
+		{"registry url", avro + "registry: {url: ftp://127.0.0.1:1}\n", "registry.url", true},
+		{"registry basic_auth", avro + "registry: {url: http://127.0.0.1:1, basic_auth: nocolon}\n", "registry.basic_auth", true},
+		{"registry on_incompatible", avro + "registry: {url: http://127.0.0.1:1, on_incompatible: skip}\n", "registry.on_incompatible", true},
+		{"proto file", "schema: " + payments + "\nformat: protobuf\nproto: {file: " + missing + "/p.proto, message: a.B}\n", "proto.file", true},
+		{"enrich tls", enrich + "  tls: {ca_file: " + missing + "/ca.pem}\n", "enrich.tls.ca_file", true},
+		{"enrich cache_file", enrich + "  cache_file: " + missing + "/enrich.cache\n", "enrich.cache_file", false},
+		{"metrics listen", "metrics: {listen: bogus}\n", "metrics.listen", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			cfg := writeConfig(t, dir, e.cluster.Addrs()[0], "floe-test", "analytics.clicks", "", tc.extra)
+			cmds := [][]string{{"run", "--until-caught-up"}}
+			if tc.replay {
+				cmds = append(cmds, []string{"replay", "--partition", "0", "--from", "0", "--to", "1"})
+			}
+			for _, args := range cmds {
+				root := rootCmd()
+				root.SetArgs(append(args, "--config", cfg, "--log-level", "error"))
+				err := root.ExecuteContext(ctx)
+				if err == nil || exitCode(err) != 2 || !strings.Contains(err.Error(), tc.want) {
+					t.Errorf("floe %v: %v (status %d), want status 2 naming %q", args, err, exitCode(err), tc.want)
+				}
+			}
+			cat, err := catalog.Load(ctx, "floe", iceberg.Properties(sqliteCatalog(dir)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, lerr := cat.LoadTable(ctx, []string{"analytics", "clicks"}); !errors.Is(lerr, catalog.ErrNoSuchTable) {
+				t.Errorf("the refused configuration created table analytics.clicks (%v)", lerr)
+			}
+		})
 	}
 }
