@@ -221,7 +221,8 @@ type Config struct {
 	// each member on a host) needs a file of its own. It holds the
 	// attributes, so it is written readable by its owner only. floe replay
 	// neither reads nor writes it. Its directory must exist and be
-	// writable.
+	// writable, and the path, if it exists, must be a regular file (a link
+	// to one is read, then replaced by the save).
 	CacheFile string `yaml:"cache_file"`
 
 	// AuthHeader is sent with every request, as "Name: value", e.g.

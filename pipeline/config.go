@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -298,7 +299,9 @@ func (r *envRefs) interpolate(n *yaml.Node, missing, malformed *[]string) {
 		case g[2] != "":
 			return g[3]
 		}
-		*missing = append(*missing, g[1])
+		if !slices.Contains(*missing, g[1]) { // named once, however often it is referenced
+			*missing = append(*missing, g[1])
+		}
 		return g[0]
 	})
 	if v != n.Value && n.Style&(yaml.DoubleQuotedStyle|yaml.SingleQuotedStyle|yaml.LiteralStyle|yaml.FoldedStyle) == 0 {

@@ -109,6 +109,14 @@ func TestConfigInterpolatesEnvironment(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "FLOE_TEST_NOT_SET") {
 		t.Fatalf("unset variable: %v, want an error naming it", err)
 	}
+	// Named once however often it is referenced (it was listed once per
+	// reference: "PW, PW, PW").
+	twice := strings.Replace(validConfig, "clicks\n", "${FLOE_TEST_NOT_SET}\n", 1)
+	twice = strings.Replace(twice, "group: floe-clicks", "group: ${FLOE_TEST_NOT_SET}-${FLOE_TEST_NOT_SET_2}", 1)
+	_, err = pipeline.LoadConfig(writeConfig(t, twice))
+	if err == nil || !strings.HasSuffix(err.Error(), "environment variables not set: FLOE_TEST_NOT_SET, FLOE_TEST_NOT_SET_2") {
+		t.Fatalf("variables unset, one referenced twice: %v, want each named once", err)
+	}
 }
 
 // TestConfigBrokersListInOneEntry: a broker entry holding a
