@@ -36,11 +36,12 @@ With routes, --table picks the route's table.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
-			j, err := g.open(ctx, false)
+			// The flags are checked before the table is loaded: a bad one
+			// was reported only once the catalog had answered.
+			j, err := g.job()
 			if err != nil {
 				return err
 			}
-			defer j.tbl.Close()
 			opts := maintainOptions(j.cfg.Maintain)
 			f := cmd.Flags()
 			if f.Changed("target-file-size") {
@@ -69,6 +70,10 @@ With routes, --table picks the route's table.`,
 				opts.OrphanOlderThan = orphan
 			}
 			opts.DryRun = dryRun
+			if err := j.open(ctx, false); err != nil {
+				return err
+			}
+			defer j.tbl.Close()
 			if !dryRun {
 				if err := j.tbl.CheckWrite(ctx); err != nil {
 					return err

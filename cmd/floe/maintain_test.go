@@ -146,6 +146,26 @@ func TestReadingCommandsDoNotCreateTables(t *testing.T) {
 	}
 }
 
+// TestMaintainChecksItsFlagsFirst: a bad flag of `floe maintain` is named
+// before the catalog is asked for the table: with a catalog out of reach
+// the error was the catalog's, and the flag's only once it answered.
+func TestMaintainChecksItsFlagsFirst(t *testing.T) {
+	dir := t.TempDir()
+	cat := map[string]string{"type": "rest", "uri": "http://127.0.0.1:1"}
+	cfg := writeConfigCatalog(t, dir, "127.0.0.1:1", "floe-test", "analytics.clicks", cat, "", "")
+	for _, tc := range []struct{ flag, value, want string }{
+		{"--target-file-size", "10XB", `--target-file-size: "10XB" is not a byte size`},
+		{"--expire-older-than", "-1h", "--expire-older-than -1h0m0s: must be positive"},
+		{"--retain-last", "0", "--retain-last 0: at least 1 snapshot"},
+	} {
+		root := rootCmd()
+		root.SetArgs([]string{"maintain", "--config", cfg, "--log-level", "error", tc.flag, tc.value})
+		if err := root.ExecuteContext(t.Context()); err == nil || exitCode(err) != 2 || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("floe maintain %s %s with the catalog out of reach: %v, want status 2 naming the flag: %q", tc.flag, tc.value, err, tc.want)
+		}
+	}
+}
+
 // TestRefusedReplayCreatesNoTable: a replay refused for its flags or
 // ranges (an inverted or malformed range, a partition the topic lacks, a
 // range past the end) creates no table: it created the table --table
