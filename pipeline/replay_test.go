@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/floe-dev/floe/enrich"
+	"github.com/floe-dev/floe/lakehouse"
 	"github.com/floe-dev/floe/pipeline"
 	"github.com/floe-dev/floe/schemas/clickgen"
 )
@@ -343,5 +344,57 @@ routes:
 	}
 	if n := srv.Requests(); n != 0 {
 		t.Errorf("replay of a route that takes no record sent %d lookup requests", n)
+	}
+}
+
+// TestFieldRouteReplayKeepsOtherRoutesLossesGaps replays a field route over
+// offsets whose rows of the other route are lost (shop.other's watermark
+// moved over them without a row): verify must still report them as gaps.
+// The replay left the other route's records uncovered, so the next record
+// it took reported the run before it as absent from the log; its commit
+// recorded that, and verify took the loss for offsets the log never held.
+func TestFieldRouteReplayKeepsOtherRoutesLossesGaps(t *testing.T) {
+	r := newRouteRig(t)
+	jobs := r.config(t, "floe", "", "", routesPurchase)
+	end1 := r.produce(t, 600)
+	for _, job := range jobs {
+		r.run(t, job, end1)
+	}
+	end2 := r.produce(t, 600)
+	r.run(t, jobs[0], end2)
+	orders, sc := r.table(t, jobs[0])
+	other, _ := r.table(t, jobs[1])
+	var lost []lakehouse.Part
+	var ranges []pipeline.ReplayRange
+	for p, e := range end2 {
+		lost = append(lost, lakehouse.Part{Range: lakehouse.Range{Topic: "clicks", Partition: p, From: end1[p], To: e}, Resume: end1[p]})
+		ranges = append(ranges, pipeline.ReplayRange{Partition: p, From: end1[p], To: e})
+	}
+	if _, err := other.Commit(t.Context(), lost); err != nil {
+		t.Fatal(err)
+	}
+	coverage := func() (gaps, absent int64) {
+		rep, err := lakehouse.VerifyRoutes(t.Context(), "clicks", []*lakehouse.Table{orders, other}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range rep.Partitions {
+			gaps, absent = gaps+p.GapOffsets, absent+p.AbsentFromLog
+		}
+		return gaps, absent
+	}
+	gaps, absent := coverage()
+	if gaps == 0 || absent != 0 {
+		t.Fatalf("before the replay: %d gap offsets, %d absent from the log; want the loss as gaps", gaps, absent)
+	}
+	res, err := pipeline.Replay(t.Context(), jobs[0], orders, sc, ranges, pipeline.ReplayOptions{}, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Read != 600 || res.Inserted != 0 {
+		t.Fatalf("replay of shop.orders: %+v; want 600 read, none inserted", res)
+	}
+	if g, a := coverage(); g != gaps || a != 0 {
+		t.Fatalf("after the replay of shop.orders: %d gap offsets, %d absent from the log; want the %d lost as gaps", g, a, gaps)
 	}
 }
