@@ -11,8 +11,10 @@ package pipeline_test
 import (
 	"bytes"
 	"compress/gzip"
+	"context"
 	"fmt"
 	"hash/crc32"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -20,6 +22,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/floe-dev/floe/pipeline"
 )
 
 // cleanedValue is the clickstream value of the record at off.
@@ -198,4 +202,35 @@ func TestEmptiedBatchesInARowAreSkipped(t *testing.T) {
 		return nil
 	})
 	runCleanedLog(t, j, 10)
+}
+
+// TestReplayOfAnEmptiedTailEnds replays ranges of a cleaned log that end in
+// a batch the cleaner emptied (offsets 25..29, the last of the log): the
+// replay commits what the log holds and ends. It waited for a record at or
+// after the range's end for ever: the reader passes the emptied batch
+// without returning a record, and the log has none after it.
+func TestReplayOfAnEmptiedTailEnds(t *testing.T) {
+	pipeline.SetReplayIdle(t, 200*time.Millisecond)
+	j := newJob(t, 0, fastCommit, nil)
+	segment := append(cleanedBatch(t, 0, offsetsIn(0, 25), 24, false), cleanedBatch(t, 25, nil, 4, false)...)
+	serveCleanedLog(t, j, 30, 0, func(offset int64) []byte {
+		if offset < 30 {
+			return segment
+		}
+		return nil
+	})
+	for _, tc := range []struct {
+		r        pipeline.ReplayRange
+		inserted int64
+	}{
+		{pipeline.ReplayRange{Partition: 0, From: 20, To: 30}, 5},
+		{pipeline.ReplayRange{Partition: 0, From: 26, To: 30}, 0}, // within the emptied batch
+	} {
+		ctx, cancel := context.WithTimeout(t.Context(), 15*time.Second)
+		res, err := pipeline.Replay(ctx, j.cfg, j.tbl, j.sc, []pipeline.ReplayRange{tc.r}, pipeline.ReplayOptions{}, slog.New(slog.DiscardHandler))
+		cancel()
+		if err != nil || res.Read != tc.inserted || res.Inserted != tc.inserted {
+			t.Errorf("replay of [%d, %d): %+v, %v; want %d read and inserted", tc.r.From, tc.r.To, res, err, tc.inserted)
+		}
+	}
 }

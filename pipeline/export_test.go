@@ -12,3 +12,11 @@ func SetPauseAfter(tb testing.TB, d time.Duration) {
 	pauseAfter = d
 	tb.Cleanup(func() { pauseAfter = old })
 }
+
+// SetReplayIdle sets, until tb ends, how long a replay waits for a record
+// before it asks whether the log still holds the rest of its range.
+func SetReplayIdle(tb testing.TB, d time.Duration) {
+	old := replayIdle
+	replayIdle = d
+	tb.Cleanup(func() { replayIdle = old })
+}

@@ -134,3 +134,18 @@ func (p *pausingReader) Close() error {
 	p.r = nil
 	return err
 }
+
+// readPast reports whether every record of the partition below offset
+// has been returned: the open reader fetches at or past offset (past what
+// it queued, and past batches the log cleaner emptied, which return no
+// record) and its queue is empty. A closed reader cannot tell.
+func (p *pausingReader) readPast(offset int64) bool {
+	p.mu.Lock() // the watchdog cannot close the reader meanwhile
+	defer p.mu.Unlock()
+	if p.r == nil || p.reading {
+		return false
+	}
+	// In this order: kafka-go's reader queues a record before it moves
+	// its offset past it.
+	return p.r.Stats().Offset >= offset && p.r.Stats().QueueLength == 0
+}

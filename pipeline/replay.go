@@ -2,6 +2,7 @@ package pipeline
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sort"
@@ -228,12 +229,37 @@ func (rp *replayer) replay(ctx context.Context, r ReplayRange) error {
 	buf.evolve = func(from *schemas.Schema, req *schemas.EvolveRequest) (*schemas.Schema, error) {
 		return rp.evo.evolve(ctx, from, req)
 	}
+	// skipped warns, once a range, of offsets [from, to) the log did not
+	// hold when the replay came to them: their rows cannot be replayed.
+	warned := false
+	skipped := func(from, to int64) {
+		if !warned {
+			warned = true
+			rp.log.Warn("replay: offsets of the range skipped by the log: compacted, or deleted by retention before they were read",
+				"topic", k.Topic, "partition", r.Partition, "from", from, "to", to)
+		}
+	}
 	// fetch reads the range in offset order and hands each record to emit.
+	// It ends after the record before To, at a record past it, or, when
+	// none came for replayIdle, once the log holds no more of the range:
+	// waiting for a record it no longer held, the replay waited for ever.
 	fetch := func(ctx context.Context, emit func(kafka.Message) error) error {
+		next := r.From // the range's next offset to read
 		for {
-			msg, err := reader.FetchMessage(ctx)
+			wait, cancel := context.WithTimeout(ctx, replayIdle)
+			msg, err := reader.FetchMessage(wait)
+			cancel()
+			if err != nil && ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
+				if rp.rangeGone(ctx, r, next, reader) {
+					return nil
+				}
+				continue
+			}
 			if err != nil {
 				return fmt.Errorf("reading %s/%d: %w", k.Topic, r.Partition, err)
+			}
+			if msg.Offset > next {
+				skipped(next, min(msg.Offset, r.To))
 			}
 			if msg.Offset >= r.To {
 				return nil
@@ -241,7 +267,7 @@ func (rp *replayer) replay(ctx context.Context, r ReplayRange) error {
 			if err := emit(msg); err != nil {
 				return err
 			}
-			if msg.Offset+1 >= r.To {
+			if next = msg.Offset + 1; next >= r.To {
 				return nil
 			}
 		}
@@ -320,6 +346,32 @@ func (rp *replayer) replay(ctx context.Context, r ReplayRange) error {
 		return ctx.Err()
 	}
 	return rp.commit(ctx, buf)
+}
+
+// replayIdle is how long a replay waits for a record before it asks
+// whether the log still holds the rest of its range (a variable for tests).
+var replayIdle = 3 * time.Second
+
+// rangeGone reports, after a replay of r waited replayIdle for the record
+// at next, whether the log holds no more of r, and warns which offsets it
+// lacks: retention deleted the rest of the range during the replay (the
+// log now starts at or past To), or the log cleaner emptied it (the reader
+// read past To). A failed look-up of the log start is left to the next
+// wait.
+func (rp *replayer) rangeGone(ctx context.Context, r ReplayRange, next int64, reader *pausingReader) bool {
+	k := rp.cfg.Kafka
+	first, err := FirstOffsets(ctx, k)
+	if start, ok := first[r.Partition]; err == nil && ok && start >= r.To {
+		rp.log.Warn("replay: retention deleted the rest of the range during the replay, before it was read; what was read is committed",
+			"topic", k.Topic, "partition", r.Partition, "from", next, "to", r.To, "log_start", start)
+		return true
+	}
+	if reader.readPast(r.To) {
+		rp.log.Warn("replay: the log holds no record of the rest of the range (compacted away); what was read is committed",
+			"topic", k.Topic, "partition", r.Partition, "from", next, "to", r.To)
+		return true
+	}
+	return false
 }
 
 // replayItem is a record in a replay's enrichment lane; taken is false for

@@ -5,8 +5,11 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/floe-dev/floe/enrich"
 	"github.com/floe-dev/floe/lakehouse"
@@ -396,5 +399,74 @@ func TestFieldRouteReplayKeepsOtherRoutesLossesGaps(t *testing.T) {
 	}
 	if g, a := coverage(); g != gaps || a != 0 {
 		t.Fatalf("after the replay of shop.orders: %d gap offsets, %d absent from the log; want the %d lost as gaps", g, a, gaps)
+	}
+}
+
+// TestReplayWhenRetentionDeletesPartOfTheRange: retention deletes offsets
+// of partition 0 from 10 on while a replay of [0, 30) reads it, the reader
+// at offset 10 (fetches from 10 are held until then). The replay commits
+// what it read and ends, warning of the offsets it could not read. With
+// the rest of the range deleted it waited for a record for ever; with
+// records left after the range, it ended as if it had read all of it.
+func TestReplayWhenRetentionDeletesPartOfTheRange(t *testing.T) {
+	pipeline.SetReplayIdle(t, 200*time.Millisecond)
+	for _, tc := range []struct {
+		name           string
+		records, until int64 // produced, deleted up to
+		read           int64
+		warning        string
+	}{
+		{"part of the range", 30, 20, 20, "skipped by the log"},
+		{"the rest of the range", 30, 30, 10, "retention deleted the rest of the range"},
+		{"the rest of the range, records after it", 40, 35, 10, "skipped by the log"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			j := newJob(t, 0, fastCommit, nil)
+			head := cleanedBatch(t, 0, offsetsIn(0, 10), 9, false)
+			serveCleanedLog(t, j, tc.records, 0, func(offset int64) []byte {
+				if offset < 10 {
+					return head // the fetch from 0 returns offsets 0..9 alone
+				}
+				return nil
+			})
+			var read atomic.Int64
+			var deleted atomic.Bool
+			kf := j.cl.Kfake()
+			kf.ControlKey(kmsg.Fetch.Int16(), func(r kmsg.Request) (kmsg.Response, error, bool) {
+				kf.KeepControl()
+				req := r.(*kmsg.FetchRequest)
+				if deleted.Load() || len(req.Topics) != 1 || len(req.Topics[0].Partitions) != 1 ||
+					req.Topics[0].Partitions[0].Partition != 0 || req.Topics[0].Partitions[0].FetchOffset < 10 {
+					return nil, nil, false
+				}
+				p := kmsg.NewFetchResponseTopicPartition() // nothing yet
+				p.HighWatermark, p.LastStableOffset, p.RecordBatches = tc.records, tc.records, []byte{}
+				rt := kmsg.NewFetchResponseTopic()
+				rt.Topic, rt.Partitions = "clicks", []kmsg.FetchResponseTopicPartition{p}
+				resp := req.ResponseKind().(*kmsg.FetchResponse)
+				resp.Topics = append(resp.Topics, rt)
+				return resp, nil, true
+			})
+			go func() {
+				for read.Load() < 10 && t.Context().Err() == nil {
+					time.Sleep(10 * time.Millisecond)
+				}
+				if err := j.cl.DeleteRecords(t.Context(), "clicks", map[int32]int64{0: tc.until}); err != nil {
+					t.Error(err)
+				}
+				deleted.Store(true)
+			}()
+			log := &lockedBuffer{}
+			ctx, cancel := context.WithTimeout(t.Context(), 15*time.Second)
+			defer cancel()
+			res, err := pipeline.Replay(ctx, j.cfg, j.tbl, j.sc, []pipeline.ReplayRange{{Partition: 0, From: 0, To: 30}},
+				pipeline.ReplayOptions{Read: &read}, slog.New(slog.NewTextHandler(log, nil)))
+			if err != nil || res.Read != tc.read || res.Inserted != tc.read {
+				t.Fatalf("replay: %+v, %v; want %d read and inserted", res, err, tc.read)
+			}
+			if !strings.Contains(log.String(), tc.warning) || !strings.Contains(log.String(), "from=10") {
+				t.Fatalf("no warning %q of the offsets from 10 in the log:\n%s", tc.warning, log.String())
+			}
+		})
 	}
 }

@@ -1536,6 +1536,15 @@ func (r *reader) read(ctx context.Context, offset int64, conn *Conn) (int64, err
 
 	conn.SetReadDeadline(time.Time{})
 
+	// floe patch: a batch read to its end leaves the connection past the
+	// offsets the log cleaner removed from its end, or past a batch it
+	// emptied (batch.go), where the next fetch starts: that offset is
+	// returned, so that Stats().Offset and a new connection start there
+	// too, not after the last record read.
+	if errors.Is(err, io.EOF) {
+		offset = max(offset, batch.Offset())
+	}
+
 	t2 := time.Now()
 	r.stats.readTime.observeDuration(t2.Sub(t1))
 	r.stats.fetchSize.observe(size)
