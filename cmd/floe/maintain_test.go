@@ -167,8 +167,9 @@ func TestMaintainChecksItsFlagsFirst(t *testing.T) {
 }
 
 // TestRefusedReplayCreatesNoTable: a replay refused for its flags or
-// ranges (an inverted or malformed range, a partition the topic lacks, a
-// range past the end) creates no table: it created the table --table
+// ranges (an inverted or malformed range, a partition the topic lacks or
+// given twice — replayed twice, its records counted twice — a range past
+// the end) creates no table: it created the table --table
 // named first, so a misspelt one was left behind empty.
 func TestRefusedReplayCreatesNoTable(t *testing.T) {
 	e := newEnv(t, 1, "")
@@ -184,6 +185,8 @@ func TestRefusedReplayCreatesNoTable(t *testing.T) {
 		{[]string{"--from-time", "yesterday", "--to-time", "2026-11-29T10:00:00Z"}, "--from-time: want RFC 3339"},
 		{[]string{"--from-time", "2026-11-29T10:00:00Z", "--to-time", "2026-11-29T09:00:00Z"}, "is not before"},
 		{[]string{"--partition", "7", "--from", "0", "--to", "5"}, "no partition 7"},
+		{[]string{"--partition", "0,0", "--from", "0", "--to", "5"}, "partition 0 is given twice"},
+		{[]string{"--partition", "0", "--partition", "0", "--from-time", "2026-11-29T09:00:00Z", "--to-time", "2026-11-29T10:00:00Z"}, "partition 0 is given twice"},
 		{[]string{"--partition", "0", "--from", "0", "--to", "5"}, "beyond the end"},
 		{[]string{"--partition", "0", "--from", "0", "--to", "5", "--reenrich"}, "needs an enrich section"},
 	} {

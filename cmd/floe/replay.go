@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -46,6 +47,13 @@ With routes, --table picks the route; a route with where replays only the record
 				return errors.New("--from-time and --to-time go together")
 			case !byOffset && !byTime:
 				return errors.New("give a range: --partition P --from A --to B, or --from-time T1 --to-time T2")
+			}
+			// Each range would be replayed once per mention (read twice,
+			// counted twice).
+			for i, p := range partitions {
+				if slices.Contains(partitions[:i], p) {
+					return fmt.Errorf("--partition: partition %d is given twice", p)
+				}
 			}
 			var t1, t2 time.Time
 			if byTime {
