@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"maps"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -572,25 +573,21 @@ func TestOpenCatalogErrorsAreClear(t *testing.T) {
 	}
 }
 
-// TestOpenCatalogRefusesMissingURIOrWarehouse: OpenCatalog refuses a
-// catalog type that connects to a uri without one, and a sql catalog
-// without a warehouse, naming the key, before it opens anything. Before, a
-// sql catalog without uri opened a SQLite database named
-// "?_pragma=busy_timeout…" in the working directory.
-func TestOpenCatalogRefusesMissingURIOrWarehouse(t *testing.T) {
+// TestOpenCatalogRefusesMissingURI: OpenCatalog refuses a catalog type
+// that connects to a uri without one, naming the key, before it opens
+// anything. Before, a sql catalog without uri opened a SQLite database
+// named "?_pragma=busy_timeout…" in the working directory.
+func TestOpenCatalogRefusesMissingURI(t *testing.T) {
 	f := newFixture(t)
 	cwd := t.TempDir()
 	t.Chdir(cwd)
 	noURI := maps.Clone(f.props)
 	delete(noURI, "uri")
-	noWarehouse := maps.Clone(f.props)
-	delete(noWarehouse, "warehouse")
 	for _, tc := range []struct {
 		props map[string]string
 		want  string
 	}{
 		{noURI, "table.catalog.uri: required for catalog type sql"},
-		{noWarehouse, "table.catalog.warehouse: required for catalog type sql"},
 		{map[string]string{"type": "rest"}, "table.catalog.uri: required for catalog type rest"},
 		{map[string]string{"type": "hive"}, "table.catalog.uri: required for catalog type hive"},
 	} {
@@ -603,6 +600,67 @@ func TestOpenCatalogRefusesMissingURIOrWarehouse(t *testing.T) {
 		}
 	}
 	if files, _ := os.ReadDir(cwd); len(files) > 0 {
+		t.Errorf("files left in the working directory: %v", files)
+	}
+}
+
+// TestSQLCatalogWithoutWarehouse: a sql catalog without a warehouse serves
+// the tables it holds (verify, maintain, a job whose table exists), and a
+// table it would create is refused at once naming table.catalog.warehouse.
+// A warehouse was briefly required of every sql catalog, refusing ones
+// that worked; before that, the create failed with iceberg-go's "no default
+// path set", tried five times as if it could pass.
+func TestSQLCatalogWithoutWarehouse(t *testing.T) {
+	f := newFixture(t)
+	f.open(t, "g")
+	props := maps.Clone(f.props)
+	delete(props, "warehouse")
+	tbl, err := lakehouse.Open(t.Context(), lakehouse.Config{Table: "analytics.clicks", Catalog: props, Group: "g"}, f.schema)
+	if err != nil {
+		t.Fatalf("opening the existing table without a warehouse: %v", err)
+	}
+	tbl.Close()
+	started := time.Now()
+	_, err = lakehouse.Open(t.Context(), lakehouse.Config{Table: "analytics.other", Catalog: props, Group: "g"}, f.schema)
+	if err == nil || !strings.Contains(err.Error(), "set table.catalog.warehouse") {
+		t.Fatalf("creating a table without a warehouse: %v, want an error naming table.catalog.warehouse", err)
+	}
+	if took := time.Since(started); took > 2*time.Second {
+		t.Errorf("the refusal took %s: tried again as if it could pass", took)
+	}
+}
+
+// TestCatalogFromIcebergGoConfigFile: a uri and warehouse given in
+// iceberg-go's configuration file (.iceberg-go.yaml in $GOICEBERG_HOME or
+// the home directory, for the catalog named "floe") serve a sql catalog
+// whose properties lack them. iceberg-go reads the file when it starts, so
+// the test runs itself again in a child process with GOICEBERG_HOME set.
+func TestCatalogFromIcebergGoConfigFile(t *testing.T) {
+	if dir := os.Getenv("FLOE_TEST_ICEBERG_HOME"); dir != "" {
+		props := map[string]string{"type": "sql", "sql.dialect": "sqlite", "sql.driver": "sqlite"}
+		sc, _ := schemas.Lookup(schemas.Clickstream)
+		tbl, err := lakehouse.Open(t.Context(), lakehouse.Config{Table: "analytics.clicks", Catalog: props, Group: "g"}, sc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tbl.Close()
+		if _, err := os.Stat(filepath.Join(dir, "catalog.db")); err != nil {
+			t.Fatalf("the catalog is not where the file's uri says: %v", err)
+		}
+		return
+	}
+	home := t.TempDir()
+	cfg := "catalog:\n  floe:\n    uri: file:" + filepath.Join(home, "catalog.db") + "\n    warehouse: file://" + filepath.Join(home, "wh") + "\n"
+	if err := os.WriteFile(filepath.Join(home, ".iceberg-go.yaml"), []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestCatalogFromIcebergGoConfigFile$", "-test.count=1")
+	cmd.Env = append(os.Environ(), "FLOE_TEST_ICEBERG_HOME="+home, "GOICEBERG_HOME="+home)
+	cmd.Dir = t.TempDir()
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("opening a catalog with the uri and warehouse of .iceberg-go.yaml: %v\n%s", err, out)
+	}
+	if files, _ := os.ReadDir(cmd.Dir); len(files) > 0 {
 		t.Errorf("files left in the working directory: %v", files)
 	}
 }

@@ -7,6 +7,7 @@
 package lakehouse
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -21,6 +22,7 @@ import (
 
 	"github.com/apache/iceberg-go"
 	"github.com/apache/iceberg-go/catalog"
+	"github.com/apache/iceberg-go/config"
 	iceio "github.com/apache/iceberg-go/io"
 	"github.com/apache/iceberg-go/table"
 	"github.com/google/uuid"
@@ -147,12 +149,12 @@ func OpenCatalog(ctx context.Context, props map[string]string) (catalog.Catalog,
 	for k, v := range props {
 		p[k] = v
 	}
+	name := catalogName(props)
+	// catalog.Load would take it from the file too, but only when the
+	// properties lack it, and the SQLite options below would add one.
+	p["uri"] = cmp.Or(p["uri"], config.EnvConfig.Catalogs[name].URI)
 	if p["type"] == "sql" && strings.EqualFold(p["sql.dialect"], "sqlite") {
 		p["uri"] = sqliteURI(p["uri"])
-	}
-	name := p["name"]
-	if name == "" {
-		name = "floe"
 	}
 	var cat catalog.Catalog
 	var err error
@@ -167,7 +169,7 @@ func OpenCatalog(ctx context.Context, props map[string]string) (catalog.Catalog,
 		if p["type"] == "sql" {
 			// The driver's errors do not name the database ("unable to
 			// open database file").
-			what += " " + redact.URL(props["uri"])
+			what += " " + redact.URL(cmp.Or(props["uri"], config.EnvConfig.Catalogs[name].URI))
 		}
 		return nil, fmt.Errorf("loading %s: %w", what, secrets.Error(err, 0))
 	}
@@ -181,23 +183,26 @@ func OpenCatalog(ctx context.Context, props map[string]string) (catalog.Catalog,
 }
 
 // CheckCatalog refuses catalog properties that cannot work, naming the
-// key: no uri for a catalog type that connects to one (a sql catalog on
-// SQLite opened a database named "?_pragma=…" in the working directory and
-// ran with it), and no warehouse for a sql catalog, which has no other
-// place for the tables floe creates (iceberg-go's "no default path set"
-// came only when the table was created).
+// key: no uri for a catalog type that connects to one, in the properties
+// or in iceberg-go's configuration file for the catalog's name (a sql
+// catalog on SQLite opened a database named "?_pragma=…" in the working
+// directory and ran with it). A warehouse is not required: iceberg-go
+// needs one only to place a table it creates in a namespace without a
+// location, and says so then (see create).
 func CheckCatalog(props map[string]string) error {
-	var errs []error
 	switch typ := strings.ToLower(props["type"]); typ {
 	case "sql", "rest", "http", "https", "hive":
-		if props["uri"] == "" {
-			errs = append(errs, fmt.Errorf("table.catalog.uri: required for catalog type %s", typ))
-		}
-		if typ == "sql" && props["warehouse"] == "" {
-			errs = append(errs, errors.New("table.catalog.warehouse: required for catalog type sql: where the tables floe creates go (file:///var/lib/floe/warehouse, hdfs://namenode:8020/warehouse)"))
+		if props["uri"] == "" && config.EnvConfig.Catalogs[catalogName(props)].URI == "" {
+			return fmt.Errorf("table.catalog.uri: required for catalog type %s", typ)
 		}
 	}
-	return errors.Join(errs...)
+	return nil
+}
+
+// catalogName is the catalog's name in iceberg-go: its "name" property,
+// else "floe".
+func catalogName(props map[string]string) string {
+	return cmp.Or(props["name"], "floe")
 }
 
 func sqliteURI(uri string) string {
@@ -360,7 +365,7 @@ func (t *Table) ensure(ctx context.Context) (*table.Table, error) {
 	backoff := 200 * time.Millisecond
 	for attempt := 1; ; attempt++ {
 		tbl, err = t.create(ctx)
-		if err == nil || attempt == createAttempts {
+		if err == nil || attempt == createAttempts || errors.Is(err, errNoWarehouse) {
 			return tbl, err
 		}
 		t.log.Warn("creating the table failed; trying again", "table", strings.Join(t.ident, "."), "in", backoff, "err", err)
@@ -372,6 +377,11 @@ func (t *Table) ensure(ctx context.Context) (*table.Table, error) {
 		backoff *= 2
 	}
 }
+
+// errNoWarehouse marks a table the catalog has no place for: no warehouse
+// in its properties or iceberg-go's configuration file, and a namespace
+// without a location. Trying again cannot help.
+var errNoWarehouse = errors.New("the catalog has no warehouse to put it in: set table.catalog.warehouse (file:///var/lib/floe/warehouse, hdfs://namenode:8020/warehouse)")
 
 // createAttempts bounds ensure's tries to create the table;
 // namespaceSettle is how long it waits after creating a Hive namespace.
@@ -411,6 +421,10 @@ func (t *Table) create(ctx context.Context) (*table.Table, error) {
 		existing, lerr := t.cat.LoadTable(ctx, t.ident)
 		if lerr == nil {
 			return existing, nil
+		}
+		// iceberg-go's error, which names no setting, has no sentinel.
+		if strings.Contains(err.Error(), "no default path set") {
+			err = fmt.Errorf("%w: %w", errNoWarehouse, err)
 		}
 		return nil, fmt.Errorf("creating table %s: %w (loading it: %v)", strings.Join(t.ident, "."), err, lerr)
 	}

@@ -266,19 +266,18 @@ func TestConfigErrorsNameTheKey(t *testing.T) {
 	}
 }
 
-// TestConfigRefusesCatalogWithoutURIOrWarehouse: a catalog type that
-// connects to a uri is refused without one, naming table.catalog.uri, and
-// a sql catalog without a warehouse naming table.catalog.warehouse. Before,
-// only table.catalog.type was required: a sql catalog without uri ran,
-// with its catalog in a SQLite file named "?_pragma=busy_timeout…" in the
-// working directory, and one without warehouse failed only when creating
-// the table, retried as if the catalog were unavailable.
-func TestConfigRefusesCatalogWithoutURIOrWarehouse(t *testing.T) {
+// TestConfigRefusesCatalogWithoutURI: a catalog type that connects to a
+// uri is refused without one, naming table.catalog.uri. Before, only
+// table.catalog.type was required: a sql catalog without uri ran, with its
+// catalog in a SQLite file named "?_pragma=busy_timeout…" in the working
+// directory. A warehouse is not required (see lakehouse's
+// TestSQLCatalogWithoutWarehouse).
+func TestConfigRefusesCatalogWithoutURI(t *testing.T) {
 	for _, tc := range []struct {
 		name, catalog, want string
 	}{
 		{"sql without uri", "{type: sql, sql.dialect: sqlite, sql.driver: sqlite, warehouse: file:///tmp/w}", "table.catalog.uri: required for catalog type sql"},
-		{"sql without warehouse", "{type: sql, uri: file:/tmp/c.db, sql.dialect: sqlite, sql.driver: sqlite}", "table.catalog.warehouse: required for catalog type sql"},
+		{"sql without warehouse", "{type: sql, uri: file:/tmp/c.db, sql.dialect: sqlite, sql.driver: sqlite}", ""},
 		{"rest without uri", "{type: rest, warehouse: analytics}", "table.catalog.uri: required for catalog type rest"},
 		{"hive without uri", "{type: hive}", "table.catalog.uri: required for catalog type hive"},
 		{"glue", "{type: glue}", ""},

@@ -307,41 +307,85 @@ const dlqCloseTimeout = 5 * time.Second
 
 // errNoDeadLetterTopic marks a dead-letter topic that does not exist and
 // that the broker does not create when asked (checkTopic).
-var errNoDeadLetterTopic = errors.New("does not exist, and the broker did not create it when asked " +
+var errNoDeadLetterTopic = errors.New("does not exist, and the broker did not create it when asked for 10 s " +
 	"(auto.create.topics.enable is off, or this principal may not create topics): " +
 	"create it, or set kafka.dlq_topic to a topic that exists")
 
 // checkTopicTimeout bounds checkTopic.
 const checkTopicTimeout = 30 * time.Second
 
+// checkTopicAgain is how long checkTopic waits before asking again for a
+// topic the broker did not know (a variable for tests).
+var checkTopicAgain = 500 * time.Millisecond
+
+// checkTopicAsks is how often checkTopic asks for a topic the broker does
+// not know before it concludes that the broker does not create it: a
+// KRaft broker (every Kafka 4) that creates a topic on request answers
+// UNKNOWN_TOPIC_OR_PARTITION while its controller creates it, and so does
+// any broker while another client's creation of it is under way.
+const checkTopicAsks = 20
+
 // checkTopic asks the broker for the dead-letter topic, letting it create
 // the topic as the writer would with its first letter. A topic the broker
-// neither has nor creates, or one this principal may not see, would fail
-// the first flush that holds a dead letter, and every retry of it, for as
-// long as the member runs: that is an error at start-up. Any other answer
-// (a leader being elected, a broker out of reach) is left to the writes.
+// neither has nor creates (asked again for about 10 s), or one this
+// principal may not see, would fail the first flush that holds a dead
+// letter, and every retry of it, for as long as the member runs: that is
+// an error at start-up. Any other answer (a leader being elected, a broker
+// out of reach) is left to the writes.
 func (d *deadLetterWriter) checkTopic(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, checkTopicTimeout)
+	defer cancel()
+	for ask := 1; ; ask++ {
+		code, err := d.topicCode(ctx)
+		switch {
+		case err != nil:
+			return nil
+		case code == kafka.TopicAuthorizationFailed, code == kafka.InvalidTopic:
+			return fmt.Errorf("dead-letter topic %s: %w", d.topic, code)
+		case code != kafka.UnknownTopicOrPartition:
+			return nil
+		case ask == checkTopicAsks:
+			return fmt.Errorf("dead-letter topic %s %w", d.topic, errNoDeadLetterTopic)
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(checkTopicAgain):
+		}
+	}
+}
+
+// CheckDeadLetterTopic makes the start-up check of k's dead-letter topic
+// that Member.Run makes (see checkTopic) and CheckReplay, for a command to
+// make before it creates a table: a refused start creates none.
+func CheckDeadLetterTopic(ctx context.Context, k KafkaConfig) error {
+	tr, err := k.transport()
+	if err != nil {
+		return err
+	}
+	defer tr.CloseIdleConnections()
+	return newDeadLetterWriter(k, "", tr).checkTopic(ctx)
+}
+
+// topicCode is the broker's answer for the dead-letter topic to a metadata
+// request that lets it create the topic: 0 when it has it.
+func (d *deadLetterWriter) topicCode(ctx context.Context) (kafka.Error, error) {
+	// As long as floe's other requests to a broker that does not answer.
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	res, err := d.w.Transport.RoundTrip(ctx, d.w.Addr, &metadataAPI.Request{
 		TopicNames:             []string{d.topic},
 		AllowAutoTopicCreation: true,
 	})
 	if err != nil {
-		return nil
+		return 0, err
 	}
 	for _, t := range res.(*metadataAPI.Response).Topics {
-		if t.Name != d.topic {
-			continue
-		}
-		switch code := kafka.Error(t.ErrorCode); code {
-		case kafka.UnknownTopicOrPartition:
-			return fmt.Errorf("dead-letter topic %s %w", d.topic, errNoDeadLetterTopic)
-		case kafka.TopicAuthorizationFailed, kafka.InvalidTopic:
-			return fmt.Errorf("dead-letter topic %s: %w", d.topic, code)
+		if t.Name == d.topic {
+			return kafka.Error(t.ErrorCode), nil
 		}
 	}
-	return nil
+	return kafka.UnknownTopicOrPartition, nil
 }
 
 // close waits for the writer's batches, at most dlqCloseTimeout; after

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -225,6 +226,7 @@ func TestDeadLetterTopicRefusingForGoodEndsAScheduledRun(t *testing.T) {
 // flush holding a dead letter was retried for as long as it ran. Once the
 // topic can be created, the same job runs and catches up.
 func TestMissingDeadLetterTopicFailsTheStart(t *testing.T) {
+	pipeline.SetCheckTopicAgain(t, 20*time.Millisecond)
 	j := newJob(t, 200, fastCommit, nil)
 	h := j.cl.Kfake().Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Metadata}, Topic: j.cfg.Kafka.DLQTopic,
 		Err: kerr.UnknownTopicOrPartition, Count: -1})
@@ -247,4 +249,39 @@ func TestMissingDeadLetterTopicFailsTheStart(t *testing.T) {
 
 	h.Remove()
 	runUntilCaughtUp(t, j)
+}
+
+// TestDeadLetterTopicCreatedAfterAnUnknownAnswerStarts: a broker that
+// creates the dead-letter topic when asked but first answers
+// UNKNOWN_TOPIC_OR_PARTITION — a KRaft broker (every Kafka 4) answers so
+// while its controller creates the topic, and any broker while another
+// client's creation of it is under way — lets the member start once the
+// topic exists. The start-up check took the first answer for a broker that
+// does not create topics, and every first start on KRaft failed.
+func TestDeadLetterTopicCreatedAfterAnUnknownAnswerStarts(t *testing.T) {
+	pipeline.SetCheckTopicAgain(t, 50*time.Millisecond)
+	j := newJob(t, 200, fastCommit, nil)
+	dlq := j.cfg.Kafka.DLQTopic
+	var asked atomic.Int32
+	created := make(chan error, 1)
+	j.cl.Kfake().Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Metadata}, Topic: dlq, Err: kerr.UnknownTopicOrPartition, Count: 3,
+		When: func(r kmsg.Request) bool {
+			if !r.(*kmsg.MetadataRequest).AllowAutoTopicCreation {
+				return false
+			}
+			if asked.Add(1) == 1 {
+				// What the KRaft controller does once the broker forwarded
+				// the creation (not on kfake's goroutine, which answers the
+				// admin client too).
+				go func() { created <- j.cl.CreateTopic(context.Background(), dlq, 1) }()
+			}
+			return true
+		}})
+	runUntilCaughtUp(t, j)
+	if err := <-created; err != nil {
+		t.Fatal(err)
+	}
+	if asked.Load() == 0 {
+		t.Fatal("the broker never answered UNKNOWN_TOPIC_OR_PARTITION: the test tested nothing")
+	}
 }

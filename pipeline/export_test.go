@@ -20,3 +20,12 @@ func SetReplayIdle(tb testing.TB, d time.Duration) {
 	replayIdle = d
 	tb.Cleanup(func() { replayIdle = old })
 }
+
+// SetCheckTopicAgain sets, until tb ends, how long the start-up check of
+// the dead-letter topic waits before asking again for a topic the broker
+// did not know.
+func SetCheckTopicAgain(tb testing.TB, d time.Duration) {
+	old := checkTopicAgain
+	checkTopicAgain = d
+	tb.Cleanup(func() { checkTopicAgain = old })
+}

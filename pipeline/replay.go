@@ -111,9 +111,6 @@ func Replay(ctx context.Context, cfg Config, tbl *lakehouse.Table, sc *schemas.S
 			log.Warn("closing the dead-letter writer", "err", err)
 		}
 	}()
-	if err := rp.dlq.checkTopic(ctx); err != nil {
-		return res, err
-	}
 	if ecfg := replayEnrich(cfg.Enrich); ecfg != nil {
 		st, err := enrich.NewStage(*ecfg, nil, log)
 		if err != nil {
@@ -159,7 +156,8 @@ func replayEnrich(e *enrich.Config) *enrich.Config {
 // enrichment's files as NewMember would (see Config.CheckMember; a replay
 // does not use the cache file), and ranges Kafka cannot serve (empty or
 // inverted ones, of a partition the topic lacks, past its end offset, or
-// from below the log's start). sc is the job's schema. Replay checks them
+// from below the log's start), and a dead-letter topic the broker neither
+// has nor creates (CheckDeadLetterTopic). sc is the job's schema. Replay checks them
 // first; `floe replay` also does before it creates the table (a refused
 // replay left a new empty table behind).
 func CheckReplay(ctx context.Context, cfg Config, sc *schemas.Schema, ranges []ReplayRange, opts ReplayOptions) error {
@@ -198,7 +196,7 @@ func CheckReplay(ctx context.Context, cfg Config, sc *schemas.Schema, ranges []R
 				k.Topic, r.Partition, start, start, r.From)
 		}
 	}
-	return nil
+	return CheckDeadLetterTopic(ctx, k)
 }
 
 // replayer replays ranges one after the other.

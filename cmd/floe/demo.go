@@ -243,7 +243,7 @@ func emptyDemoDir(dir string) error {
 			}
 		}
 		if len(found) > 0 {
-			return fmt.Errorf("--dir %s holds %s, which no floe demo wrote (it has no %s file); floe demo replaces them, so choose a new or empty --dir, or remove them yourself",
+			return fmt.Errorf("--dir %s holds %s without the %s file a floe demo leaves beside them (another job's, or a demo's from before floe wrote it); floe demo replaces them, so choose a new or empty --dir, or remove them yourself",
 				dir, strings.Join(found, ", "), demoMarker)
 		}
 		if err := os.WriteFile(marker, []byte("floe demo: the next floe demo --dir here replaces catalog.db and warehouse/\n"), 0o644); err != nil {

@@ -167,12 +167,19 @@ func (g *globalFlags) job() (*job, error) {
 	return jobs[0], nil
 }
 
+// runs reports whether floe run runs j: every route, unless --table picks
+// one (a field route's siblings then only come along for the checks).
+func (g *globalFlags) runs(j *job) bool {
+	return !j.routed || g.table == "" || j.cfg.Table.Name == g.table
+}
+
 // openJobs is open for every route of the configuration (only the one
 // --table picks, when given; with siblings, a field route comes with the
 // other routes of its topic, which together take each record once). With
-// create, for floe run, every job is first checked as its member will be
-// (pipeline.Config.CheckMember): the member is built once the tables are
-// open, and a configuration it refused left them created. The caller
+// create, for floe run, every job that runs is first checked as its member
+// will be (pipeline.Config.CheckMember, pipeline.CheckDeadLetterTopic): the
+// member is built once the tables are open, and a configuration it refused
+// left them created. The caller
 // closes each j.tbl.
 func (g *globalFlags) openJobs(ctx context.Context, siblings, create bool) ([]*job, error) {
 	jobs, err := g.jobs(siblings)
@@ -181,7 +188,16 @@ func (g *globalFlags) openJobs(ctx context.Context, siblings, create bool) ([]*j
 	}
 	if create {
 		for _, j := range jobs {
+			// Only the routes that run: a sibling comes along for the
+			// routing checks, and its files (a cache file, TLS files)
+			// are on the hosts that run it.
+			if !g.runs(j) {
+				continue
+			}
 			if err := j.cfg.CheckMember(j.sc); err != nil {
+				return nil, j.wrap(err)
+			}
+			if err := pipeline.CheckDeadLetterTopic(ctx, j.cfg.Kafka); err != nil {
 				return nil, j.wrap(err)
 			}
 		}

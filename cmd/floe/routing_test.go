@@ -821,3 +821,43 @@ func clicksCluster(t *testing.T, seed int64, n int) *embedded.Cluster {
 	}
 	return cl
 }
+
+// TestRunOneRouteIgnoresItsSiblingsFiles: `floe run --table shop.orders`
+// runs that field route only, and is not refused for the files of its
+// sibling shop.other (here a cache file in a directory this host lacks),
+// which comes along for the routing checks, not to run: each deployment of
+// a split topic mounts its own route's files. The start-up checks of the
+// members' settings checked the siblings' too.
+func TestRunOneRouteIgnoresItsSiblingsFiles(t *testing.T) {
+	cl := clicksCluster(t, 5, 300)
+	dir := t.TempDir()
+	props, _ := json.Marshal(sqliteCatalog(dir))
+	path := filepath.Join(dir, "floe.yaml")
+	cfg := fmt.Sprintf(`kafka: {brokers: [%s], group: floe-rc, session_timeout: 6s, heartbeat_interval: 500ms}
+table: {catalog: %s}
+commit: {interval: 300ms, grace: 2s}
+routes:
+  - {topic: clicks, where: {field: event_type, in: [purchase]}, table: {name: shop.orders}}
+  - topic: clicks
+    where: {default: true}
+    table: {name: shop.other}
+    enrich:
+      url: http://127.0.0.1:1/lookup
+      key: user_id
+      fields: [{name: segment, type: string}]
+      cache_file: %s/elsewhere/enrich.cache
+`, cl.Addrs()[0], props, dir)
+	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	root := rootCmd()
+	root.SetArgs([]string{"run", "--config", path, "--table", "shop.orders", "--until-caught-up", "--log-level", "error"})
+	if err := root.ExecuteContext(t.Context()); err != nil {
+		t.Fatalf("floe run --table shop.orders: %v; the cache file is shop.other's, a route this run does not run", err)
+	}
+	root = rootCmd()
+	root.SetArgs([]string{"run", "--config", path, "--until-caught-up", "--log-level", "error"})
+	if err := root.ExecuteContext(t.Context()); err == nil || !strings.Contains(err.Error(), "enrich.cache_file") {
+		t.Fatalf("floe run of both routes: %v, want shop.other's cache file refused", err)
+	}
+}

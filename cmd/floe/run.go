@@ -54,7 +54,7 @@ topic changed while its routes are not at a common offset (see README, Routing).
 			var jobs []*job
 			for i, j := range all {
 				checked[i] = pipeline.StartTable{Config: j.cfg, Table: j.tbl}
-				if !j.routed || g.table == "" || j.cfg.Table.Name == g.table {
+				if g.runs(j) {
 					jobs = append(jobs, j)
 				}
 			}

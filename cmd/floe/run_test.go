@@ -17,7 +17,10 @@ import (
 	"github.com/apache/iceberg-go"
 	"github.com/apache/iceberg-go/catalog"
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 	"github.com/twmb/franz-go/pkg/sr/srfake"
 
 	"github.com/floe-dev/floe/internal/unwritable"
@@ -352,5 +355,31 @@ func TestRefusedMemberSettingsCreateNoTable(t *testing.T) {
 				t.Errorf("the refused configuration created table analytics.clicks (%v)", lerr)
 			}
 		})
+	}
+}
+
+// TestMissingDeadLetterTopicCreatesNoTable: `floe run` refused because its
+// dead-letter topic does not exist and the broker does not create it (the
+// answer of Apache Kafka with auto.create.topics.enable=false, which kfake
+// is made to give) creates no table: the check ran when the member
+// started, after the table was created.
+func TestMissingDeadLetterTopicCreatesNoTable(t *testing.T) {
+	e := newEnv(t, 1, "")
+	ctx := t.Context()
+	dlq := e.topic + ".dlq"
+	e.cluster.Kfake().Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Metadata}, Topic: dlq, Err: kerr.UnknownTopicOrPartition, Count: -1})
+	dir := t.TempDir()
+	cfg := writeConfig(t, dir, e.cluster.Addrs()[0], "floe-test", "analytics.clicks", "", "")
+	root := rootCmd()
+	root.SetArgs([]string{"run", "--until-caught-up", "--config", cfg, "--log-level", "error"})
+	if err := root.ExecuteContext(ctx); err == nil || exitCode(err) != 2 || !strings.Contains(err.Error(), "dead-letter topic "+dlq+" does not exist") {
+		t.Fatalf("floe run with no dead-letter topic: %v (status %d), want status 2 naming the topic", err, exitCode(err))
+	}
+	cat, err := catalog.Load(ctx, "floe", iceberg.Properties(sqliteCatalog(dir)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, lerr := cat.LoadTable(ctx, []string{"analytics", "clicks"}); !errors.Is(lerr, catalog.ErrNoSuchTable) {
+		t.Errorf("the refused run created table analytics.clicks (%v)", lerr)
 	}
 }
