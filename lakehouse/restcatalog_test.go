@@ -9,6 +9,9 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -187,5 +190,53 @@ func TestRESTCatalogErrorsHideCredentials(t *testing.T) {
 		if !errors.Is(err, tc.want) {
 			t.Errorf("%s: %v is not %v", tc.name, err, tc.want)
 		}
+	}
+}
+
+// TestRESTCatalogFromIcebergGoConfigFile: a REST catalog whose uri,
+// credential and warehouse are in iceberg-go's configuration file
+// (.iceberg-go.yaml for the catalog named "floe") gets all three, as a sql
+// catalog does through catalog.Load: floe opens REST catalogs itself, and
+// took only the uri from the file, so the catalog saw no token and no
+// warehouse. iceberg-go reads the file when it starts, so the test runs
+// itself again in a child process with GOICEBERG_HOME set.
+func TestRESTCatalogFromIcebergGoConfigFile(t *testing.T) {
+	if os.Getenv("FLOE_TEST_ICEBERG_HOME") != "" {
+		c, err := lakehouse.OpenCatalog(context.Background(), map[string]string{"type": "rest"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cl, ok := c.(interface{ Close() error }); ok {
+			_ = cl.Close()
+		}
+		return
+	}
+	var asked atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		if strings.HasSuffix(r.URL.Path, "/oauth/tokens") {
+			_, _ = w.Write([]byte(`{"access_token":"issued-t0ken","token_type":"bearer","expires_in":3600}`))
+			return
+		}
+		asked.Add(1)
+		switch {
+		case r.Header.Get("Authorization") != "Bearer issued-t0ken":
+			http.Error(w, `{"error":{"message":"no token","type":"NotAuthorizedException","code":401}}`, http.StatusUnauthorized)
+		case r.URL.Query().Get("warehouse") != "wh1":
+			http.Error(w, `{"error":{"message":"warehouse is required","type":"BadRequestException","code":400}}`, http.StatusBadRequest)
+		default:
+			_, _ = w.Write([]byte(`{"defaults":{},"overrides":{}}`))
+		}
+	}))
+	t.Cleanup(srv.Close)
+	home := t.TempDir()
+	cfg := "catalog:\n  floe:\n    type: rest\n    uri: " + srv.URL + "\n    credential: floe:s3cret\n    warehouse: wh1\n"
+	if err := os.WriteFile(filepath.Join(home, ".iceberg-go.yaml"), []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestRESTCatalogFromIcebergGoConfigFile$", "-test.count=1")
+	cmd.Env = append(os.Environ(), "FLOE_TEST_ICEBERG_HOME="+home, "GOICEBERG_HOME="+home)
+	if out, err := cmd.CombinedOutput(); err != nil || asked.Load() == 0 {
+		t.Fatalf("a REST catalog whose uri, credential and warehouse are in .iceberg-go.yaml: %v (%d requests to the catalog)\n%s", err, asked.Load(), out)
 	}
 }

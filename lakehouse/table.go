@@ -150,9 +150,15 @@ func OpenCatalog(ctx context.Context, props map[string]string) (catalog.Catalog,
 		p[k] = v
 	}
 	name := catalogName(props)
-	// catalog.Load would take it from the file too, but only when the
-	// properties lack it, and the SQLite options below would add one.
-	p["uri"] = cmp.Or(p["uri"], config.EnvConfig.Catalogs[name].URI)
+	// What iceberg-go's configuration file gives the catalog, as
+	// catalog.Load takes it: here, because the SQLite options below would
+	// make a uri, and a REST catalog does not go through catalog.Load.
+	conf := config.EnvConfig.Catalogs[name]
+	for k, v := range map[string]string{"uri": conf.URI, "credential": conf.Credential, "warehouse": conf.Warehouse} {
+		if p[k] == "" && v != "" {
+			p[k] = v
+		}
+	}
 	if p["type"] == "sql" && strings.EqualFold(p["sql.dialect"], "sqlite") {
 		p["uri"] = sqliteURI(p["uri"])
 	}
@@ -169,7 +175,7 @@ func OpenCatalog(ctx context.Context, props map[string]string) (catalog.Catalog,
 		if p["type"] == "sql" {
 			// The driver's errors do not name the database ("unable to
 			// open database file").
-			what += " " + redact.URL(cmp.Or(props["uri"], config.EnvConfig.Catalogs[name].URI))
+			what += " " + redact.URL(cmp.Or(props["uri"], conf.URI))
 		}
 		return nil, fmt.Errorf("loading %s: %w", what, secrets.Error(err, 0))
 	}

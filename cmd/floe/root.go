@@ -187,6 +187,7 @@ func (g *globalFlags) openJobs(ctx context.Context, siblings, create bool) ([]*j
 		return nil, err
 	}
 	if create {
+		dlqs := map[string]bool{} // routes of a topic share one
 		for _, j := range jobs {
 			// Only the routes that run: a sibling comes along for the
 			// routing checks, and its files (a cache file, TLS files)
@@ -197,8 +198,12 @@ func (g *globalFlags) openJobs(ctx context.Context, siblings, create bool) ([]*j
 			if err := j.cfg.CheckMember(j.sc); err != nil {
 				return nil, j.wrap(err)
 			}
-			if err := pipeline.CheckDeadLetterTopic(ctx, j.cfg.Kafka); err != nil {
-				return nil, j.wrap(err)
+			k := j.cfg.Kafka
+			if dlq := strings.Join(k.Brokers, ",") + " " + k.DLQTopic; !dlqs[dlq] {
+				dlqs[dlq] = true
+				if err := pipeline.CheckDeadLetterTopic(ctx, k); err != nil {
+					return nil, j.wrap(err)
+				}
 			}
 		}
 	}
