@@ -258,6 +258,9 @@ func (m *Member) Run(ctx context.Context) error {
 	for {
 		gen, err := cg.Next(ctx)
 		if ctx.Err() != nil {
+			// Between generations (joining, or a rebalance under way):
+			// the last one's final flush has run, nothing is buffered.
+			m.log.Info("stopping between generations: nothing buffered, leaving the group", stopCause(ctx)...)
 			return nil
 		}
 		if err := joinRefused(err, k); err != nil {
@@ -282,10 +285,7 @@ func (m *Member) Run(ctx context.Context) error {
 			m.until != nil && (errors.Is(err, fs.ErrPermission) || errors.Is(err, errDeadLettersRefused)): // see retry
 			return err
 		case ctx.Err() != nil:
-			var attrs []any
-			if why := context.Cause(ctx); why != context.Canceled {
-				attrs = append(attrs, "cause", why) // the signal that stopped floe
-			}
+			attrs := stopCause(ctx)
 			switch {
 			case errors.Is(err, errFinalFlush):
 				m.log.Warn("stopping: the final flush failed; the next owner redoes its records", append(attrs, "err", err)...)
@@ -302,6 +302,15 @@ func (m *Member) Run(ctx context.Context) error {
 			m.log.Warn("generation ended", "generation", gen.ID, "err", err)
 		}
 	}
+}
+
+// stopCause is the log attribute naming the signal that stopped floe, when
+// one did (none for a plain cancellation).
+func stopCause(ctx context.Context) []any {
+	if why := context.Cause(ctx); why != context.Canceled {
+		return []any{"cause", why}
+	}
+	return nil
 }
 
 // errFinalFlush wraps the error of a generation's final flush.

@@ -607,6 +607,35 @@ func endsScheduledRetriesLong(t *testing.T, j *job, ok func(error) bool, want, l
 	waitRun(t, done, 30*time.Second, "the member did not stop")
 }
 
+// TestStopWhileJoiningIsLogged: a member stopped by a signal while it waits
+// to join its group (a rebalance under way, as when another member joins
+// just before a deployment stops them all) logs its stop and the signal, as
+// a stop in a generation does. It returned without a word.
+func TestStopWhileJoiningIsLogged(t *testing.T) {
+	j := newJob(t, 0, fastCommit, nil)
+	var joins atomic.Int32
+	j.cl.Kfake().ControlKey(kmsg.JoinGroup.Int16(), func(kmsg.Request) (kmsg.Response, error, bool) {
+		j.cl.Kfake().KeepControl()
+		joins.Add(1)
+		return nil, nil, true // no answer: the join waits
+	})
+	log := &lockedBuffer{}
+	m, err := pipeline.NewMember(j.cfg, j.tbl, j.sc, pipeline.WithLogger(slog.New(slog.NewTextHandler(log, nil))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, stop := context.WithCancelCause(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- m.Run(ctx) }()
+	waitFor(t, 30*time.Second, "the member never asked to join", func() bool { return joins.Load() > 0 })
+	stop(errors.New("terminated signal received"))
+	waitRun(t, done, 30*time.Second, "the member did not stop")
+	const want = `msg="stopping between generations: nothing buffered, leaving the group" cause="terminated signal received"`
+	if out := log.String(); !strings.Contains(out, want) {
+		t.Fatalf("stopped while joining, the member logged:\n%s\nwant a line with %s", out, want)
+	}
+}
+
 // TestUnansweredOffsetCommitHoldsNothing: a group coordinator that never
 // answers an offset commit (the advisory Kafka offsets) holds neither the
 // flushes, which commit every record to the table, nor the final flush past

@@ -551,8 +551,10 @@ func (w walkFS) ReadDir(name string) ([]fs.DirEntry, error) {
 // closeWriteTimeout bounds how long closeWriter waits for the NameNode to see
 // the last block replicated. Java's DFSOutputStream gives up after about 12s
 // (five retries from 400ms); a DataNode on a busy machine, whose block report
-// waits for CPU, has been seen to need more.
-const closeWriteTimeout = 30 * time.Second
+// waits for CPU, has been seen to need more: with Kerberos and data-transfer
+// encryption on the 2-core machine this project is built on, over 30 s once.
+// Giving up fails the flush, which is then redone from the start.
+const closeWriteTimeout = 60 * time.Second
 
 // closeWriter closes w, retrying while the NameNode has not yet seen the last
 // block reach its minimum replication (hdfs.ErrReplicating), as Java's
