@@ -179,8 +179,7 @@ func (g *globalFlags) runs(j *job) bool {
 // create, for floe run, every job that runs is first checked as its member
 // will be (pipeline.Config.CheckMember, pipeline.CheckDeadLetterTopic): the
 // member is built once the tables are open, and a configuration it refused
-// left them created. The caller
-// closes each j.tbl.
+// left them created. The caller closes each j.tbl.
 func (g *globalFlags) openJobs(ctx context.Context, siblings, create bool) ([]*job, error) {
 	jobs, err := g.jobs(siblings)
 	if err != nil {
