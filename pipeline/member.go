@@ -695,8 +695,31 @@ func beyondEnd(topic string, wm lakehouse.Offsets, ends map[int32]int64) error {
 	if parts == nil {
 		return nil
 	}
-	return fmt.Errorf("%w: %s — the topic was recreated or truncated; to ingest it, use a new kafka.group (its offset map starts empty), or replay its ranges (floe replay)",
+	return fmt.Errorf("%w: %s — the topic was recreated or truncated: the table holds the old topic's rows at offsets the new one "+
+		"reuses, whose records the offset dedupe would skip as copies; ingest it into a new table (table.name)",
 		errLogBehind, strings.Join(parts, "; "))
+}
+
+// tableBeyondLog is beyondEnd for every group whose offsets of k's topic
+// groups (the table's offset maps) holds: a job under a new group, or a
+// replay, on a table that holds rows of an earlier incarnation of the topic
+// would have the new records skipped as copies of the rows at their
+// offsets, and the new group's watermarks would pass them: lost, and
+// verify OK.
+func tableBeyondLog(ctx context.Context, k KafkaConfig, groups map[string]lakehouse.Offsets) error {
+	if !slices.ContainsFunc(slices.Collect(maps.Values(groups)), func(o lakehouse.Offsets) bool { return len(o[k.Topic]) > 0 }) {
+		return nil
+	}
+	ends, err := EndOffsets(ctx, k)
+	if err != nil {
+		return fmt.Errorf("kafka %v: %w", k.Brokers, err)
+	}
+	for _, g := range slices.Sorted(maps.Keys(groups)) {
+		if err := beyondEnd(k.Topic, groups[g], ends); err != nil {
+			return fmt.Errorf("under group %s: %w", g, err)
+		}
+	}
+	return nil
 }
 
 // joinRefused returns an error naming the setting at fault when err, a

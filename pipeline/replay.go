@@ -66,6 +66,17 @@ func Replay(ctx context.Context, cfg Config, tbl *lakehouse.Table, sc *schemas.S
 	if err := checkReplayRouting(ctx, cfg, tbl, ranges); err != nil {
 		return res, err
 	}
+	loaded, err := tbl.Load(ctx)
+	if err != nil {
+		return res, err
+	}
+	groups, err := lakehouse.OffsetMapsOf(loaded)
+	if err != nil {
+		return res, fmt.Errorf("table %s: %w", cfg.Table.Name, err)
+	}
+	if err := tableBeyondLog(ctx, k, groups); err != nil {
+		return res, fmt.Errorf("replay: table %s: %w", cfg.Table.Name, err)
+	}
 	wm, err := tbl.Watermarks(ctx)
 	if err != nil {
 		return res, err

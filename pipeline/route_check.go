@@ -202,6 +202,10 @@ func CheckStart(ctx context.Context, jobs []StartTable, ov StartOverrides, log *
 		}
 		states[i] = st
 		if len(st.wm) > 0 {
+			continue // the member checks its own watermarks against the log
+		}
+		if err := tableBeyondLog(ctx, j.Config.Kafka, groups); err != nil {
+			errs = append(errs, fmt.Errorf("table %s: %w", j.Config.Table.Name, err))
 			continue
 		}
 		for _, other := range slices.Sorted(maps.Keys(groups)) {

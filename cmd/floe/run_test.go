@@ -102,6 +102,19 @@ func TestRecreatedTopicIsRefused(t *testing.T) {
 			t.Fatalf("floe %s on the recreated topic: %v, want status 2 naming the cause\n%s", strings.Join(args, " "), err, p.output())
 		}
 	}
+	// Nor under a new group, nor by a replay: the table holds the old
+	// topic's rows at the offsets the new records reuse, which the offset
+	// dedupe skipped as copies — the new group's watermarks passed them, and
+	// verify said OK. (A new group was the advice.)
+	e.config = writeConfig(t, e.dir, e.cluster.Addrs()[0], "floe-new", "analytics.clicks", "", "")
+	for _, args := range [][]string{{"run", "--until-caught-up", "--accept-group-change"}, {"replay", "--partition", "0", "--from", "0", "--to", "10"}} {
+		p := e.start("on the old table", args...)
+		err := p.wait(t, 60*time.Second)
+		var exit *exec.ExitError
+		if !errors.As(err, &exit) || exit.ExitCode() != 2 || !strings.Contains(p.output(), "ingest it into a new table") {
+			t.Fatalf("floe %s of the recreated topic into the old table: %v, want status 2 naming the cause\n%s", strings.Join(args, " "), err, p.output())
+		}
+	}
 }
 
 // TestTableItCannotWriteIsRefusedAtStart: a table whose data location the
