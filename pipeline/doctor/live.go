@@ -133,12 +133,15 @@ type LiveReport struct {
 	DeletedRate float64 `json:"deleted_by_retention_per_second,omitempty"`
 	// Trend is caught-up, draining, growing, keeping-pace (records arrive
 	// as fast as they are committed), steady (nothing arrives and nothing
-	// is committed) or unknown (one sample).
+	// is committed), log-behind (a partition's log ends below where the
+	// job resumes it: the topic was recreated or truncated) or unknown (one
+	// sample).
 	Trend string `json:"trend"`
 	// DrainSeconds is lag / (commit rate − arrival rate) when draining, and
 	// lag / commit rate when keeping pace (the records behind are committed
 	// in that time while as many arrive: the delay a record waits); 0 when
-	// caught up or unknown, -1 when lag does not drain (growing, steady).
+	// caught up or unknown, -1 when lag does not drain (growing, steady,
+	// log-behind).
 	DrainSeconds         float64       `json:"drain_seconds"`
 	GroupState           string        `json:"group_state"`
 	Members              []GroupMember `json:"members"`
@@ -247,7 +250,12 @@ func DiagnoseLive(in Live) (*LiveReport, error) {
 		}
 		r.LagTrend = r.ArrivalRate - r.CommitRate
 	}
+	behind := r.logBehind()
 	switch {
+	case len(behind) > 0:
+		// Their lag, counted 0, is no progress: floe run refuses them or
+		// waits for the log to reach them.
+		r.Trend, r.DrainSeconds = "log-behind", -1
 	case r.TotalLag == 0:
 		r.Trend = "caught-up"
 	case in.Second == nil:
@@ -262,7 +270,8 @@ func DiagnoseLive(in Live) (*LiveReport, error) {
 	default:
 		r.Trend, r.DrainSeconds = "steady", -1
 	}
-	r.lagFinding(lagBefore, in.Second != nil)
+	r.lagFinding(lagBefore, in.Second != nil, behind)
+	r.logBehindHazard(behind)
 	r.membersFinding()
 	r.partitionHazard(cur, in.Commits)
 	r.commitFinding()
@@ -304,6 +313,50 @@ func progress(before, now PartitionLag) (committed, deleted int64) {
 	return committed, deleted
 }
 
+// logBehind returns the partitions whose log ends below where the job
+// resumes them, the table's watermark or the group's offset.
+func (r *LiveReport) logBehind() []PartitionLag {
+	var behind []PartitionLag
+	for _, p := range r.Partitions {
+		if p.Watermark > p.End {
+			behind = append(behind, p)
+		}
+	}
+	return behind
+}
+
+// logBehindHazard reports partitions whose log ends below where the job
+// resumes them: the topic was deleted and created again (or truncated),
+// its offsets restarting at 0. Their lag, clamped to 0, read as caught up
+// while records arrived and nothing was committed.
+func (r *LiveReport) logBehindHazard(behind []PartitionLag) {
+	if len(behind) == 0 {
+		return
+	}
+	var where []string
+	var inTable, fromGroup bool
+	for _, p := range behind {
+		from := "the table's watermark"
+		if !p.InTable {
+			from = "the group's offset"
+		}
+		inTable, fromGroup = inTable || p.InTable, fromGroup || !p.InTable
+		where = append(where, fmt.Sprintf("partition %d ends at %s, %s is %s", p.Partition, group(p.End), from, group(p.Watermark)))
+	}
+	var effects []string
+	remedy := "Ingest the topic"
+	if inTable {
+		effects = append(effects, "refuses the topic (status 2) rather than skip every new record below the table's watermark")
+		remedy += " into a new table (this one holds rows at the offsets the new log reuses)"
+	}
+	if fromGroup {
+		effects = append(effects, "reads a partition from a group offset above its end only once the log reaches that offset, skipping every record below")
+		remedy += " under a new kafka.group (its offsets are past the log's end)"
+	}
+	r.Hazards = append(r.Hazards, fmt.Sprintf("the log of %s ends below where the job resumes it (%s): the topic was recreated or truncated. floe run %s: nothing of these partitions is ingested, and their lag counts 0. %s.",
+		r.Topic, strings.Join(where, "; "), strings.Join(effects, ", and "), remedy))
+}
+
 // retentionHazard reports records retention deleted before the job
 // committed them: no member can read them any more, so they are not lag.
 func (r *LiveReport) retentionHazard() {
@@ -322,7 +375,7 @@ func (r *LiveReport) retentionHazard() {
 		group(total), strings.Join(where, "; "), r.Topic))
 }
 
-func (r *LiveReport) lagFinding(before int64, trended bool) {
+func (r *LiveReport) lagFinding(before int64, trended bool, behind []PartitionLag) {
 	f := Finding{Topic: "lag"}
 	var terms []string
 	for _, p := range r.Partitions {
@@ -345,6 +398,16 @@ func (r *LiveReport) lagFinding(before int64, trended bool) {
 	}
 	if len(outside) > 0 {
 		f.Math = append(f.Math, fmt.Sprintf("partitions %v are not in the table's offset map: counted from the group's Kafka offset (where start_offset latest resolved) or the log start, whichever is later", outside))
+	}
+	if len(behind) > 0 {
+		var ps []int32
+		for _, p := range behind {
+			ps = append(ps, p.Partition)
+			f.Math = append(f.Math, fmt.Sprintf("partition %d: its log ends at %s, below %s: %s − %s < 0, counted 0", p.Partition, group(p.End), group(p.Watermark), group(p.End), group(p.Watermark)))
+		}
+		f.Conclusion = fmt.Sprintf("Not ingesting: partitions %v end below where the job resumes them (the topic was recreated or truncated; see the HAZARD), so their lag of 0 is no progress.", ps)
+		r.Findings = append(r.Findings, f)
+		return
 	}
 	if !trended {
 		f.Conclusion = fmt.Sprintf("Lag is %s records; sample twice (--sample) for its trend.", group(r.TotalLag))

@@ -208,6 +208,38 @@ func TestLiveRetentionIsNoCommit(t *testing.T) {
 		"Retention deletes 240 records/s before they are committed: lost to the table, not drained.")
 }
 
+// TestLiveLogEndsBelowTheWatermark: a topic deleted and created again (or
+// truncated) restarts its offsets below the table's watermarks; floe run
+// refuses it, so records arrive and nothing is committed. doctor clamped
+// the negative lag to 0 and said "Caught up".
+func TestLiveLogEndsBelowTheWatermark(t *testing.T) {
+	// Partition 0 is in the table at 90,000, partition 1 read from the
+	// group's offset 80,000 (latest pinned there), partition 2 caught up;
+	// 200 records arrive in each of 0 and 1 over 5 s.
+	s1 := Sample{At: t0, End: map[int32]int64{0: 500, 1: 300, 2: 1000},
+		Watermarks: map[int32]int64{0: 90000, 2: 1000}, Group: map[int32]int64{1: 80000}}
+	s2 := s1
+	s2.At, s2.End = t0.Add(5*time.Second), map[int32]int64{0: 700, 1: 500, 2: 1000}
+	for _, c := range []struct {
+		name   string
+		second *Sample
+	}{{"sampled once", nil}, {"sampled twice", &s2}} {
+		t.Run(c.name, func(t *testing.T) {
+			r, err := DiagnoseLive(Live{Topic: "clicks", GroupState: "Empty", First: s1, Second: c.second})
+			if err != nil {
+				t.Fatal(err)
+			}
+			text := render(t, r)
+			if r.Trend != "log-behind" || r.DrainSeconds != -1 || len(r.Hazards) != 1 || strings.Contains(text, "Caught up") {
+				t.Fatalf("trend %s, drain %v, hazards %v; want log-behind, -1 and one hazard:\n%s", r.Trend, r.DrainSeconds, r.Hazards, text)
+			}
+			mustContain(t, text, "HAZARD: the log of clicks ends below where the job resumes it (partition 0 ends at "+group(r.Partitions[0].End)+", the table's watermark is 90,000; partition 1 ends at "+group(r.Partitions[1].End)+", the group's offset is 80,000): the topic was recreated or truncated.",
+				"floe run refuses the topic (status 2)", "Ingest the topic into a new table (this one holds rows at the offsets the new log reuses) under a new kafka.group",
+				"partition 0: its log ends at "+group(r.Partitions[0].End)+", below 90,000", "Not ingesting: partitions [0 1] end below where the job resumes them")
+		})
+	}
+}
+
 // TestLiveJobKeepingPace: a job committing as many records as arrive keeps
 // its lag where it is (what one commit interval holds) and is said to keep
 // pace, each record committed lag / commit rate after it arrived. It was
