@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"sort"
 	"strconv"
@@ -179,6 +180,11 @@ func commitHistory(ctx context.Context, t *lakehouse.Table, group, topic string)
 	return live, nil
 }
 
+// maxScrape bounds what scrape reads of an answer: a floe member's
+// /metrics is a few KB per partition, while a wrong port or a federation
+// endpoint may answer without end, and the text parser holds a line whole.
+const maxScrape = 64 << 20
+
 // scrape reads a floe member's /metrics.
 func scrape(ctx context.Context, url, topic, table string) (*doctor.Metrics, error) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
@@ -205,7 +211,12 @@ func scrape(ctx context.Context, url, topic, table string) (*doctor.Metrics, err
 	if resp.StatusCode != http.StatusOK {
 		return nil, fmt.Errorf("--metrics-url: scraping %s: %s", shown, resp.Status)
 	}
-	m, err := doctor.ParseMetrics(resp.Body, topic, table, time.Now())
+	body := &io.LimitedReader{R: resp.Body, N: maxScrape + 1}
+	m, err := doctor.ParseMetrics(body, topic, table, time.Now())
+	if body.N == 0 {
+		// Whatever the parser made of the first 64 MiB, the answer is cut.
+		return nil, fmt.Errorf("--metrics-url %s: answer larger than %d MiB: not a floe /metrics endpoint?", shown, maxScrape>>20)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("--metrics-url %s: %w", shown, err)
 	}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -327,6 +328,26 @@ func TestDoctorScrapeRedirectNotFollowed(t *testing.T) {
 	}
 	if got := reached.Load(); got != nil {
 		t.Errorf("the redirect's target got a request (Referer %q)", got)
+	}
+}
+
+// TestDoctorScrapeAnswerBounded: a --metrics-url that answers without end
+// (a wrong port, a download, a federation endpoint) fails the scrape once
+// 64 MiB are read. Before, the whole answer was parsed: a 256 MiB body
+// without a newline cost doctor 512 MiB of heap.
+func TestDoctorScrapeAnswerBounded(t *testing.T) {
+	line := bytes.Repeat([]byte("a"), 1<<20)
+	big := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		for range 80 { // MiB
+			if _, err := w.Write(line); err != nil {
+				return
+			}
+		}
+	}))
+	t.Cleanup(big.Close)
+	_, err := scrape(context.Background(), big.URL+"/metrics", "t", "x.y")
+	if err == nil || !strings.Contains(err.Error(), "answer larger than 64 MiB: not a floe /metrics endpoint?") {
+		t.Fatalf("got %.200v, want the answer refused as larger than 64 MiB", err)
 	}
 }
 
