@@ -15,6 +15,7 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/bufbuild/protocompile"
 	"github.com/google/uuid"
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/types/dynamicpb"
@@ -92,9 +93,102 @@ func decodeProto(md protoreflect.MessageDescriptor, value []byte, record *node, 
 	if err := (proto.UnmarshalOptions{RecursionLimit: maxAvroDepth}).Unmarshal(value, m); err != nil {
 		return 0, &DecodeError{Reason: ReasonMalformedValue, Detail: Truncate("not a valid "+string(md.FullName())+": "+err.Error(), maxDetailBytes)}
 	}
+	if err := protoWireTypes(m); err != nil {
+		return 0, err
+	}
 	var p protoFill
 	err := p.record(m, record, nil, cols)
 	return p.grown, err
+}
+
+// protoWireTypes refuses message m, read by Unmarshal, if a field it
+// declares arrived with a wire type its type does not have (an int64 as
+// bytes): the runtime keeps such a field with the unknown ones, so the
+// field reads as unset — its default or null — and the sent value would be
+// lost from the row. Unknown fields of numbers m does not declare are a
+// newer writer's and stay ignored. Nested messages (in fields, lists and
+// map values) are checked too; a map entry whose key or value has the
+// wrong wire type is dropped by the runtime without a trace, so it cannot be
+// seen here.
+func protoWireTypes(m protoreflect.Message) *DecodeError {
+	fields := m.Descriptor().Fields()
+	for b := m.GetUnknown(); len(b) > 0; {
+		num, typ, n := protowire.ConsumeTag(b)
+		k := protowire.ConsumeFieldValue(num, typ, b[n:]) // Unmarshal parsed these bytes
+		b = b[n+k:]
+		if fd := fields.ByNumber(num); fd != nil {
+			return &DecodeError{Reason: ReasonMalformedValue, Field: string(fd.Name()),
+				Detail: "field " + strconv.Itoa(int(num)) + " has wire type " + protoWireName(typ) + ", its " + fd.Kind().String() + " " + protoWantWire(fd)}
+		}
+	}
+	var derr *DecodeError
+	m.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
+		switch {
+		case fd.IsList() && fd.Message() != nil:
+			l := v.List()
+			for i := range l.Len() {
+				if derr = protoWireTypes(l.Get(i).Message()); derr != nil {
+					derr = fieldErr(string(fd.Name()), fieldErr("["+strconv.Itoa(i)+"]", derr))
+					return false
+				}
+			}
+		case fd.IsMap() && fd.MapValue().Message() != nil:
+			v.Map().Range(func(k protoreflect.MapKey, e protoreflect.Value) bool {
+				if derr = protoWireTypes(e.Message()); derr != nil {
+					derr = fieldErr(string(fd.Name()), fieldErr("["+strconv.Quote(Truncate(k.String(), 32))+"]", derr))
+				}
+				return derr == nil
+			})
+		case !fd.IsList() && !fd.IsMap() && fd.Message() != nil:
+			if derr = protoWireTypes(v.Message()); derr != nil {
+				derr = fieldErr(string(fd.Name()), derr)
+			}
+		}
+		return derr == nil
+	})
+	return derr
+}
+
+// protoWireName names wire type t as the Protobuf encoding guide does.
+func protoWireName(t protowire.Type) string {
+	switch t {
+	case protowire.VarintType:
+		return "VARINT"
+	case protowire.Fixed64Type:
+		return "I64"
+	case protowire.BytesType:
+		return "LEN"
+	case protowire.StartGroupType:
+		return "SGROUP"
+	case protowire.EndGroupType:
+		return "EGROUP"
+	case protowire.Fixed32Type:
+		return "I32"
+	}
+	return strconv.Itoa(int(t))
+}
+
+// protoWantWire says which wire types field fd's values are sent with: a
+// repeated number, bool or enum may also come packed, as LEN.
+func protoWantWire(fd protoreflect.FieldDescriptor) string {
+	var want string
+	switch fd.Kind() {
+	case protoreflect.BoolKind, protoreflect.EnumKind, protoreflect.Int32Kind, protoreflect.Sint32Kind, protoreflect.Uint32Kind,
+		protoreflect.Int64Kind, protoreflect.Sint64Kind, protoreflect.Uint64Kind:
+		want = "VARINT"
+	case protoreflect.Fixed32Kind, protoreflect.Sfixed32Kind, protoreflect.FloatKind:
+		want = "I32"
+	case protoreflect.Fixed64Kind, protoreflect.Sfixed64Kind, protoreflect.DoubleKind:
+		want = "I64"
+	case protoreflect.GroupKind:
+		return "is sent as SGROUP"
+	default: // string, bytes, message
+		return "is sent as LEN"
+	}
+	if fd.IsList() {
+		return "is sent as " + want + " or, packed, LEN"
+	}
+	return "is sent as " + want
 }
 
 // protoFill stores a message's fields in columns, counting the bytes of the

@@ -4,12 +4,15 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/memory"
+	"github.com/twmb/franz-go/pkg/sr"
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/types/dynamicpb"
@@ -199,6 +202,130 @@ func TestPlainProto2InvalidUTF8(t *testing.T) {
 	}
 	if b.Len() != 0 {
 		t.Fatalf("%d rows with invalid UTF-8", b.Len())
+	}
+}
+
+// wireTypesProto declares a message with a scalar, a nested message, a
+// repeated number, a list of messages and a map of messages, for the wire
+// type tests; wireTypesAvsc is its table.
+const (
+	wireTypesProto = `syntax = "proto3"; package p;
+message O {
+  message Item { string sku = 1; int64 qty = 2; }
+  string order_id = 1; int64 amount_cents = 2; Item item = 3;
+  repeated int64 counts = 4; repeated Item items = 5; map<string, Item> by_sku = 6;
+}`
+	wireTypesAvsc = `{"type": "record", "name": "O", "fields": [
+  {"name": "order_id", "type": "string"}, {"name": "amount_cents", "type": "long"},
+  {"name": "item", "type": ["null", {"type": "record", "name": "Item", "fields": [{"name": "sku", "type": "string"}, {"name": "qty", "type": "long"}]}]},
+  {"name": "counts", "type": {"type": "array", "items": "long"}},
+  {"name": "items", "type": {"type": "array", "items": "Item"}},
+  {"name": "by_sku", "type": {"type": "map", "values": "Item"}}]}`
+)
+
+// wireTypesSchemas returns the wire type tests' table reading plain
+// Protobuf and reading the Confluent wire format (message O registered),
+// and the wire format's framing for a value.
+func wireTypesSchemas(t *testing.T) (plain, registry *Schema, framed func([]byte) []byte) {
+	t.Helper()
+	sc, err := ParseAvsc("o", []byte(wireTypesAvsc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	plain, err = sc.WithFormat(Format{Kind: FormatProtobuf, Proto: &ProtoConfig{File: plainPayments(t, wireTypesProto), Message: "p.O"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg, cl := testRegistry(t)
+	id := register(t, cl, "o-value", wireTypesProto, sr.TypeProtobuf)
+	registry, err = sc.WithFormat(Format{Kind: FormatProtobuf, Registry: &RegistryConfig{URL: reg.URL()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return plain, registry, func(v []byte) []byte { return wire(id, []int{0}, v) }
+}
+
+// Field encoders for the wire type tests.
+func pbVarint(num protowire.Number, v uint64) []byte {
+	return protowire.AppendVarint(protowire.AppendTag(nil, num, protowire.VarintType), v)
+}
+
+func pbBytes(num protowire.Number, v []byte) []byte {
+	return protowire.AppendBytes(protowire.AppendTag(nil, num, protowire.BytesType), v)
+}
+
+func pbItem(sku string, qty uint64) []byte {
+	return slices.Concat(pbBytes(1, []byte(sku)), pbVarint(2, qty))
+}
+
+// TestProtobufWrongWireTypeIsMalformed: a declared field sent with a wire
+// type its type does not have — a scalar, a nested message, a field of a
+// nested message, a repeated number, a message in a list or a map — is a
+// malformed_value dead letter naming the field, in plain Protobuf and in
+// the Confluent wire format. The runtime keeps such a field with the
+// unknown fields, which floe ignored: the field read as unset, so the row
+// got 0, "" or null in place of the value sent.
+func TestProtobufWrongWireTypeIsMalformed(t *testing.T) {
+	plain, registry, framed := wireTypesSchemas(t)
+	head := pbBytes(1, []byte("o-1"))
+	for _, c := range []struct {
+		name, field string
+		body        []byte
+	}{
+		{"int64 as LEN", "amount_cents", pbBytes(2, []byte("12345"))},
+		{"message as VARINT", "item", pbVarint(3, 7)},
+		{"nested int64 as I64", "item.qty", pbBytes(3, slices.Concat(pbBytes(1, []byte("s")), protowire.AppendFixed64(protowire.AppendTag(nil, 2, protowire.Fixed64Type), 5)))},
+		{"repeated int64 as I32", "counts", protowire.AppendFixed32(protowire.AppendTag(nil, 4, protowire.Fixed32Type), 5)},
+		{"int64 of a list's message as LEN", "items[1].qty", slices.Concat(pbBytes(5, pbItem("a", 1)), pbBytes(5, slices.Concat(pbBytes(1, []byte("b")), pbBytes(2, []byte("2")))))},
+		{"int64 of a map's message as LEN", `by_sku["a"].qty`, pbBytes(6, slices.Concat(pbBytes(1, []byte("a")), pbBytes(2, pbBytes(2, []byte("2")))))},
+	} {
+		v := slices.Concat(head, c.body)
+		for _, f := range []struct {
+			how   string
+			sc    *Schema
+			value []byte
+		}{{"plain", plain, v}, {"registry", registry, framed(v)}} {
+			b := f.sc.NewRecordBuilder(memory.DefaultAllocator, 0)
+			var de *DecodeError
+			if err := b.Append(f.value, Meta{Topic: "p"}, plainTime, ""); !errors.As(err, &de) || de.Reason != ReasonMalformedValue || de.Field != c.field || !strings.Contains(de.Detail, "wire type") {
+				t.Errorf("%s (%s): %v, want malformed_value %s naming the wire type", c.name, f.how, err, c.field)
+			}
+			if b.Len() != 0 {
+				t.Errorf("%s (%s): %d rows", c.name, f.how, b.Len())
+			}
+			b.Release()
+		}
+	}
+}
+
+// TestProtobufPackedAndUndeclaredFieldsAccepted: a repeated number is read
+// packed (one LEN) and unpacked (a VARINT each) alike, and fields of
+// numbers the message does not declare (a newer writer's) are ignored,
+// whatever their wire type: the wire type check refuses neither.
+func TestProtobufPackedAndUndeclaredFieldsAccepted(t *testing.T) {
+	plain, registry, framed := wireTypesSchemas(t)
+	head := slices.Concat(pbBytes(1, []byte("o-1")), pbVarint(2, 12345), pbBytes(3, pbItem("s", 4)))
+	packed := slices.Concat(head, pbBytes(4, []byte{1, 2, 3}))
+	unpacked := slices.Concat(head, pbVarint(4, 1), pbVarint(4, 2), pbVarint(4, 3))
+	undeclared := slices.Concat(packed, pbBytes(98, []byte("x")), pbVarint(99, 1), protowire.AppendFixed32(protowire.AppendTag(nil, 97, protowire.Fixed32Type), 1))
+	for _, f := range []struct {
+		how    string
+		sc     *Schema
+		values [][]byte
+	}{
+		{"plain", plain, [][]byte{packed, unpacked, undeclared}},
+		{"registry", registry, [][]byte{framed(packed), framed(unpacked), framed(undeclared)}},
+	} {
+		rec := build(t, f.sc, f.values)
+		for row := range f.values {
+			var got []string
+			for _, name := range []string{"order_id", "amount_cents", "item", "counts"} {
+				got = append(got, rec.Column(rec.Schema().FieldIndices(name)[0]).ValueStr(row))
+			}
+			if want := []string{"o-1", "12345", `{"qty":4,"sku":"s"}`, "[1,2,3]"}; !slices.Equal(got, want) {
+				t.Errorf("%s value %d: row %q, want %q", f.how, row, got, want)
+			}
+		}
 	}
 }
 
