@@ -114,7 +114,13 @@ func protoWireTypes(m protoreflect.Message) *DecodeError {
 	fields := m.Descriptor().Fields()
 	for b := m.GetUnknown(); len(b) > 0; {
 		num, typ, n := protowire.ConsumeTag(b)
-		k := protowire.ConsumeFieldValue(num, typ, b[n:]) // Unmarshal parsed these bytes
+		if n < 0 {
+			break // Unmarshal parsed these bytes; never on a record it took
+		}
+		k := protowire.ConsumeFieldValue(num, typ, b[n:])
+		if k < 0 {
+			break
+		}
 		b = b[n+k:]
 		if fd := fields.ByNumber(num); fd != nil {
 			return &DecodeError{Reason: ReasonMalformedValue, Field: string(fd.Name()),
