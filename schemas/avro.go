@@ -53,7 +53,10 @@ type avroReader struct {
 	// items counts the array and map items of the message so far (see
 	// blockCount).
 	items int64
-	// grown counts the bytes of the enum symbols read (stored as strings).
+	// grown counts the bytes of the enum symbols read (stored as strings)
+	// and the widths of the list and map elements (node.arrowWidth): an
+	// item takes a byte of the message, or none, and its element many more
+	// in Arrow, which SizeBytes must still count.
 	grown int
 }
 
@@ -262,6 +265,7 @@ func (r *avroReader) value(w avro.Schema, t *node, b array.Builder, depth int) *
 		}
 		items := w.(*avro.ArraySchema).Items()
 		eb := openList(b)
+		width := t.elem.arrowWidth()
 		for k := 0; ; {
 			n, err := r.blockCount(deref(items).Type() == avro.Null)
 			if err != nil {
@@ -270,6 +274,7 @@ func (r *avroReader) value(w avro.Schema, t *node, b array.Builder, depth int) *
 			if n == 0 {
 				return nil
 			}
+			r.grown += n * width
 			for range n {
 				if err := r.value(items, t.elem, eb, depth+1); err != nil {
 					return fieldErr("["+strconv.Itoa(k)+"]", err)
@@ -287,6 +292,7 @@ func (r *avroReader) value(w avro.Schema, t *node, b array.Builder, depth int) *
 			later = r.repeatedKeys(vals, depth)
 		}
 		kb, vb := openMap(b)
+		width := t.key.arrowWidth() + t.val.arrowWidth()
 		for {
 			n, err := r.blockCount(false)
 			if err != nil {
@@ -295,6 +301,7 @@ func (r *avroReader) value(w avro.Schema, t *node, b array.Builder, depth int) *
 			if n == 0 {
 				return nil
 			}
+			r.grown += n * width
 			for range n {
 				key, err := r.bytes()
 				if err != nil {

@@ -29,8 +29,8 @@ const (
 	// (an empty required string, a bad timestamp, a non-integer number,
 	// invalid UTF-8).
 	ReasonInvalidField = "invalid_field"
-	// ReasonTooLarge: the value is longer than the Builder's message limit;
-	// it was not parsed.
+	// ReasonTooLarge: the value is longer than the Builder's message limit
+	// (it was not parsed), or its row would take more than a batch holds.
 	ReasonTooLarge = "too_large"
 )
 
@@ -62,7 +62,8 @@ func (e *DecodeError) Error() string {
 var ErrUnresolved = errors.New("schemas: the row's enrichment key was not resolved")
 
 // ErrBuilderFull is returned by Builder.Append when the row would push a
-// string column past the 2 GiB that Arrow's 32-bit offsets can address. The
-// message itself is fine: call NewRecord and append it again. Flushing by
-// SizeBytes long before this point makes it unreachable in practice.
-var ErrBuilderFull = errors.New("schemas: builder holds 2 GiB of string data; call NewRecord before appending more")
+// string column, or a list's elements, past what Arrow's 32-bit offsets can
+// address (2 GiB, 2^31 elements). The message itself is fine: call
+// NewRecord and append it again. Flushing by SizeBytes long before this
+// point makes it unreachable in practice.
+var ErrBuilderFull = errors.New("schemas: builder holds 2 GiB of string data or list elements; call NewRecord before appending more")

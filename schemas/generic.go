@@ -69,9 +69,10 @@ func (s *Schema) NewRecordBuilder(mem memory.Allocator, maxMessageBytes int) Rec
 // is how a failed message leaves every column unchanged. An error is a
 // *DecodeError when the message is at fault; any other error (a schema
 // registry that cannot be reached) is not the message's fault and stops
-// the partition rather than dead-lettering. grown is how many more string
-// bytes the row stores than the message holds (an Avro or Protobuf enum is
-// a number in the message and its symbol in the column).
+// the partition rather than dead-lettering. grown is how many more bytes
+// the row holds than the message: an Avro or Protobuf enum is a number in
+// the message and its symbol in the column, and an Avro array or map item
+// of a byte, or of none, is a list or map element of [node.arrowWidth].
 type valueDecoder interface {
 	decode(value []byte, cols []array.Builder) (grown int, err error)
 }
@@ -88,7 +89,10 @@ type genericBuilder struct {
 	cols     []array.Builder
 	rows     int
 	bytes    int // estimate of the Arrow bytes held
-	strBytes int // upper bound of the string bytes held
+	// strBytes bounds the string bytes held and the list and map elements
+	// (each a byte of its message at least, or counted in grown): both are
+	// addressed with int32 offsets.
+	strBytes int
 }
 
 // genericRowBytes is what a row costs besides the message's bytes: the
@@ -105,7 +109,8 @@ func (b *genericBuilder) AppendEnriched(value []byte, m Meta, ingestedAt time.Ti
 		return err
 	}
 	// Every string a row stores comes from the message (enum symbols
-	// counted in grown), the metadata or the extra values.
+	// counted in grown), the metadata or the extra values; every list or
+	// map element is counted in grown.
 	add := len(value) + grown + len(m.Topic) + len(enrichStatus) + extra.StrBytes
 	if b.strBytes+add > maxStringBytes {
 		return ErrBuilderFull
@@ -157,7 +162,16 @@ func (b *genericBuilder) validate(value []byte) (grown int, err error) {
 			Detail: "message is " + strconv.Itoa(len(value)) + " bytes; the limit is " + strconv.Itoa(b.maxBytes),
 		}
 	}
-	return b.dec.decode(value, nil)
+	grown, err = b.dec.decode(value, nil)
+	if err == nil && len(value)+grown > maxStringBytes {
+		// Not even an empty builder could take it: ErrBuilderFull would
+		// hold the partition for ever.
+		return 0, &DecodeError{
+			Reason: ReasonTooLarge,
+			Detail: "message of " + strconv.Itoa(len(value)) + " bytes would take " + strconv.Itoa(len(value)+grown) + " bytes in a batch; a batch holds " + strconv.Itoa(maxStringBytes),
+		}
+	}
+	return grown, err
 }
 
 func putTime(c array.Builder, t time.Time) {
@@ -255,6 +269,29 @@ func putNull(b array.Builder) {
 	if b != nil {
 		b.AppendNull()
 	}
+}
+
+// arrowWidth is what one value of n costs in Arrow besides the bytes of its
+// strings and the elements of its lists and maps (each counted where it is
+// read): its fixed-width value or 32-bit offset, and its validity.
+func (n *node) arrowWidth() int {
+	w := 1 // validity, rounded up
+	switch n.kind {
+	case kBool:
+	case kInt, kFloat, kDate, kString, kBinary, kList, kMap:
+		w += 4
+	case kLong, kDouble, kTime, kTimestamp, kTimestampTz:
+		w += 8
+	case kDecimal, kUUID:
+		w += 16
+	case kFixed:
+		w += n.size
+	case kStruct:
+		for _, f := range n.fields {
+			w += f.arrowWidth()
+		}
+	}
+	return w
 }
 
 // Helpers that open a nested value on b and return its child builders;

@@ -60,6 +60,92 @@ func TestAvroItemsBounded(t *testing.T) {
 	}
 }
 
+// TestAvroItemsCountedInSizeBytes: SizeBytes, which commit.max_bytes bounds
+// a member's memory with, counts the list elements an Avro message's items
+// become. It counted their bytes in the message, which an item of null or
+// an empty record does not take: a 9-byte message of 65,536 nulls held
+// 0.5 MB of list elements and counted 57 bytes, so nothing but
+// max_records stopped a window holding gigabytes.
+func TestAvroItemsCountedInSizeBytes(t *testing.T) {
+	zeros := binary.AppendVarint(nil, 4096)
+	zeros = append(zeros, make([]byte, 4096+1)...) // 4,096 longs of 0, one byte each
+	empty := []byte{0}
+	for range 200 { // each block's count: the bytes after its header
+		empty = append(binary.AppendVarint(nil, int64(len(empty))), empty...)
+	}
+	for _, tc := range []struct {
+		name, items, table string
+		body               []byte
+	}{
+		{"nulls", `"null"`, `["null","long"]`, append(binary.AppendVarint(nil, maxZeroSizeItems), 0)},
+		{"empty records", `{"type":"record","name":"E","fields":[]}`,
+			`{"type":"record","name":"E","fields":[{"name":"a","type":["null","long"]},{"name":"b","type":["null","double"]}]}`,
+			empty},
+		{"one-byte longs", `"long"`, `"long"`, zeros},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			reg, cl := testRegistry(t)
+			id := register(t, cl, "w", `{"type":"record","name":"R","fields":[{"name":"xs","type":{"type":"array","items":`+tc.items+`}}]}`, sr.TypeAvro)
+			tbl, err := ParseAvsc("t", []byte(`{"type":"record","name":"R","fields":[{"name":"xs","type":{"type":"array","items":`+tc.table+`}}]}`))
+			if err != nil {
+				t.Fatal(err)
+			}
+			sc, err := tbl.WithFormat(Format{Kind: FormatAvro, Registry: &RegistryConfig{URL: reg.URL()}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			mem := memory.NewCheckedAllocator(memory.NewGoAllocator())
+			defer mem.AssertSize(t, 0)
+			b := sc.NewRecordBuilder(mem, 0)
+			defer b.Release()
+			msg := wire(id, nil, tc.body)
+			for i := range 50 {
+				if err := b.Append(msg, Meta{Topic: "t", Offset: int64(i)}, time.Time{}, ""); err != nil {
+					t.Fatal(err)
+				}
+			}
+			// Arrow builders double their buffers as they grow.
+			if held, size := mem.CurrentAlloc(), b.SizeBytes(); held > 3*size {
+				t.Fatalf("50 messages of %d bytes hold %d bytes; SizeBytes counts %d", len(msg), held, size)
+			}
+		})
+	}
+}
+
+// TestAvroItemsFillBuilder: a message whose items would take a list's
+// elements past the 2^31 that its int32 offsets address is refused with
+// ErrBuilderFull, to be appended after a flush. Only the string bytes were
+// bounded, and null items take none.
+func TestAvroItemsFillBuilder(t *testing.T) {
+	reg, cl := testRegistry(t)
+	id := register(t, cl, "w", `{"type":"record","name":"R","fields":[{"name":"xs","type":{"type":"array","items":"null"}}]}`, sr.TypeAvro)
+	tbl, err := ParseAvsc("t", []byte(`{"type":"record","name":"R","fields":[{"name":"xs","type":{"type":"array","items":["null","boolean"]}}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc, err := tbl.WithFormat(Format{Kind: FormatAvro, Registry: &RegistryConfig{URL: reg.URL()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := sc.NewRecordBuilder(nil, 0)
+	defer b.Release()
+	msg := wire(id, nil, append(binary.AppendVarint(nil, maxZeroSizeItems), 0))
+	if err := b.Append(msg, Meta{Topic: "t"}, time.Time{}, ""); err != nil {
+		t.Fatal(err)
+	}
+	// As if the batch held 2^31 - 2^16 elements already (appending them
+	// would take minutes).
+	b.(*genericBuilder).strBytes = maxStringBytes - maxZeroSizeItems
+	if err := b.Append(msg, Meta{Topic: "t", Offset: 1}, time.Time{}, ""); !errors.Is(err, ErrBuilderFull) {
+		t.Fatalf("appending %d more elements: %v, want ErrBuilderFull", maxZeroSizeItems, err)
+	}
+	rec := b.NewRecord()
+	defer rec.Release()
+	if rec.NumRows() != 1 {
+		t.Fatalf("the batch holds %d rows, want 1", rec.NumRows())
+	}
+}
+
 // TestUnknownSchemaIDAskedAgain: an id the registry did not have yet (a
 // producer registering it just after, a replica lagging) is asked for
 // again once unknownRetry has passed, instead of dead-lettering its
