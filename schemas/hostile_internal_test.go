@@ -86,14 +86,7 @@ func TestAvroItemsCountedInSizeBytes(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			reg, cl := testRegistry(t)
 			id := register(t, cl, "w", `{"type":"record","name":"R","fields":[{"name":"xs","type":{"type":"array","items":`+tc.items+`}}]}`, sr.TypeAvro)
-			tbl, err := ParseAvsc("t", []byte(`{"type":"record","name":"R","fields":[{"name":"xs","type":{"type":"array","items":`+tc.table+`}}]}`))
-			if err != nil {
-				t.Fatal(err)
-			}
-			sc, err := tbl.WithFormat(Format{Kind: FormatAvro, Registry: &RegistryConfig{URL: reg.URL()}})
-			if err != nil {
-				t.Fatal(err)
-			}
+			sc := registryAvro(t, reg, `{"type":"record","name":"R","fields":[{"name":"xs","type":{"type":"array","items":`+tc.table+`}}]}`)
 			mem := memory.NewCheckedAllocator(memory.NewGoAllocator())
 			defer mem.AssertSize(t, 0)
 			b := sc.NewRecordBuilder(mem, 0)
@@ -119,14 +112,7 @@ func TestAvroItemsCountedInSizeBytes(t *testing.T) {
 func TestAvroItemsFillBuilder(t *testing.T) {
 	reg, cl := testRegistry(t)
 	id := register(t, cl, "w", `{"type":"record","name":"R","fields":[{"name":"xs","type":{"type":"array","items":"null"}}]}`, sr.TypeAvro)
-	tbl, err := ParseAvsc("t", []byte(`{"type":"record","name":"R","fields":[{"name":"xs","type":{"type":"array","items":["null","boolean"]}}]}`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	sc, err := tbl.WithFormat(Format{Kind: FormatAvro, Registry: &RegistryConfig{URL: reg.URL()}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	sc := registryAvro(t, reg, `{"type":"record","name":"R","fields":[{"name":"xs","type":{"type":"array","items":["null","boolean"]}}]}`)
 	b := sc.NewRecordBuilder(nil, 0)
 	defer b.Release()
 	msg := wire(id, nil, append(binary.AppendVarint(nil, maxZeroSizeItems), 0))
@@ -218,16 +204,9 @@ func TestUnknownSchemaIDsBounded(t *testing.T) {
 // default, at one bad value); a writer fixed of another size still is.
 func TestWrongLengthBytesIsTheRecords(t *testing.T) {
 	reg, cl := testRegistry(t)
-	tbl, err := ParseAvsc("t", []byte(`{"type":"record","name":"R","fields":[`+
+	sc := registryAvro(t, reg, `{"type":"record","name":"R","fields":[`+
 		`{"name":"id","type":{"type":"fixed","name":"U","size":16,"logicalType":"uuid"}},`+
-		`{"name":"fx","type":{"type":"fixed","name":"F","size":4}}]}`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	sc, err := tbl.WithFormat(Format{Kind: FormatAvro, Registry: &RegistryConfig{URL: reg.URL()}})
-	if err != nil {
-		t.Fatal(err)
-	}
+		`{"name":"fx","type":{"type":"fixed","name":"F","size":4}}]}`)
 	b := sc.NewRecordBuilder(nil, 0)
 	defer b.Release()
 	bytesID := register(t, cl, "bytes", `{"type":"record","name":"R","fields":[{"name":"id","type":"bytes"},{"name":"fx","type":"bytes"}]}`, sr.TypeAvro)
@@ -261,6 +240,21 @@ func TestWrongLengthBytesIsTheRecords(t *testing.T) {
 	if err := b.Append(wire(bytesID, nil, value(16, append(binary.AppendVarint(nil, 4), 1, 2, 3, 4))), Meta{Topic: "t"}, time.Time{}, ""); err != nil {
 		t.Fatalf("the right lengths: %v", err)
 	}
+}
+
+// registryAvro is the schema of the Avro record schema avsc, decoding the
+// Confluent wire format with reg's writer schemas.
+func registryAvro(t *testing.T, reg *srfake.Registry, avsc string) *Schema {
+	t.Helper()
+	tbl, err := ParseAvsc("t", []byte(avsc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc, err := tbl.WithFormat(Format{Kind: FormatAvro, Registry: &RegistryConfig{URL: reg.URL()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sc
 }
 
 // testRegistry starts a fake schema registry until t ends, and a client of it.
