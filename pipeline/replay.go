@@ -165,12 +165,12 @@ func replayEnrich(e *enrich.Config) *enrich.Config {
 // CheckReplay refuses what Replay would refuse without reading the table:
 // --reenrich without an enrich section, the format's settings and the
 // enrichment's files as NewMember would (see Config.CheckMember; a replay
-// does not use the cache file), and ranges Kafka cannot serve (empty or
+// does not use the cache file), ranges Kafka cannot serve (empty or
 // inverted ones, of a partition the topic lacks, past its end offset, or
 // from below the log's start), and a dead-letter topic the broker neither
-// has nor creates (CheckDeadLetterTopic). sc is the job's schema. Replay checks them
-// first; `floe replay` also does before it creates the table (a refused
-// replay left a new empty table behind).
+// has nor creates (CheckDeadLetterTopic). sc is the job's schema. Replay
+// checks them first; `floe replay` also does before it creates the table
+// (a refused replay left a new empty table behind).
 func CheckReplay(ctx context.Context, cfg Config, sc *schemas.Schema, ranges []ReplayRange, opts ReplayOptions) error {
 	if opts.Reenrich && cfg.Enrich == nil {
 		return fmt.Errorf("replay: --reenrich needs an enrich section in the configuration")
