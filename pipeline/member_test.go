@@ -820,15 +820,7 @@ func TestUnansweredDeadLetterWriteHoldsNoStop(t *testing.T) {
 
 	answer.Store(true)
 	runUntilCaughtUp(t, j)
-	dl, err := pipeline.ReadDeadLetters(t.Context(), j.cfg.Kafka, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rep, err := j.tbl.Verify(t.Context(), "clicks", dl.Read)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !rep.OK() || rep.DeadLetters == 0 {
+	if rep := verifyWithDeadLetters(t, j); !rep.OK() || rep.DeadLetters == 0 {
 		var out strings.Builder
 		rep.WriteText(&out)
 		t.Fatalf("verify after the restart (%d dead letters):\n%s", rep.DeadLetters, out.String())
