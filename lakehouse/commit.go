@@ -74,8 +74,9 @@ type Part struct {
 	// dead-letter topic, or are in Absent.
 	Range Range
 	// Absent holds the runs [from, to) of offsets the log did not hold when
-	// the flush read them (compacted away, or deleted by retention before
-	// they were read), in offset order; they may lie just before Range,
+	// the flush read them (compacted away, deleted by retention before
+	// they were read, or no record: a transaction's marker, an aborted
+	// transaction's records), in offset order; they may lie just before Range,
 	// between the previous flush's range and this one. The commit records
 	// them (AbsentOffsetsKey) so that verify tells them from gaps.
 	Absent [][2]int64

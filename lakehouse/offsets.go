@@ -52,8 +52,10 @@ const (
 	// AbsentOffsetsKey holds, in BusinessOffsetsKey's form, the offsets of
 	// this snapshot's flush that the log did not hold when it was read:
 	// records removed by compaction, or deleted by retention before they
-	// were read (the offsets floe_offset_gaps_total counts). verify counts
-	// them as covered and reports them apart from gaps.
+	// were read (the offsets floe_offset_gaps_total counts), and offsets
+	// holding no record (transactions' markers, aborted transactions'
+	// records). verify counts them as covered and reports them apart from
+	// gaps.
 	AbsentOffsetsKey = "floe.absent.offsets"
 	// AbsentCarriedKey is to AbsentOffsetsKey what BusinessCarriedKey is to
 	// BusinessOffsetsKey: the union maintenance carries, under the same cap.

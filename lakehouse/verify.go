@@ -771,8 +771,9 @@ type Coverage struct {
 	// GapOffsets is the number of offsets in Gaps.
 	GapOffsets int64 `json:"gap_offsets"`
 	// AbsentFromLog counts those the log did not hold when the job read
-	// them, as its commits recorded (AbsentOffsetsKey): compacted away, or
-	// deleted by retention before they were read. Information, not a
+	// them, as its commits recorded (AbsentOffsetsKey): compacted away,
+	// deleted by retention before they were read, or holding no record
+	// (transactions' markers, aborted transactions' records). Information, not a
 	// problem of the table.
 	AbsentFromLog int64 `json:"absent_from_log"`
 	// Unchecked counts those that lie where the table no longer records

@@ -154,9 +154,14 @@ func (b *partitionBuffer) mark(msg kafka.Message) {
 			b.gap(from, msg.Offset)
 		}
 	}
-	ts := recordNanos(msg.Time)
+	b.stamp(msg.Offset, recordNanos(msg.Time))
+}
+
+// stamp opens a segment at from when none is open, and keeps the Kafka
+// timestamps of its first and last records. b.mu must be held.
+func (b *partitionBuffer) stamp(from, ts int64) {
 	if !b.started || b.from == b.next {
-		b.from, b.next, b.started = msg.Offset, msg.Offset, true
+		b.from, b.next, b.started = from, from, true
 		b.firstTS = ts
 		if b.lag != nil {
 			// Keeps an older value: a taken segment still being committed.

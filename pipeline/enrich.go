@@ -372,9 +372,10 @@ type laneRecord struct {
 	// slab is set in a slab's last record: once it is buffered, the slab
 	// is free.
 	slab *[laneSlab]laneRecord
-	// other is set for another route's record: it passes the lane without
-	// a lookup, and without its key and value.
-	other bool
+	// other is set for another route's record, skipped for the end of a
+	// batch the reader skipped (kafka.Message.Skipped): either passes the
+	// lane without a lookup, and without a key or value.
+	other, skipped bool
 }
 
 func newLaneRecord(m *kafka.Message) laneRecord {
@@ -455,7 +456,7 @@ func (m *Member) fetchEnriched(ctx context.Context, b *partitionBuffer, seek int
 		if b.lag != nil {
 			b.lag.fetched(msg) // lag while the lane holds it
 		}
-		takes := m.takes(msg.Value)
+		takes := msg.Skipped == "" && m.takes(msg.Value)
 		var key []byte
 		if takes {
 			if done, err := m.appendCached(b, msg, direct, win, end, reached); err != nil {
@@ -482,7 +483,11 @@ func (m *Member) fetchEnriched(ctx context.Context, b *partitionBuffer, seek int
 				continue
 			}
 		} else if lane.AwaitIdle(ctx) {
-			if err := m.filtered(b, msg, end, reached); err != nil {
+			cover := m.filtered
+			if msg.Skipped != "" {
+				cover = m.passed
+			}
+			if err := cover(b, msg, end, reached); err != nil {
 				stop()
 				return err
 			}
@@ -504,9 +509,11 @@ func (m *Member) fetchEnriched(ctx context.Context, b *partitionBuffer, seek int
 		if takes {
 			err = lane.SubmitSized(ctx, key, rec, len(msg.Key)+len(msg.Value)+headerBytes(msg.Headers)+laneOverhead)
 		} else {
-			// Another route's record is not looked up; it keeps its
-			// place in the lane, which covers its offset in order.
-			rec.key, rec.value, rec.headers, rec.other = nil, nil, nil, true
+			// Another route's record, or a skipped batch, is not looked
+			// up; it keeps its place in the lane, which covers its
+			// offset in order.
+			rec.key, rec.value, rec.headers = nil, nil, nil
+			rec.other, rec.skipped = msg.Skipped == "", msg.Skipped != ""
 			err = lane.Pass(ctx, rec, laneOverhead)
 		}
 		if err != nil {
@@ -570,7 +577,7 @@ func (m *Member) drain(ctx context.Context, b *partitionBuffer, lane *enrich.Que
 			}
 			c := &batch[i]
 			rec := c.Item.(*laneRecord)
-			msg, other := rec.message(topic, b.partition), rec.other
+			msg, other, skipped := rec.message(topic, b.partition), rec.other, rec.skipped
 			// The slab outlives this record: let go of its bytes, which
 			// the window counts from now on.
 			rec.key, rec.value, rec.headers = nil, nil, nil
@@ -580,6 +587,12 @@ func (m *Member) drain(ctx context.Context, b *partitionBuffer, lane *enrich.Que
 				case free <- sl:
 				default:
 				}
+			}
+			if skipped {
+				if err := m.passed(b, msg, end, reached); err != nil {
+					return err
+				}
+				continue
 			}
 			if other {
 				if err := m.filtered(b, msg, end, reached); err != nil {

@@ -890,6 +890,9 @@ func (m *Member) fetch(ctx context.Context, b *partitionBuffer, seek int64, win 
 // buffer appends one record to b and accounts for it: counters, the window,
 // and whether the partition reached its scheduled end.
 func (m *Member) buffer(b *partitionBuffer, msg kafka.Message, res enrich.Result, win *window, end int64, reached func()) error {
+	if msg.Skipped != "" {
+		return m.passed(b, msg, end, reached)
+	}
 	if !m.takes(msg.Value) {
 		return m.filtered(b, msg, end, reached)
 	}
@@ -968,6 +971,11 @@ func ReaderConfig(k KafkaConfig, partition int32, dialer *kafka.Dialer) kafka.Re
 		ReadBackoffMin: 50 * time.Millisecond,
 		ReadBackoffMax: time.Second,
 		MaxAttempts:    10,
+		// Only committed transactions: the reader (patched, see
+		// third_party/kafka-go) skips aborted transactions' records and
+		// the transactions' markers, each batch of them returned as one
+		// kafka.Message.Skipped, whose offsets are covered as absent.
+		IsolationLevel: kafka.ReadCommitted,
 	}
 }
 

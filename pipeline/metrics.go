@@ -40,6 +40,7 @@ func (s *Stats) Register(reg prometheus.Registerer) error {
 		counter("kafka_offset_commit_errors_total", "Advisory Kafka offset commits that failed.", s.KafkaCommitErrors.Load),
 		counter("flush_retries_total", "Failed dead-letter writes or table commits retried in place.", s.FlushRetries.Load),
 		counter("offset_gaps_total", "Offsets the log skipped: deleted by retention before they were read, or compacted.", s.OffsetGaps.Load),
+		counter("transaction_offsets_skipped_total", "Offsets of transaction markers and of aborted transactions' records: covered, no rows.", s.TransactionSkipped.Load),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "floe_assigned_partitions", Help: "Partitions assigned to this member."},
 			func() float64 { return float64(s.Assigned.Load()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "floe_last_commit_duration_seconds", Help: "Duration of the last table commit."},

@@ -8,8 +8,11 @@ import (
 	"github.com/segmentio/kafka-go"
 )
 
-// EndOffsets returns each partition's high watermark (the next offset to be
-// written) of k.Topic: the target of scheduled runs and the base of lag.
+// EndOffsets returns each partition's last stable offset of k.Topic: the
+// high watermark (the next offset to be written), or the first offset of
+// the oldest transaction still open, which a read_committed reader does
+// not read past until it ends. The target of scheduled runs and the base
+// of lag.
 func EndOffsets(ctx context.Context, k KafkaConfig) (map[int32]int64, error) {
 	return listOffsets(ctx, k, "end", kafka.LastOffsetOf, func(p kafka.PartitionOffsets) int64 { return p.LastOffset })
 }
@@ -48,7 +51,8 @@ func listOffsets(ctx context.Context, k KafkaConfig, what string, of func(partit
 	if len(reqs) == 0 {
 		return nil, fmt.Errorf("topic %s has no partitions (does it exist?)", k.Topic)
 	}
-	res, err := c.ListOffsets(ctx, &kafka.ListOffsetsRequest{Topics: map[string][]kafka.OffsetRequest{k.Topic: reqs}})
+	res, err := c.ListOffsets(ctx, &kafka.ListOffsetsRequest{Topics: map[string][]kafka.OffsetRequest{k.Topic: reqs},
+		IsolationLevel: kafka.ReadCommitted})
 	if err != nil {
 		return nil, fmt.Errorf("%s offsets of %s: %w", what, k.Topic, err)
 	}

@@ -267,14 +267,19 @@ func (rp *replayer) replay(ctx context.Context, r ReplayRange) error {
 			if err != nil {
 				return fmt.Errorf("reading %s/%d: %w", k.Topic, r.Partition, err)
 			}
-			if msg.Offset > next {
+			// A batch the reader skipped (kafka.Message.Skipped: a
+			// transaction's marker, or an aborted transaction's records)
+			// holds nothing to replay, and is no loss.
+			if msg.Offset > next && msg.Skipped == "" {
 				skipped(next, min(msg.Offset, r.To))
 			}
 			if msg.Offset >= r.To {
 				return nil
 			}
-			if err := emit(msg); err != nil {
-				return err
+			if msg.Skipped == "" {
+				if err := emit(msg); err != nil {
+					return err
+				}
 			}
 			if next = msg.Offset + 1; next >= r.To {
 				return nil

@@ -37,6 +37,9 @@ type Stats struct {
 	// (see Member.work), retried in place.
 	StoppedPartitions atomic.Int32
 	FreshnessNanos    atomic.Int64 // at the newest commit: its time minus the oldest committed record's Kafka timestamp
+	// TransactionSkipped counts offsets that hold no record to ingest:
+	// transaction markers and aborted transactions' records.
+	TransactionSkipped atomic.Int64
 	// TopicPartitions is the topic's partition count at the newest
 	// generation; PartitionsAdded counts partitions that appeared while the
 	// table already had offsets for the topic (the key→partition mapping

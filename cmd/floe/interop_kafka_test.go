@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -42,6 +43,7 @@ func TestInteropKafka(t *testing.T) {
 			t.Run("ExactlyOnceBrokerKill", func(t *testing.T) { interopExactlyOnce(t, k) })
 			t.Run("ConsoleProducerCodecs", func(t *testing.T) { interopCodecs(t, k) })
 			t.Run("SASLSCRAMOverTLS", func(t *testing.T) { interopSASL(t, k, "SCRAM-SHA-512") })
+			t.Run("Transactions", func(t *testing.T) { interopTransactions(t, k) })
 		})
 	}
 }
@@ -235,6 +237,84 @@ func interopCodecs(t *testing.T, k *infra.Kafka) {
 		}
 	}
 	t.Logf("kafka %s: rows by codec %v in %s", k.Version, perRows, time.Since(began).Round(time.Millisecond))
+}
+
+// interopTransactions: a transactional producer (franz-go) commits and
+// aborts transactions in turn, a plain one writes between them, and one more
+// transaction is left open. A scheduled run ingests the committed
+// transactions and the plain records only, ends at the open transaction's
+// start without waiting for it, and leaves no dead letter (the
+// transactions' markers are no records); floe verify finds no gap.
+func interopTransactions(t *testing.T, k *infra.Kafka) {
+	began := time.Now()
+	e := newKafkaEnv(t, k, "txns", 2, k.Bootstrap, "")
+	ctx := t.Context()
+	client := func(opts ...kgo.Opt) *kgo.Client {
+		cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(e.brokers...)}, opts...)...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(cl.Close)
+		return cl
+	}
+	txn, plain, open := client(kgo.TransactionalID("floe-interop")), client(), client(kgo.TransactionalID("floe-interop-open"))
+	const perTxn = 50
+	produce := func(cl *kgo.Client, session string, n int) {
+		for seq := 1; seq <= n; seq++ {
+			v := fmt.Appendf(nil, `{"event_id":"%s-%d","session_id":"%s","user_id":"u","event_type":"click","ts":1700000000000,"seq":%d}`,
+				session, seq, session, seq)
+			if err := cl.ProduceSync(ctx, &kgo.Record{Topic: e.topic, Key: []byte(session), Value: v}).FirstErr(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	want := map[string]int{}
+	for i := range 11 { // the last one committed: the log ends with its marker
+		if err := txn.BeginTransaction(); err != nil {
+			t.Fatal(err)
+		}
+		session, end := fmt.Sprintf("committed-%d", i), kgo.TryCommit
+		if i%2 == 1 {
+			session, end = fmt.Sprintf("aborted-%d", i), kgo.TryAbort
+		} else {
+			want[session] = perTxn
+		}
+		produce(txn, session, perTxn)
+		if err := txn.EndTransaction(ctx, end); err != nil {
+			t.Fatal(err)
+		}
+		if i < 10 {
+			produce(plain, fmt.Sprintf("plain-%d", i), 1)
+			want[fmt.Sprintf("plain-%d", i)] = 1
+		}
+	}
+	if err := open.BeginTransaction(); err != nil {
+		t.Fatal(err)
+	}
+	produce(open, "open", 10)
+	defer func() {
+		if err := open.EndTransaction(context.Background(), kgo.TryAbort); err != nil {
+			t.Errorf("aborting the open transaction: %v", err)
+		}
+	}()
+
+	run := e.floe("txns", "run", "--until-caught-up")
+	if err := run.wait(t, 120*time.Second); err != nil {
+		t.Fatalf("floe run --until-caught-up: %v\n%s", err, run.output())
+	}
+	got := sessionRows(t, e)
+	if !maps.Equal(got, want) {
+		t.Fatalf("rows by session %v, want %v: the committed transactions and the plain records", got, want)
+	}
+	if dl := e.readDeadLetters(ctx); len(dl) != 0 {
+		t.Fatalf("dead letters %v, want none: markers are no records", dl)
+	}
+	v := e.floe("txns-verify", "verify")
+	if err := v.wait(t, 60*time.Second); err != nil {
+		t.Fatalf("floe verify: %v\n%s", err, v.output())
+	}
+	t.Logf("kafka %s: %d sessions of committed transactions and plain records ingested, aborted and open ones not, in %s",
+		k.Version, len(want), time.Since(began).Round(time.Millisecond))
 }
 
 // storedCodecs reads topic up to end with franz-go and counts the records by

@@ -216,6 +216,9 @@ func (batch *Batch) ReadMessage() (Message, error) {
 		)
 	}
 
+	if err == nil {
+		msg.Skipped = batch.msgs.skipped // floe patch
+	}
 	batch.mutex.Unlock()
 	msg.Topic = batch.topic
 	msg.Partition = batch.partition

@@ -28,6 +28,14 @@ type Message struct {
 	// If not set at the creation, Time will be automatically set when
 	// writing the message.
 	Time time.Time
+
+	// floe patch: Skipped, when not empty, makes a message read no record
+	// but the end of a record batch that holds none to return:
+	// SkippedMarker (a transaction's commit or abort marker) or
+	// SkippedAborted (records of an aborted transaction, under
+	// ReadCommitted). Offset is the batch's last offset, Time its newest
+	// timestamp; Key, Value and Headers are empty.
+	Skipped string
 }
 
 func (msg Message) message(cw *crc32Writer) message {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log"
+	"sort"
 )
 
 type readBytesFunc func(*bufio.Reader, int, int) (int, error)
@@ -27,8 +28,81 @@ type messageSetReader struct {
 	// decompressed record sizes from the compressed size, so never reached 0
 	// for a compressed batch: its reader refetched it for ever.
 	readTo int64
+	// floe patch: aborted lists the fetch response's aborted transactions
+	// (read_committed) by first offset, those not yet reached; active holds
+	// the producers whose aborted transaction has begun. skipped says why
+	// the last readMessage returned the end of a batch rather than a
+	// record (Message.Skipped), "" for a record.
+	aborted []abortedTxn
+	active  map[int64]struct{}
+	skipped string
 
 	decompressed *bytes.Buffer
+}
+
+// Why a record batch is skipped (Message.Skipped; floe patch): a control
+// batch holds a transaction's commit or abort marker, which is no record;
+// the records of an aborted transaction are not returned under
+// ReadCommitted, as Kafka's Java consumer does not return them.
+const (
+	SkippedMarker  = "transaction marker"
+	SkippedAborted = "aborted transaction"
+)
+
+// The v2 record batch attributes that make a batch skipped.
+const (
+	transactionalAttr = 0x10
+	controlAttr       = 0x20
+)
+
+// sortedAborted returns aborted by first offset.
+func sortedAborted(aborted []abortedTxn) []abortedTxn {
+	sort.Slice(aborted, func(i, j int) bool { return aborted[i].FirstOffset < aborted[j].FirstOffset })
+	return aborted
+}
+
+// skipReason says why the v2 batch whose header was just read is skipped,
+// or "" when its records are returned. As Kafka's Java consumer does, a
+// producer's transactional records are aborted from its aborted
+// transaction's first offset up to its next control batch, the abort
+// marker (a producer has one transaction open at a time, so the next
+// marker of it is that one).
+func (r *messageSetReader) skipReason() string {
+	h := &r.header.v2
+	last := r.header.firstOffset + int64(h.lastOffsetDelta)
+	for len(r.aborted) > 0 && r.aborted[0].FirstOffset <= last {
+		if r.active == nil {
+			r.active = map[int64]struct{}{}
+		}
+		r.active[r.aborted[0].ProducerId] = struct{}{}
+		r.aborted = r.aborted[1:]
+	}
+	switch {
+	case h.attributes&controlAttr != 0:
+		delete(r.active, h.producerID)
+		return SkippedMarker
+	case h.attributes&transactionalAttr != 0:
+		if _, ok := r.active[h.producerID]; ok {
+			return SkippedAborted
+		}
+	}
+	return ""
+}
+
+// skipBatch passes the rest of the v2 batch whose header was just read,
+// compressed or not, as read to its end. A batch a MaxBytes truncation cut
+// is passed all the same: its header says which offsets it holds.
+func (r *messageSetReader) skipBatch() error {
+	rest := int(r.header.length) - 49 // what follows the header's count
+	if rest < 0 {
+		return fmt.Errorf("batch remain < 0 (%d)", rest)
+	}
+	if err := r.discardN(min(rest, r.remain)); err != nil {
+		return err
+	}
+	r.count = 0
+	r.readTo = r.header.firstOffset + int64(r.header.v2.lastOffsetDelta)
+	return nil
 }
 
 type readerStack struct {
@@ -143,6 +217,21 @@ func (r *messageSetReader) readMessage(min int64, key readBytesFunc, val readByt
 	// markRead ("negative count").
 	for r.header.magic == 2 && r.count == 0 {
 		if err = r.readHeader(); err != nil {
+			return
+		}
+	}
+	// floe patch: a transaction's marker, or a batch of an aborted
+	// transaction, is passed whole and returned as its last offset, with
+	// skipped saying why. Asked only when the batch's first record is next
+	// (a compressed batch's header is read again for each of its records).
+	r.skipped = ""
+	if r.header.magic == 2 && r.count == int(r.header.v2.count) && r.parent == nil {
+		if why := r.skipReason(); why != "" {
+			if err = r.skipBatch(); err != nil {
+				return
+			}
+			r.skipped = why
+			offset, timestamp = r.readTo, r.header.v2.lastTimestamp
 			return
 		}
 	}

@@ -366,12 +366,16 @@ func readFetchResponseHeaderV2(r *bufio.Reader, size int) (throttle int32, water
 	return
 }
 
-func readFetchResponseHeaderV5(r *bufio.Reader, size int) (throttle int32, watermark int64, remain int, err error) {
+// abortedTxn is an aborted transaction of a fetch response (v4 and later,
+// read_committed): its producer's transactional records from FirstOffset
+// on, up to its abort marker, are not to be returned (floe patch).
+type abortedTxn struct {
+	ProducerId  int64
+	FirstOffset int64
+}
+
+func readFetchResponseHeaderV5(r *bufio.Reader, size int) (throttle int32, watermark int64, remain int, aborted []abortedTxn, err error) {
 	var n int32
-	type AbortedTransaction struct {
-		ProducerId  int64
-		FirstOffset int64
-	}
 	var p struct {
 		Partition           int32
 		ErrorCode           int16
@@ -380,7 +384,6 @@ func readFetchResponseHeaderV5(r *bufio.Reader, size int) (throttle int32, water
 		LogStartOffset      int64
 	}
 	var messageSetSize int32
-	var abortedTransactions []AbortedTransaction
 
 	if remain, err = readInt32(r, size, &throttle); err != nil {
 		return
@@ -424,12 +427,12 @@ func readFetchResponseHeaderV5(r *bufio.Reader, size int) (throttle int32, water
 		return
 	}
 
-	if abortedTransactionLen == -1 {
-		abortedTransactions = nil
-	} else {
-		abortedTransactions = make([]AbortedTransaction, abortedTransactionLen)
+	// floe patch: the aborted transactions are returned (they were
+	// discarded), for the message set reader to skip their records.
+	if abortedTransactionLen > 0 {
+		aborted = make([]abortedTxn, abortedTransactionLen)
 		for i := 0; i < abortedTransactionLen; i++ {
-			if remain, err = read(r, remain, &abortedTransactions[i]); err != nil {
+			if remain, err = read(r, remain, &aborted[i]); err != nil {
 				return
 			}
 		}
@@ -457,13 +460,9 @@ func readFetchResponseHeaderV5(r *bufio.Reader, size int) (throttle int32, water
 
 }
 
-func readFetchResponseHeaderV10(r *bufio.Reader, size int) (throttle int32, watermark int64, remain int, err error) {
+func readFetchResponseHeaderV10(r *bufio.Reader, size int) (throttle int32, watermark int64, remain int, aborted []abortedTxn, err error) {
 	var n int32
 	var errorCode int16
-	type AbortedTransaction struct {
-		ProducerId  int64
-		FirstOffset int64
-	}
 	var p struct {
 		Partition           int32
 		ErrorCode           int16
@@ -472,7 +471,6 @@ func readFetchResponseHeaderV10(r *bufio.Reader, size int) (throttle int32, wate
 		LogStartOffset      int64
 	}
 	var messageSetSize int32
-	var abortedTransactions []AbortedTransaction
 
 	if remain, err = readInt32(r, size, &throttle); err != nil {
 		return
@@ -528,12 +526,12 @@ func readFetchResponseHeaderV10(r *bufio.Reader, size int) (throttle int32, wate
 		return
 	}
 
-	if abortedTransactionLen == -1 {
-		abortedTransactions = nil
-	} else {
-		abortedTransactions = make([]AbortedTransaction, abortedTransactionLen)
+	// floe patch: the aborted transactions are returned (they were
+	// discarded), for the message set reader to skip their records.
+	if abortedTransactionLen > 0 {
+		aborted = make([]abortedTxn, abortedTransactionLen)
 		for i := 0; i < abortedTransactionLen; i++ {
-			if remain, err = read(r, remain, &abortedTransactions[i]); err != nil {
+			if remain, err = read(r, remain, &aborted[i]); err != nil {
 				return
 			}
 		}

@@ -1,0 +1,54 @@
+package pipeline
+
+import "github.com/segmentio/kafka-go"
+
+// Topics written by transactional producers are read committed (see
+// ReaderConfig): the reader skips aborted transactions' records and the
+// transactions' markers, and returns each batch it skipped as one message
+// with kafka.Message.Skipped set, which the member covers here.
+
+// pass covers msg, the end of a record batch the reader skipped
+// (kafka.Message.Skipped: a transaction's marker, or records of an aborted
+// transaction), and the offsets before it back to what the buffer covers:
+// none of them holds a record. They are recorded as absent from the log, as
+// offsets the log cleaner removed are, so that verify does not take them
+// for gaps; unlike those they are no loss, and not reported as one. It
+// returns how many offsets it covered.
+func (b *partitionBuffer) pass(msg kafka.Message) (int64, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if err := b.inOrder(msg); err != nil {
+		return 0, err
+	}
+	expect := b.next
+	if !b.started {
+		expect = b.resume
+	}
+	from := max(expect, b.gapTo)
+	if expect < 0 || from > msg.Offset {
+		// No watermark to count from (a new partition, whose first batch
+		// this is): only the batch's last offset is known.
+		from = msg.Offset
+	}
+	b.absent = append(b.absent, [2]int64{from, msg.Offset + 1})
+	b.gapTo = msg.Offset + 1
+	b.stamp(from, recordNanos(msg.Time))
+	b.next = msg.Offset + 1
+	return msg.Offset + 1 - from, nil
+}
+
+// passed accounts for msg, a batch the reader skipped (see pass).
+func (m *Member) passed(b *partitionBuffer, msg kafka.Message, end int64, reached func()) error {
+	n, err := b.pass(msg)
+	if err != nil {
+		return err
+	}
+	m.stats.TransactionSkipped.Add(n)
+	if b.lag != nil {
+		b.lag.raise(msg.HighWaterMark)
+	}
+	if msg.Offset+1 == end {
+		reached()
+	}
+	return nil
+}
