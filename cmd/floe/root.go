@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"runtime/debug"
 	"runtime/pprof"
@@ -186,6 +187,15 @@ func (g *globalFlags) openJobs(ctx context.Context, siblings, create bool) ([]*j
 		return nil, err
 	}
 	if create {
+		// The metrics endpoint's address must be free: found taken only
+		// when the member serves it, it left an empty table behind.
+		if l := jobs[0].cfg.Metrics.Listen; l != "" {
+			ln, err := net.Listen("tcp", l)
+			if err != nil {
+				return nil, fmt.Errorf("metrics.listen %s: %w", l, err)
+			}
+			ln.Close()
+		}
 		dlqs := map[string]bool{} // routes of a topic share one
 		for _, j := range jobs {
 			// Only the routes that run: a sibling comes along for the

@@ -316,7 +316,8 @@ func TestRegistryCredentialsOverHTTPWarned(t *testing.T) {
 // TestRefusedMemberSettingsCreateNoTable: `floe run` and `floe replay`
 // refused for a setting only the member (or the replay) used to check —
 // the registry's url, basic_auth or on_incompatible, the proto file, the
-// enrichment's TLS files and cache file, metrics.listen — create no table.
+// enrichment's TLS files and cache file, metrics.listen (malformed, or
+// an address in use) — create no table.
 // They were checked when the member built its decoder, enrichment stage or
 // metrics endpoint, after the table was created, so the refusal left an
 // empty table behind.
@@ -333,6 +334,11 @@ func TestRefusedMemberSettingsCreateNoTable(t *testing.T) {
 	avro := "schema: " + payments + "\nformat: avro\n"
 	enrich := "enrich:\n  url: http://127.0.0.1:1/lookup\n  key: user_id\n  fields: [{name: segment, type: string}]\n"
 	missing := filepath.Join(t.TempDir(), "missing")
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
 	for _, tc := range []struct {
 		name, extra, want string
 		replay            bool // replay refuses it too
@@ -344,6 +350,7 @@ func TestRefusedMemberSettingsCreateNoTable(t *testing.T) {
 		{"enrich tls", enrich + "  tls: {ca_file: " + missing + "/ca.pem}\n", "enrich.tls.ca_file", true},
 		{"enrich cache_file", enrich + "  cache_file: " + missing + "/enrich.cache\n", "enrich.cache_file", false},
 		{"metrics listen", "metrics: {listen: bogus}\n", "metrics.listen", true},
+		{"metrics listen taken", "metrics: {listen: '" + taken.Addr().String() + "'}\n", "address already in use", false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
