@@ -171,7 +171,7 @@ func (m *Member) Run(ctx context.Context) error {
 		if wm, err := m.table.Watermarks(ctx); err == nil {
 			// The end offsets read after the watermarks (other members
 			// may have committed past those read above meanwhile).
-			if ends, err := EndOffsets(ctx, k); err == nil {
+			if ends, err := HighWatermarks(ctx, k); err == nil {
 				if err := beyondEnd(k.Topic, wm, ends); err != nil {
 					return err
 				}
@@ -393,7 +393,7 @@ func (m *Member) generation(ctx, genCtx context.Context, gen *kafka.Generation, 
 	}
 	// Read after the watermarks: a log that ends below one lost the
 	// records the table holds, then got new ones at the same offsets.
-	ends, endsErr := EndOffsets(stopCtx, k)
+	ends, endsErr := HighWatermarks(stopCtx, k)
 	if endsErr == nil {
 		if err := beyondEnd(k.Topic, wm, ends); err != nil {
 			return err
@@ -714,7 +714,7 @@ func tableBeyondLog(ctx context.Context, k KafkaConfig, groups map[string]lakeho
 	if !held {
 		return nil // no group has offsets of the topic: nothing to compare
 	}
-	ends, err := EndOffsets(ctx, k)
+	ends, err := HighWatermarks(ctx, k)
 	if err != nil {
 		return fmt.Errorf("kafka %v: %w", k.Brokers, err)
 	}

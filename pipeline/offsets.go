@@ -9,24 +9,32 @@ import (
 )
 
 // EndOffsets returns each partition's last stable offset of k.Topic: the
-// high watermark (the next offset to be written), or the first offset of
-// the oldest transaction still open, which a read_committed reader does
-// not read past until it ends. The target of scheduled runs and the base
-// of lag.
+// high watermark, or the first offset of the oldest transaction still
+// open, which a read_committed reader does not read past until it ends.
+// The target of scheduled runs and the end of what replay can read.
 func EndOffsets(ctx context.Context, k KafkaConfig) (map[int32]int64, error) {
-	return listOffsets(ctx, k, "end", kafka.LastOffsetOf, func(p kafka.PartitionOffsets) int64 { return p.LastOffset })
+	return listOffsets(ctx, k, "end", kafka.ReadCommitted, kafka.LastOffsetOf, func(p kafka.PartitionOffsets) int64 { return p.LastOffset })
+}
+
+// HighWatermarks returns each partition's high watermark of k.Topic (the
+// next offset to be written): the base of lag, and what a table's
+// watermark is checked against for a recreated topic. Not EndOffsets: a
+// table written by a reader of uncommitted records may hold offsets past
+// an open transaction's start.
+func HighWatermarks(ctx context.Context, k KafkaConfig) (map[int32]int64, error) {
+	return listOffsets(ctx, k, "end", kafka.ReadUncommitted, kafka.LastOffsetOf, func(p kafka.PartitionOffsets) int64 { return p.LastOffset })
 }
 
 // FirstOffsets returns each partition's log start offset of k.Topic: what
 // retention has not deleted.
 func FirstOffsets(ctx context.Context, k KafkaConfig) (map[int32]int64, error) {
-	return listOffsets(ctx, k, "first", kafka.FirstOffsetOf, func(p kafka.PartitionOffsets) int64 { return p.FirstOffset })
+	return listOffsets(ctx, k, "first", kafka.ReadCommitted, kafka.FirstOffsetOf, func(p kafka.PartitionOffsets) int64 { return p.FirstOffset })
 }
 
 // listOffsets asks for the offset of each partition of k.Topic that of
-// names, read by pick from the answer; what ("end", "first") names it in
-// errors.
-func listOffsets(ctx context.Context, k KafkaConfig, what string, of func(partition int) kafka.OffsetRequest, pick func(kafka.PartitionOffsets) int64) (map[int32]int64, error) {
+// names, at isolation level iso, read by pick from the answer; what ("end",
+// "first") names it in errors.
+func listOffsets(ctx context.Context, k KafkaConfig, what string, iso kafka.IsolationLevel, of func(partition int) kafka.OffsetRequest, pick func(kafka.PartitionOffsets) int64) (map[int32]int64, error) {
 	c, done, err := k.Client()
 	if err != nil {
 		return nil, err
@@ -52,7 +60,7 @@ func listOffsets(ctx context.Context, k KafkaConfig, what string, of func(partit
 		return nil, fmt.Errorf("topic %s has no partitions (does it exist?)", k.Topic)
 	}
 	res, err := c.ListOffsets(ctx, &kafka.ListOffsetsRequest{Topics: map[string][]kafka.OffsetRequest{k.Topic: reqs},
-		IsolationLevel: kafka.ReadCommitted})
+		IsolationLevel: iso})
 	if err != nil {
 		return nil, fmt.Errorf("%s offsets of %s: %w", what, k.Topic, err)
 	}

@@ -474,7 +474,10 @@ func ResolveTimes(ctx context.Context, k KafkaConfig, partitions []int32, from, 
 		for i, p := range partitions {
 			reqs[i] = kafka.TimeOffsetOf(int(p), t)
 		}
-		resp, err := c.ListOffsets(ctx, &kafka.ListOffsetsRequest{Topics: map[string][]kafka.OffsetRequest{k.Topic: reqs}})
+		// Read committed, as replay reads: no offset past the last
+		// stable one, where a range would end beyond what it can read.
+		resp, err := c.ListOffsets(ctx, &kafka.ListOffsetsRequest{Topics: map[string][]kafka.OffsetRequest{k.Topic: reqs},
+			IsolationLevel: kafka.ReadCommitted})
 		if err != nil {
 			return nil, fmt.Errorf("offsets for %s of %s: %w", t.Format(time.RFC3339), k.Topic, err)
 		}

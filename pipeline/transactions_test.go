@@ -17,6 +17,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/floe-dev/floe/enrich"
+	"github.com/floe-dev/floe/lakehouse"
 	"github.com/floe-dev/floe/pipeline"
 )
 
@@ -158,5 +159,89 @@ func TestTransactionalTopic(t *testing.T) {
 				t.Fatalf("verify: OK %v, absent %d, want OK and 5 absent (partition 0's markers and aborted records)", vr.OK(), vr.AbsentFromLog)
 			}
 		})
+	}
+}
+
+// openTxnLog writes to partition 0 of j's topic a plain record (e0, at
+// at(0)), a record of a transaction left open (g0, at(1)) and a plain
+// record (e1, at(2)): the partition's last stable offset is 1, its high
+// watermark 3.
+func openTxnLog(t *testing.T, j *job, at func(i int) time.Time) {
+	t.Helper()
+	ctx := t.Context()
+	plain, err := kgo.NewClient(kgo.SeedBrokers(j.cl.Addrs()...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer plain.Close()
+	open, err := kgo.NewClient(kgo.SeedBrokers(j.cl.Addrs()...), kgo.TransactionalID("open"), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(open.Close)
+	rec := func(name string, i int) *kgo.Record {
+		return &kgo.Record{Topic: "clicks", Partition: 0, Key: []byte(name), Value: txnValue(name), Timestamp: at(i)}
+	}
+	if err := plain.ProduceSync(ctx, rec("e0", 0)).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	if err := open.BeginTransaction(); err != nil {
+		t.Fatal(err)
+	}
+	if err := open.ProduceSync(ctx, rec("g0", 1)).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	if err := plain.ProduceSync(ctx, rec("e1", 2)).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestReplayTimesBeforeAnOpenTransaction: a replay of the times up to
+// before e1 resolves to the committed offsets [0, 1) and is accepted. The
+// offsets for the times were looked up uncommitted: e1's offset, 2, past
+// the last stable offset, which replay then refused as beyond the log's
+// end.
+func TestReplayTimesBeforeAnOpenTransaction(t *testing.T) {
+	j := newJob(t, 0, fastCommit, nil)
+	now := time.Now().Truncate(time.Millisecond)
+	openTxnLog(t, j, func(i int) time.Time { return now.Add(time.Duration(i-3) * time.Hour) })
+	ranges, err := pipeline.ResolveTimes(t.Context(), j.cfg.Kafka, []int32{0}, now.Add(-4*time.Hour), now.Add(-90*time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []pipeline.ReplayRange{{Partition: 0, From: 0, To: 1}}; !slices.Equal(ranges, want) {
+		t.Fatalf("ranges %+v, want %+v", ranges, want)
+	}
+	if err := pipeline.CheckReplay(t.Context(), j.cfg, j.sc, ranges, pipeline.ReplayOptions{}); err != nil {
+		t.Fatalf("the replay floe resolved is refused: %v", err)
+	}
+}
+
+// TestWatermarkPastAnOpenTransaction: a table whose watermark passed an
+// open transaction's first offset (written by floe before it read
+// committed) is not taken for a recreated topic's: the scheduled run,
+// whose target is the last stable offset, finds it caught up. Checked
+// against the last stable offset, it was refused as "recreated or
+// truncated: ingest it into a new table" until the transaction ended.
+func TestWatermarkPastAnOpenTransaction(t *testing.T) {
+	j := newJob(t, 0, fastCommit, nil)
+	ctx := t.Context()
+	openTxnLog(t, j, func(int) time.Time { return time.Now() })
+	if _, err := j.tbl.Commit(ctx, []lakehouse.Part{{Range: lakehouse.Range{Topic: "clicks", Partition: 0, From: 0, To: 3}, Resume: lakehouse.NoWatermark}}); err != nil {
+		t.Fatal(err)
+	}
+	end, err := pipeline.EndOffsets(ctx, j.cfg.Kafka)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := pipeline.NewMember(j.cfg, j.tbl, j.sc, pipeline.UntilOffsets(end))
+	if err != nil {
+		t.Fatal(err)
+	}
+	done, stop := startRun(m)
+	defer stop()
+	waitRun(t, done, 30*time.Second, "the scheduled run of a caught-up table did not end")
+	if err := pipeline.CheckReplay(ctx, j.cfg, j.sc, []pipeline.ReplayRange{{Partition: 0, From: 0, To: 1}}, pipeline.ReplayOptions{}); err != nil {
+		t.Fatalf("replay refused: %v", err)
 	}
 }

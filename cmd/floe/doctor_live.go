@@ -47,7 +47,7 @@ func diagnoseLive(ctx context.Context, g *globalFlags, every time.Duration, metr
 	take := func() (doctor.Sample, error) {
 		s := doctor.Sample{At: time.Now()}
 		var err error
-		if s.End, err = pipeline.EndOffsets(ctx, cfg.Kafka); err != nil {
+		if s.End, err = pipeline.HighWatermarks(ctx, cfg.Kafka); err != nil {
 			return s, err
 		}
 		if s.Start, err = pipeline.FirstOffsets(ctx, cfg.Kafka); err != nil {
