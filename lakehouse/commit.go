@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"github.com/apache/arrow-go/v18/arrow"
-	"github.com/apache/arrow-go/v18/arrow/compute"
 	"github.com/apache/iceberg-go"
 	"github.com/apache/iceberg-go/table"
 	"github.com/google/uuid"
@@ -640,9 +639,7 @@ func (t *Table) writeFiles(ctx context.Context, tbl *table.Table, rows arrow.Rec
 	defer rows.Release()
 	sorted := rows
 	if idx := rows.Schema().FieldIndices(t.schema.KeyField); len(idx) == 1 {
-		s, err := compute.SortRecordBatch(ctx, rows, []compute.SortKey{{
-			ColumnIndex: idx[0], Order: compute.SortOrderAscending, NullPlacement: compute.SortNullsAtEnd,
-		}})
+		s, err := sortByKey(ctx, rows, idx[0])
 		if err != nil {
 			return nil, fmt.Errorf("sorting by %s: %w", t.schema.KeyField, err)
 		}
