@@ -435,6 +435,9 @@ func (m *Member) generation(ctx, genCtx context.Context, gen *kafka.Generation, 
 	// firsts: the log start offsets, read at most once per generation, for
 	// the lag gauges of partitions read from the log start.
 	var firsts map[int32]int64
+	// stable: the last stable offsets, read at most once per generation,
+	// where start_offset "latest" starts (see below).
+	var stable map[int32]int64
 	for i, a := range assigned {
 		p := int32(a.ID)
 		resume, ok := wm.Get(k.Topic, p)
@@ -448,7 +451,14 @@ func (m *Member) generation(ctx, genCtx context.Context, gen *kafka.Generation, 
 				// the job started long ago.)
 				seek = kafka.FirstOffset
 			}
-			if e, ok := ends[p]; ok && seek == kafka.LastOffset {
+			if seek == kafka.LastOffset && stable == nil {
+				var serr error
+				if stable, serr = EndOffsets(stopCtx, k); serr != nil {
+					m.log.Warn("reading last stable offsets for start_offset latest; kafka-go resolves it, to the high watermark", "err", serr)
+					stable = map[int32]int64{}
+				}
+			}
+			if e, ok := stable[p]; ok && seek == kafka.LastOffset {
 				// "latest" is where the job first started, not where
 				// each start finds the log: the resolved offset goes to
 				// the group's Kafka offsets, where the next generation
@@ -456,7 +466,10 @@ func (m *Member) generation(ctx, genCtx context.Context, gen *kafka.Generation, 
 				// to commit meanwhile. Without it, a restart read such a
 				// partition from its start (the rule above), and a
 				// rebalance before the table's first commit skipped what
-				// was written since the last.
+				// was written since the last. The last stable offset,
+				// not the high watermark: a transaction open at the start
+				// commits its records below the latter, as does what
+				// others wrote after it began.
 				seek = e
 				pinned[int(p)] = e
 			}

@@ -198,7 +198,11 @@ func CheckReplay(ctx context.Context, cfg Config, sc *schemas.Schema, ranges []R
 			return fmt.Errorf("replay: topic %s has no partition %d", k.Topic, r.Partition)
 		}
 		if r.To > last {
-			return fmt.Errorf("replay: to %d is beyond the end of %s/%d (%d)", r.To, k.Topic, r.Partition, last)
+			why := ""
+			if hw, err := HighWatermarks(ctx, k); err == nil && hw[r.Partition] > last {
+				why = fmt.Sprintf(": a transaction still open holds the offsets from %d on", last)
+			}
+			return fmt.Errorf("replay: to %d is beyond the end of %s/%d (%d%s)", r.To, k.Topic, r.Partition, last, why)
 		}
 		// The reader would start at the log's start instead, silently,
 		// or, with nothing left of the range, wait for it.

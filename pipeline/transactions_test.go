@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"maps"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -165,8 +166,8 @@ func TestTransactionalTopic(t *testing.T) {
 // openTxnLog writes to partition 0 of j's topic a plain record (e0, at
 // at(0)), a record of a transaction left open (g0, at(1)) and a plain
 // record (e1, at(2)): the partition's last stable offset is 1, its high
-// watermark 3.
-func openTxnLog(t *testing.T, j *job, at func(i int) time.Time) {
+// watermark 3. It returns the transaction's client.
+func openTxnLog(t *testing.T, j *job, at func(i int) time.Time) *kgo.Client {
 	t.Helper()
 	ctx := t.Context()
 	plain, err := kgo.NewClient(kgo.SeedBrokers(j.cl.Addrs()...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
@@ -194,6 +195,7 @@ func openTxnLog(t *testing.T, j *job, at func(i int) time.Time) {
 	if err := plain.ProduceSync(ctx, rec("e1", 2)).FirstErr(); err != nil {
 		t.Fatal(err)
 	}
+	return open
 }
 
 // TestReplayTimesBeforeAnOpenTransaction: a replay of the times up to
@@ -243,5 +245,55 @@ func TestWatermarkPastAnOpenTransaction(t *testing.T) {
 	waitRun(t, done, 30*time.Second, "the scheduled run of a caught-up table did not end")
 	if err := pipeline.CheckReplay(ctx, j.cfg, j.sc, []pipeline.ReplayRange{{Partition: 0, From: 0, To: 1}}, pipeline.ReplayOptions{}); err != nil {
 		t.Fatalf("replay refused: %v", err)
+	}
+	err = pipeline.CheckReplay(ctx, j.cfg, j.sc, []pipeline.ReplayRange{{Partition: 0, From: 0, To: 3}}, pipeline.ReplayOptions{})
+	if want := "a transaction still open holds the offsets from 1 on"; err == nil || !strings.Contains(err.Error(), want) {
+		t.Fatalf("replay past the open transaction: %v, want an error saying %q", err, want)
+	}
+}
+
+// TestLatestStartBesideAnOpenTransaction: a job started with start_offset
+// latest while a transaction is open starts at the last stable offset, as
+// Kafka's Java consumer (read_committed, auto.offset.reset=latest) does:
+// the transaction's record and the plain record written after it began
+// are ingested once it commits. Pinned at the high watermark, they were
+// never read, and verify could not tell (the table's range starts at the
+// pin).
+func TestLatestStartBesideAnOpenTransaction(t *testing.T) {
+	j := newJob(t, 0, fastCommit, nil)
+	j.cfg.Kafka.StartOffset = "latest"
+	ctx := t.Context()
+	open := openTxnLog(t, j, func(int) time.Time { return time.Now() })
+	m, err := pipeline.NewMember(j.cfg, j.tbl, j.sc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done, stop := startRun(m)
+	defer func() { stop(); <-done }()
+	var pin map[int32]int64
+	waitFor(t, 30*time.Second, "the pin of partition 0", func() bool {
+		pin, _ = pipeline.GroupOffsets(ctx, j.cfg.Kafka, []int{0})
+		_, ok := pin[0]
+		return ok
+	})
+	if pin[0] != 1 {
+		t.Fatalf("latest pinned at %d, want 1, the last stable offset", pin[0])
+	}
+	if err := open.EndTransaction(ctx, kgo.TryCommit); err != nil { // its marker at 3
+		t.Fatal(err)
+	}
+	plain, err := kgo.NewClient(kgo.SeedBrokers(j.cl.Addrs()...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer plain.Close()
+	if err := plain.ProduceSync(ctx, &kgo.Record{Topic: "clicks", Partition: 0, Value: txnValue("e2")}).FirstErr(); err != nil { // 4
+		t.Fatal(err)
+	}
+	waitCaughtUp(t, j.tbl, map[int32]int64{0: 5}, 30*time.Second)
+	ids := rowIDs(t, j.tbl)
+	slices.SortFunc(ids, func(x, y [2]int64) int { return int(x[1] - y[1]) })
+	if want := [][2]int64{{0, 1}, {0, 2}, {0, 4}}; !slices.Equal(ids, want) {
+		t.Fatalf("rows %v, want %v: g0, e1 and e2, what the job can read since it started", ids, want)
 	}
 }
