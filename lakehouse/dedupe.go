@@ -762,7 +762,14 @@ func (s skipRuns) coarsened(limit int) skipRuns {
 	if excess <= 0 {
 		return s
 	}
-	slices.SortFunc(holes, func(a, b hole) int { return cmp.Compare(a.size, b.size) })
+	// Ties broken to a total order: holes of one size are the rule (a
+	// transaction's marker every n records), and a choice among them that
+	// followed the maps' random order made each call fill other holes, so
+	// that maintenance, which computes the union twice and compares, refused
+	// every commit.
+	slices.SortFunc(holes, func(a, b hole) int {
+		return cmp.Or(cmp.Compare(a.size, b.size), strings.Compare(a.topic, b.topic), strings.Compare(a.part, b.part), cmp.Compare(a.at, b.at))
+	})
 	fill := map[string]map[string]map[int]bool{}
 	for _, h := range holes[:min(excess, len(holes))] {
 		if fill[h.topic] == nil {

@@ -1070,6 +1070,55 @@ func TestMaintainExpiresPastTenThousandAbsentRuns(t *testing.T) {
 	}
 }
 
+// TestMaintainCoarsensAbsentRunsOfManyPartitions: 12 partitions of a
+// transactional topic, a marker every third offset (an absent run each,
+// the holes between them all of one size), 12,000 runs in all and 50 more
+// per partition and round: every maintenance run commits, and expiry goes
+// on. The holes the coarsening filled were picked among equal ones in the
+// maps' random order, so the union maintenance computed for its check
+// differed from the one it staged: every run refused to commit ("floe.
+// absent.carried would change"), and nothing was compacted or expired
+// again.
+func TestMaintainCoarsensAbsentRunsOfManyPartitions(t *testing.T) {
+	f := newFixture(t)
+	tbl := f.open(t, "g")
+	markers := func(from, n int64) [][2]int64 {
+		var absent [][2]int64
+		for i := range n {
+			absent = append(absent, [2]int64{from + 3*i, from + 3*i + 1})
+		}
+		return absent
+	}
+	next := map[int32]int64{}
+	for p := range int32(12) {
+		part := f.part(t, p, 3000, 3010, lakehouse.NoWatermark)
+		part.Range.From, part.Absent = 0, markers(0, 1000)
+		if _, err := tbl.Commit(t.Context(), []lakehouse.Part{part}); err != nil {
+			t.Fatal(err)
+		}
+		next[p] = 3010
+	}
+	for round := range 3 {
+		for p := range int32(12) {
+			lo := next[p] + 150
+			part := f.part(t, p, lo, lo+10, next[p])
+			part.Range.From, part.Absent = next[p], markers(next[p], 50)
+			if _, err := tbl.Commit(t.Context(), []lakehouse.Part{part}); err != nil {
+				t.Fatal(err)
+			}
+			next[p] = lo + 10
+		}
+		time.Sleep(20 * time.Millisecond)
+		rep, err := tbl.Maintain(t.Context(), lakehouse.MaintainOptions{MinInputFiles: 2, ExpireOlderThan: time.Millisecond})
+		if err != nil {
+			t.Fatalf("round %d: %v", round, err)
+		}
+		if rep.After.Snapshots > 2 {
+			t.Fatalf("round %d: %d snapshots kept after expiry, want at most 2", round, rep.After.Snapshots)
+		}
+	}
+}
+
 // TestCommitCoarsensItsAbsentRuns: a flush that skipped more than 10,000
 // runs of offsets (a compacted topic with every other record removed)
 // records them coarsened, within the bound, each still counted absent by
