@@ -223,9 +223,6 @@ func (t *Table) CommitAs(ctx context.Context, commitID string, parts []Part) (re
 			}
 			return res, err
 		}
-		if err = tooOld("commit "+res.CommitID+": its data files", written); err != nil {
-			return res, err
-		}
 		if !sameID(snapshotID(tbl), merged) {
 			// The fence covers commits of the live job, which move the
 			// watermarks; a replay's do not, and may have written offsets
@@ -286,6 +283,11 @@ func (t *Table) CommitAs(ctx context.Context, commitID string, parts []Part) (re
 			props[RoutingSinceKeyPrefix+topic.(string)] = since
 			return true
 		})
+		// Last, after the re-checks, which read files and may take long:
+		// files of parts they did not rewrite are as old as the flush's.
+		if err = tooOld("commit "+res.CommitID+": its data files", written); err != nil {
+			return res, err
+		}
 		committed, cerr := t.commitOnce(ctx, tbl, files, props)
 		var staging *stagingError
 		if errors.As(cerr, &staging) {

@@ -129,9 +129,6 @@ func (m *maintenance) commitCompaction(ctx context.Context, tbl *table.Table, ba
 			}
 			tbl = fresh
 		}
-		if err = tooOld("compaction outputs", written); err != nil {
-			return err
-		}
 		// A concurrent maintenance run may have rewritten some of the
 		// same files: those groups are dropped (their outputs deleted).
 		// Files that ingestion appended meanwhile change nothing.
@@ -171,6 +168,11 @@ func (m *maintenance) commitCompaction(ctx context.Context, tbl *table.Table, ba
 			return err
 		}
 		if err = checkMaps(tx, want); err != nil {
+			return err
+		}
+		// Last, after the reload and the listing of live files, which
+		// may take long after other commits.
+		if err = tooOld("compaction outputs", written); err != nil {
 			return err
 		}
 		var r commitResult
