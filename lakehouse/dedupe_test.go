@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -15,6 +16,7 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/memory"
 	"github.com/apache/iceberg-go/catalog"
+	iceio "github.com/apache/iceberg-go/io"
 	"github.com/apache/iceberg-go/table"
 
 	"github.com/floe-dev/floe/lakehouse"
@@ -325,13 +327,35 @@ func TestDedupeSearchIsBounded(t *testing.T) {
 	}
 }
 
+type localIO interface {
+	iceio.WriteFileIO
+	iceio.ReadFileIO
+	iceio.ListableIO
+	iceio.StatIO
+}
+
+// slowReadIO: reading a data file takes delay (a slow storage, a big file).
+type slowReadIO struct {
+	localIO
+	delay *atomic.Int64
+}
+
+func (s slowReadIO) Open(name string) (iceio.File, error) {
+	if d := s.delay.Load(); d > 0 && strings.HasSuffix(name, ".parquet") {
+		time.Sleep(time.Duration(d))
+	}
+	return s.localIO.Open(name)
+}
+
 // hookCatalog runs before once, just before the first table commit goes to
 // the real catalog: another member's commit can land between this one's
-// MERGE and its commit.
+// MERGE and its commit. Once readDelay (when set) is positive, opening a
+// data file of its tables takes that long (a slow storage).
 type hookCatalog struct {
 	catalog.Catalog
-	once   sync.Once
-	before func()
+	once      sync.Once
+	before    func()
+	readDelay *atomic.Int64
 }
 
 func (c *hookCatalog) LoadTable(ctx context.Context, ident table.Identifier) (*table.Table, error) {
@@ -339,7 +363,17 @@ func (c *hookCatalog) LoadTable(ctx context.Context, ident table.Identifier) (*t
 	if err != nil {
 		return nil, err
 	}
-	return table.New(ident, tbl.Metadata(), tbl.MetadataLocation(), tbl.FS, c), nil
+	fs := tbl.FS
+	if c.readDelay != nil {
+		fs = func(ctx context.Context) (iceio.IO, error) {
+			inner, err := tbl.FS(ctx)
+			if err != nil {
+				return nil, err
+			}
+			return slowReadIO{inner.(localIO), c.readDelay}, nil
+		}
+	}
+	return table.New(ident, tbl.Metadata(), tbl.MetadataLocation(), fs, c), nil
 }
 
 func (c *hookCatalog) CommitTable(ctx context.Context, ident table.Identifier, reqs []table.Requirement, updates []table.Update) (table.Metadata, string, error) {
