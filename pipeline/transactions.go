@@ -12,8 +12,9 @@ import "github.com/segmentio/kafka-go"
 // transaction), and the offsets before it back to what the buffer covers:
 // none of them holds a record. They are recorded as absent from the log, as
 // offsets the log cleaner removed are, so that verify does not take them
-// for gaps; unlike those they are no loss, and not reported as one. It
-// returns how many offsets it covered.
+// for gaps. Offsets the log skipped before the batch began (compacted
+// away, deleted by retention) are reported as such (gap); the batch's own
+// are no loss. It returns how many of the batch's offsets it covered.
 func (b *partitionBuffer) pass(msg kafka.Message) (int64, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -24,17 +25,24 @@ func (b *partitionBuffer) pass(msg kafka.Message) (int64, error) {
 	if !b.started {
 		expect = b.resume
 	}
+	// from is where the run starts, first where the batch's own offsets
+	// do.
 	from := max(expect, b.gapTo)
-	if expect < 0 || from > msg.Offset {
+	if expect < 0 {
 		// No watermark to count from (a new partition, whose first batch
-		// this is): only the batch's last offset is known.
-		from = msg.Offset
+		// this is): the batch starts the segment.
+		from = msg.SkippedFrom
+	}
+	from = min(from, msg.Offset)
+	first := min(max(msg.SkippedFrom, from), msg.Offset)
+	if first > from && b.gap != nil {
+		b.gap(from, first)
 	}
 	b.absent = append(b.absent, [2]int64{from, msg.Offset + 1})
 	b.gapTo = msg.Offset + 1
 	b.stamp(from, recordNanos(msg.Time))
 	b.next = msg.Offset + 1
-	return msg.Offset + 1 - from, nil
+	return msg.Offset + 1 - first, nil
 }
 
 // passed accounts for msg, a batch the reader skipped (see pass).

@@ -8,6 +8,7 @@ package pipeline_test
 
 import (
 	"fmt"
+	"hash/crc32"
 	"log/slog"
 	"maps"
 	"slices"
@@ -16,6 +17,7 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/floe-dev/floe/enrich"
 	"github.com/floe-dev/floe/lakehouse"
@@ -295,5 +297,44 @@ func TestLatestStartBesideAnOpenTransaction(t *testing.T) {
 	slices.SortFunc(ids, func(x, y [2]int64) int { return int(x[1] - y[1]) })
 	if want := [][2]int64{{0, 1}, {0, 2}, {0, 4}}; !slices.Equal(ids, want) {
 		t.Fatalf("rows %v, want %v: g0, e1 and e2, what the job can read since it started", ids, want)
+	}
+}
+
+// markerBatch encodes a transaction's commit marker at off: a control
+// batch of producer 9 holding one control record.
+func markerBatch(off int64) []byte {
+	r := kmsg.Record{Key: []byte{0, 0, 0, 1}, Value: []byte{0, 0, 0, 0, 0, 0}} // version 0, COMMIT
+	r.Length = int32(len(r.AppendTo(nil)) - 1)
+	ts := time.Now().UnixMilli()
+	b := kmsg.RecordBatch{FirstOffset: off, Magic: 2, Attributes: 0x30, FirstTimestamp: ts, MaxTimestamp: ts,
+		ProducerID: 9, NumRecords: 1, Records: r.AppendTo(nil)}
+	b.Length = int32(len(b.AppendTo(nil)) - 12)
+	b.CRC = int32(crc32.Checksum(b.AppendTo(nil)[21:], crc32.MakeTable(crc32.Castagnoli)))
+	return b.AppendTo(nil)
+}
+
+// TestCompactedOffsetsBeforeAMarker: the log cleaner removed offsets 5..7,
+// just before a transaction's marker at 8 (a compacted transactional
+// topic, as Kafka Streams' exactly-once changelogs are). The run counts
+// them as skipped by the log (floe_offset_gaps_total, its warning), the
+// marker alone as a transaction's offset, and verify finds all four
+// absent. The marker's batch told only its last offset: the removed
+// offsets were counted as the transaction's, and not reported.
+func TestCompactedOffsetsBeforeAMarker(t *testing.T) {
+	j := newJob(t, 0, fastCommit, nil)
+	segment := append(cleanedBatch(t, 0, offsetsIn(0, 5), 4, false), markerBatch(8)...)
+	serveCleanedLog(t, j, 30, 0, func(offset int64) []byte {
+		if offset < 9 {
+			return segment
+		}
+		return nil
+	})
+	m := runScheduled(t, j, "the scheduled run over the compacted transactional log")
+	if gaps, txn := m.Stats().OffsetGaps.Load(), m.Stats().TransactionSkipped.Load(); gaps != 3 || txn != 1 {
+		t.Fatalf("%d offsets skipped by the log and %d by transactions, want 3 and 1", gaps, txn)
+	}
+	rep := verifyWithDeadLetters(t, j)
+	if !rep.OK() || rep.AbsentFromLog != 4 {
+		t.Fatalf("verify: OK %v, absent %d, want OK and 4 absent", rep.OK(), rep.AbsentFromLog)
 	}
 }

@@ -216,8 +216,8 @@ func (batch *Batch) ReadMessage() (Message, error) {
 		)
 	}
 
-	if err == nil {
-		msg.Skipped = batch.msgs.skipped // floe patch
+	if err == nil && batch.msgs.skipped != "" { // floe patch
+		msg.Skipped, msg.SkippedFrom = batch.msgs.skipped, batch.msgs.skippedFrom
 	}
 	batch.mutex.Unlock()
 	msg.Topic = batch.topic

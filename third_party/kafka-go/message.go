@@ -33,9 +33,12 @@ type Message struct {
 	// but the end of a record batch that holds none to return:
 	// SkippedMarker (a transaction's commit or abort marker) or
 	// SkippedAborted (records of an aborted transaction, under
-	// ReadCommitted). Offset is the batch's last offset, Time its newest
-	// timestamp; Key, Value and Headers are empty.
-	Skipped string
+	// ReadCommitted). Offset is the batch's last offset, SkippedFrom its
+	// first (below the offset asked for when the reader started inside
+	// the batch), Time its newest timestamp; Key, Value and Headers are
+	// empty.
+	Skipped     string
+	SkippedFrom int64
 }
 
 func (msg Message) message(cw *crc32Writer) message {

@@ -32,10 +32,12 @@ type messageSetReader struct {
 	// (read_committed) by first offset, those not yet reached; active holds
 	// the producers whose aborted transaction has begun. skipped says why
 	// the last readMessage returned the end of a batch rather than a
-	// record (Message.Skipped), "" for a record.
-	aborted []abortedTxn
-	active  map[int64]struct{}
-	skipped string
+	// record (Message.Skipped), "" for a record, and skippedFrom where that
+	// batch began.
+	aborted     []abortedTxn
+	active      map[int64]struct{}
+	skipped     string
+	skippedFrom int64
 
 	decompressed *bytes.Buffer
 }
@@ -230,7 +232,7 @@ func (r *messageSetReader) readMessage(min int64, key readBytesFunc, val readByt
 			if err = r.skipBatch(); err != nil {
 				return
 			}
-			r.skipped = why
+			r.skipped, r.skippedFrom = why, r.header.firstOffset
 			offset, timestamp = r.readTo, r.header.v2.lastTimestamp
 			return
 		}
