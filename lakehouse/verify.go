@@ -169,6 +169,13 @@ type Report struct {
 	// to them, so offsets dead-lettered into another topic (a changed or
 	// misspelt dlq_topic) count as gaps. Information, not a problem.
 	MissingDeadLetterTopics []string `json:"missing_dead_letter_topics,omitempty"`
+	// TrimmedDeadLetters names, as "topic/partition below offset", the
+	// partitions of the dead-letter topics read whose log no longer
+	// starts at 0, set by the caller that read them: retention (or a
+	// deletion of records) removed dead letters, so verify cannot tell
+	// the gaps from them, and counts gaps as not checked. Information,
+	// not a problem.
+	TrimmedDeadLetters []string `json:"trimmed_dead_letters,omitempty"`
 	// Partitions holds every partition that has rows, dead letters or a
 	// watermark, in partition order.
 	Partitions []PartitionReport `json:"partitions"`
@@ -251,7 +258,7 @@ func (r *Report) problems() []string {
 		both += p.BothRowAndDeadLetter
 		rowSkipped += p.BothRowAndBusinessSkipped
 	}
-	if gaps > 0 {
+	if gaps > 0 && len(r.TrimmedDeadLetters) == 0 {
 		what := "neither rows nor dead letters"
 		if r.DeadLetters < 0 {
 			what = "not rows (dead-letter topic not read)"
@@ -869,6 +876,7 @@ const maxTextGaps = 5
 func (r *Report) WriteText(w io.Writer) error {
 	ew := &errWriter{w: w}
 	problems := r.problems()
+	trimmed := len(r.TrimmedDeadLetters) > 0 // gaps not checked
 	verdict := "OK"
 	if len(problems) > 0 {
 		verdict = "!! NOT OK: " + plural(len(problems), "problem")
@@ -884,6 +892,7 @@ func (r *Report) WriteText(w io.Writer) error {
 	}
 	ew.printf("  rows %d, distinct ids %d, duplicates %d, dead letters %s\n", r.Rows, r.DistinctIDs, r.DuplicateIDs, dead)
 	ew.missingDLQ(r.MissingDeadLetterTopics)
+	ew.trimmedDLQ(r.TrimmedDeadLetters, r.gapOffsets())
 	ew.printf("  sessions %d, split across partitions %d, seq order violations %d\n", r.Sessions, r.SplitSessions, r.OrderViolations)
 	if r.DedupeKey != "" || r.BusinessSkipped > 0 {
 		ew.printf("  dedupe key %s: distinct keys %d, duplicate keys %d, offsets skipped as business duplicates %d\n",
@@ -918,7 +927,7 @@ func (r *Report) WriteText(w io.Writer) error {
 		fmt.Fprintf(tw, "\tpartition\twatermark\trows\tdead letters\tfirst seen\tlast seen\tgap offsets\tabove wm\trow+dl\t\n")
 		for _, p := range r.Partitions {
 			mark := ""
-			if p.GapOffsets > 0 || p.AboveWatermark > 0 || p.BothRowAndDeadLetter > 0 || p.BothRowAndBusinessSkipped > 0 {
+			if (p.GapOffsets > 0 && !trimmed) || p.AboveWatermark > 0 || p.BothRowAndDeadLetter > 0 || p.BothRowAndBusinessSkipped > 0 {
 				mark = "!!"
 			}
 			fmt.Fprintf(tw, "%s\t%d\t%s\t%d\t%s\t%s\t%s\t%d\t%d\t%d\t\n", mark, p.Partition,
@@ -933,7 +942,7 @@ func (r *Report) WriteText(w io.Writer) error {
 	ew.problems(problems)
 	for _, p := range r.Partitions {
 		if len(p.Gaps) > 0 {
-			ew.printf("!! partition %d gaps: %s\n", p.Partition, gapsText(p.Gaps))
+			ew.printf("%s partition %d gaps: %s\n", gapMark(trimmed), p.Partition, gapsText(p.Gaps))
 		}
 		if p.Rows > 0 && p.Watermark == NoWatermark {
 			ew.printf("!! partition %d has rows but group %s has no watermark for it\n", p.Partition, r.Group)
@@ -1001,6 +1010,34 @@ func (e *errWriter) unchecked(n int64) {
 		e.printf("  %s not checked: no row or dead letter covers them, and they lie where the table no longer records every skipped business duplicate (past 10,000 runs of them, maintenance keeps the newest): skipped duplicates or losses, which verify cannot tell apart\n",
 			plural(n, "offset"))
 	}
+}
+
+// gapMark marks a line of gaps: a problem ("!!"), unless the dead-letter
+// topic lost letters to retention (trimmed), when they are not checked.
+func gapMark(trimmed bool) string {
+	if trimmed {
+		return "  "
+	}
+	return "!!"
+}
+
+// gapOffsets is how many offsets the report's partitions have in gaps.
+func (r *Report) gapOffsets() int64 {
+	var n int64
+	for _, p := range r.Partitions {
+		n += p.GapOffsets
+	}
+	return n
+}
+
+// trimmedDLQ writes, when dead-letter topics lost letters (trimmed: see
+// Report.TrimmedDeadLetters), why the gaps (gaps offsets) are not checked.
+func (e *errWriter) trimmedDLQ(trimmed []string, gaps int64) {
+	if len(trimmed) == 0 {
+		return
+	}
+	e.printf("  dead-letter topic log no longer starts at 0 (%s): retention deleted dead letters, so %s in gaps (listed per partition) are not checked: dead letters it no longer holds, or losses, which verify cannot tell apart (give the dead-letter topic retention.ms=-1)\n",
+		strings.Join(trimmed, ", "), plural(gaps, "offset"))
 }
 
 // missingDLQ writes a line per dead-letter topic that does not exist.

@@ -26,6 +26,8 @@ type RoutesReport struct {
 	DeadLetters int64 `json:"dead_letters"`
 	// MissingDeadLetterTopics is as for Report.
 	MissingDeadLetterTopics []string `json:"missing_dead_letter_topics,omitempty"`
+	// TrimmedDeadLetters is as for Report.
+	TrimmedDeadLetters []string `json:"trimmed_dead_letters,omitempty"`
 	// Partitions holds every partition with rows, dead letters or a
 	// watermark, in partition order.
 	Partitions []RoutesPartition `json:"partitions"`
@@ -310,7 +312,7 @@ func (r *RoutesReport) problems() []string {
 		gaps += p.GapOffsets
 		several += p.InSeveral
 	}
-	if gaps > 0 {
+	if gaps > 0 && len(r.TrimmedDeadLetters) == 0 {
 		what := "in no table and not dead letters"
 		if r.DeadLetters < 0 {
 			what = "in no table (dead-letter topics not read)"
@@ -328,6 +330,7 @@ func (r *RoutesReport) problems() []string {
 func (r *RoutesReport) WriteText(w io.Writer) error {
 	ew := &errWriter{w: w}
 	problems := r.problems()
+	trimmed := len(r.TrimmedDeadLetters) > 0 // gaps not checked
 	verdict := "OK"
 	if len(problems) > 0 {
 		verdict = "!! NOT OK: " + plural(len(problems), "problem")
@@ -349,15 +352,17 @@ func (r *RoutesReport) WriteText(w io.Writer) error {
 	if r.DeadLetters >= 0 {
 		dead = strconv.FormatInt(r.DeadLetters, 10)
 	}
-	var skipped, absent, unchecked, superseded int64
+	var skipped, absent, unchecked, superseded, gaps int64
 	for _, p := range r.Partitions {
 		skipped += p.BusinessSkipped
 		absent += p.AbsentFromLog
 		unchecked += p.Unchecked
 		superseded += p.DeadLettersSuperseded
+		gaps += p.GapOffsets
 	}
 	ew.printf("  dead letters %s, business duplicates skipped %d\n", dead, skipped)
 	ew.missingDLQ(r.MissingDeadLetterTopics)
+	ew.trimmedDLQ(r.TrimmedDeadLetters, gaps)
 	ew.absent(absent)
 	ew.unchecked(unchecked)
 	if superseded > 0 {
@@ -370,7 +375,7 @@ func (r *RoutesReport) WriteText(w io.Writer) error {
 		fmt.Fprintf(tw, "\tpartition\tleast watermark\t%s\tdead letters\tfirst seen\tlast seen\tgap offsets\tin several\t\n", strings.Join(names, "\t"))
 		for _, p := range r.Partitions {
 			mark := ""
-			if p.GapOffsets > 0 || p.InSeveral > 0 {
+			if (p.GapOffsets > 0 && !trimmed) || p.InSeveral > 0 {
 				mark = "!!"
 			}
 			counts := make([]string, len(p.Rows))
@@ -387,7 +392,7 @@ func (r *RoutesReport) WriteText(w io.Writer) error {
 	ew.problems(problems)
 	for _, p := range r.Partitions {
 		if len(p.Gaps) > 0 {
-			ew.printf("!! partition %d gaps: %s\n", p.Partition, gapsText(p.Gaps))
+			ew.printf("%s partition %d gaps: %s\n", gapMark(trimmed), p.Partition, gapsText(p.Gaps))
 		}
 		if len(p.InSeveralExamples) > 0 {
 			ew.printf("!! partition %d offsets in several places: %s\n", p.Partition, strings.Join(p.InSeveralExamples, "; "))

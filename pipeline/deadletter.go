@@ -415,19 +415,32 @@ func (d *deadLetterWriter) close() error {
 // without a word until ctx ends (nil: not logged). A topic that does not
 // exist holds none.
 func ReadDeadLetters(ctx context.Context, k KafkaConfig, log *slog.Logger, tables ...string) (lakehouse.DeadLetters, error) {
-	dl, _, err := ReadDeadLetterTopic(ctx, k, log, tables...)
-	return dl, err
+	t, err := ReadDeadLetterTopic(ctx, k, log, tables...)
+	return t.Letters, err
+}
+
+// DeadLetterTopic is what ReadDeadLetterTopic read of a dead-letter topic.
+type DeadLetterTopic struct {
+	Letters lakehouse.DeadLetters
+	// Exists says whether the topic exists. The job's writer has the
+	// broker create it with its first dead letter, so a topic that does
+	// not exist was never written to; when dead letters were written, they
+	// are in another topic (a changed or misspelt kafka.dlq_topic), and
+	// verify counts them as gaps.
+	Exists bool
+	// Trimmed holds the topic's partitions whose log no longer starts at
+	// 0, with their log start: retention (or a deletion of records)
+	// removed the dead letters below it, whose offsets verify then counts
+	// as gaps.
+	Trimmed map[int32]int64
 }
 
 // ReadDeadLetterTopic is ReadDeadLetters that also says whether the
-// dead-letter topic exists. The job's writer has the broker create it with
-// its first dead letter, so a topic that does not exist was never written
-// to; when dead letters were written, they are in another topic (a changed
-// or misspelt kafka.dlq_topic), and verify counts them as gaps.
-func ReadDeadLetterTopic(ctx context.Context, k KafkaConfig, log *slog.Logger, tables ...string) (dl lakehouse.DeadLetters, exists bool, err error) {
+// dead-letter topic exists and which of its partitions lost letters.
+func ReadDeadLetterTopic(ctx context.Context, k KafkaConfig, log *slog.Logger, tables ...string) (t DeadLetterTopic, err error) {
 	dialer, err := k.dialer()
 	if err != nil {
-		return nil, false, err
+		return t, err
 	}
 	// Through the client of every other request (any listed broker
 	// answers): it dialed kafka.brokers[0] alone, and with that broker down
@@ -436,25 +449,31 @@ func ReadDeadLetterTopic(ctx context.Context, k KafkaConfig, log *slog.Logger, t
 	dk.Topic = k.DLQTopic
 	first, err := FirstOffsets(ctx, dk)
 	if errors.Is(err, kafka.UnknownTopicOrPartition) {
-		return lakehouse.DeadLetters{}, false, nil
+		return DeadLetterTopic{Letters: lakehouse.DeadLetters{}}, nil
 	}
 	if err != nil {
-		return nil, false, fmt.Errorf("dead-letter topic: %w", err)
+		return t, fmt.Errorf("dead-letter topic: %w", err)
 	}
 	last, err := EndOffsets(ctx, dk)
 	if err != nil {
-		return nil, false, fmt.Errorf("dead-letter topic: %w", err)
+		return t, fmt.Errorf("dead-letter topic: %w", err)
 	}
-	out := lakehouse.DeadLetters{}
+	t = DeadLetterTopic{Letters: lakehouse.DeadLetters{}, Exists: true}
 	for _, p := range slices.Sorted(maps.Keys(last)) {
+		if first[p] > 0 {
+			if t.Trimmed == nil {
+				t.Trimmed = map[int32]int64{}
+			}
+			t.Trimmed[p] = first[p]
+		}
 		if first[p] >= last[p] {
 			continue
 		}
-		if err := readDeadLetterPartition(ctx, dialer, k, int(p), first[p], last[p], tables, out, log); err != nil {
-			return nil, false, err
+		if err := readDeadLetterPartition(ctx, dialer, k, int(p), first[p], last[p], tables, t.Letters, log); err != nil {
+			return DeadLetterTopic{}, err
 		}
 	}
-	return out, true, nil
+	return t, nil
 }
 
 // readDeadLetterPartition reads offsets [first, last) of a partition of the

@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
+	"slices"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -41,12 +43,12 @@ of them or a dead letter.`,
 			}()
 			if !jobs[0].routed {
 				j := jobs[0]
-				var missing []string
-				rep, err := j.tbl.Verify(ctx, j.cfg.Kafka.Topic, deadLetterReader(noDLQ, j.log, []string{j.cfg.Table.Name}, &missing, j.cfg.Kafka))
+				var read dlqRead
+				rep, err := j.tbl.Verify(ctx, j.cfg.Kafka.Topic, deadLetterReader(noDLQ, j.log, []string{j.cfg.Table.Name}, &read, j.cfg.Kafka))
 				if err != nil {
 					return err
 				}
-				rep.MissingDeadLetterTopics = missing
+				rep.MissingDeadLetterTopics, rep.TrimmedDeadLetters = read.missing, read.trimmed
 				return printReport(rep, asJSON)
 			}
 			return verifyRoutes(ctx, jobs, noDLQ, asJSON)
@@ -57,36 +59,44 @@ of them or a dead letter.`,
 	return cmd
 }
 
+// dlqRead is what a deadLetterReader notes of the dead-letter topics it
+// read: Report.MissingDeadLetterTopics and Report.TrimmedDeadLetters.
+type dlqRead struct{ missing, trimmed []string }
+
 // deadLetterReader returns the reader of the dead-letter topics of ks for
 // their topic, which Verify calls once it has loaded the tables, or nil (not
 // read) with --no-dlq; the reader fails when they cannot be read, and logs
 // to log the read errors it retries. Only the dead letters of tables count
 // (and those written without a table header): routes of one topic share
-// its dead-letter topic by default. The reader adds to missing the topics
-// that do not exist, for the report: they hold no dead letters, but said
-// nothing, and a misspelt dlq_topic read as gaps without a word why.
-func deadLetterReader(noDLQ bool, log *slog.Logger, tables []string, missing *[]string, ks ...pipeline.KafkaConfig) lakehouse.DeadLetterReader {
+// its dead-letter topic by default. The reader notes in read, for the
+// report, the topics that do not exist (they hold no dead letters, but said
+// nothing, and a misspelt dlq_topic read as gaps without a word why) and
+// the partitions that lost letters to retention.
+func deadLetterReader(noDLQ bool, log *slog.Logger, tables []string, read *dlqRead, ks ...pipeline.KafkaConfig) lakehouse.DeadLetterReader {
 	if noDLQ {
 		return nil
 	}
 	return func(ctx context.Context) (lakehouse.DeadLetters, error) {
 		out := lakehouse.DeadLetters{}
-		read := map[string]bool{}
+		seen := map[string]bool{}
 		for _, k := range ks {
-			if read[k.DLQTopic] {
+			if seen[k.DLQTopic] {
 				continue
 			}
-			read[k.DLQTopic] = true
-			dl, exists, err := pipeline.ReadDeadLetterTopic(ctx, k, log, tables...)
+			seen[k.DLQTopic] = true
+			t, err := pipeline.ReadDeadLetterTopic(ctx, k, log, tables...)
 			if err != nil {
 				// Its dead letters would be gaps: status 1, a table that
 				// does not reconcile, for an unreachable broker.
 				return nil, fmt.Errorf("dead-letter topic %s not read, so gaps cannot be told from dead letters (--no-dlq verifies without it): %w", k.DLQTopic, err)
 			}
-			if !exists {
-				*missing = append(*missing, k.DLQTopic)
+			if !t.Exists {
+				read.missing = append(read.missing, k.DLQTopic)
 			}
-			for p, offs := range dl {
+			for _, p := range slices.Sorted(maps.Keys(t.Trimmed)) {
+				read.trimmed = append(read.trimmed, fmt.Sprintf("%s/%d below offset %d", k.DLQTopic, p, t.Trimmed[p]))
+			}
+			for p, offs := range t.Letters {
 				for o, reason := range offs {
 					out.Add(p, o, reason)
 				}
@@ -115,12 +125,12 @@ func verifyRoutes(ctx context.Context, jobs []*job, noDLQ, asJSON bool) error {
 	var topics []string
 	for _, j := range jobs {
 		if !j.cfg.FieldRouted() {
-			var missing []string
-			rep, err := j.tbl.Verify(ctx, j.cfg.Kafka.Topic, deadLetterReader(noDLQ, j.log, []string{j.cfg.Table.Name}, &missing, j.cfg.Kafka))
+			var read dlqRead
+			rep, err := j.tbl.Verify(ctx, j.cfg.Kafka.Topic, deadLetterReader(noDLQ, j.log, []string{j.cfg.Table.Name}, &read, j.cfg.Kafka))
 			if err != nil {
 				return fmt.Errorf("verifying %s: %w", j.cfg.Table.Name, err)
 			}
-			rep.MissingDeadLetterTopics = missing
+			rep.MissingDeadLetterTopics, rep.TrimmedDeadLetters = read.missing, read.trimmed
 			v.Tables = append(v.Tables, rep)
 			continue
 		}
@@ -138,12 +148,12 @@ func verifyRoutes(ctx context.Context, jobs []*job, noDLQ, asJSON bool) error {
 		for i, j := range siblings {
 			tables[i], ks[i], names[i] = j.tbl, j.cfg.Kafka, j.cfg.Table.Name
 		}
-		var missing []string
-		rep, err := lakehouse.VerifyRoutes(ctx, t, tables, deadLetterReader(noDLQ, siblings[0].base, names, &missing, ks...))
+		var read dlqRead
+		rep, err := lakehouse.VerifyRoutes(ctx, t, tables, deadLetterReader(noDLQ, siblings[0].base, names, &read, ks...))
 		if err != nil {
 			return fmt.Errorf("verifying the routes of topic %s: %w", t, err)
 		}
-		rep.MissingDeadLetterTopics = missing
+		rep.MissingDeadLetterTopics, rep.TrimmedDeadLetters = read.missing, read.trimmed
 		v.FieldRoutes = append(v.FieldRoutes, rep)
 	}
 	var failed []string

@@ -86,3 +86,41 @@ func TestVerifyNamesAMissingDeadLetterTopic(t *testing.T) {
 		}
 	}
 }
+
+// TestVerifyAfterTheDeadLetterTopicsRetention: once retention deletes old
+// dead letters (Kafka's default retention.ms is 7 days), `floe verify`
+// names the dead-letter partitions that no longer start at 0 and counts
+// the offsets it cannot tell from their deleted letters as not checked,
+// in the text and in --json, and exits 0. It reported a healthy table's
+// every dead-lettered offset as a gap, status 1, without a word why.
+func TestVerifyAfterTheDeadLetterTopicsRetention(t *testing.T) {
+	e := newEnv(t, 1, "")
+	ctx := t.Context()
+	gen := clickgen.New(clickgen.Config{Seed: 3, MalformedRate: 0.2})
+	if _, err := e.cluster.ProduceRate(ctx, e.topic, gen, 100, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.start("scheduled", "run", "--until-caught-up").wait(t, 90*time.Second); err != nil {
+		t.Fatalf("floe run --until-caught-up: %v", err)
+	}
+	if out, err := runFloe(t, "verify", "--config", e.config, "--log-level", "error"); err != nil {
+		t.Fatalf("floe verify before retention: %v\n%s", err, out)
+	}
+	end, err := e.cluster.EndOffsets(ctx, e.topic+".dlq")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.cluster.DeleteRecords(ctx, e.topic+".dlq", end); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{{"verify"}, {"verify", "--json"}} {
+		out, err := runFloe(t, append(args, "--config", e.config, "--log-level", "error")...)
+		want := "retention deleted dead letters, so "
+		if args[len(args)-1] == "--json" {
+			want = `"trimmed_dead_letters": [`
+		}
+		if err != nil || !strings.Contains(out, want) || !strings.Contains(out, "clicks.dlq/") {
+			t.Fatalf("floe %v after the dead-letter topic's retention: %v, want status 0 and %q naming its partitions\n%s", args, err, want, out)
+		}
+	}
+}
