@@ -123,7 +123,15 @@ func (k *keyIndex) add(b arrow.RecordBatch, topic string) error {
 			k.first[strings.Clone(v)] = c
 			continue
 		}
+		// A row stored twice at one offset is a duplicate id, counted as
+		// such: not a second business key too.
+		if first.at == c.at {
+			continue
+		}
 		if cs, ok := k.repeats[v]; ok {
+			if slices.ContainsFunc(cs, func(o keyCopy) bool { return o.at == c.at }) {
+				continue
+			}
 			k.repeats[v] = append(cs, c)
 			continue
 		}
