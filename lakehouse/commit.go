@@ -189,6 +189,9 @@ func (t *Table) CommitAs(ctx context.Context, commitID string, parts []Part) (re
 	rangesJSON, _ := json.Marshal(ranges)
 
 	backoff := 20 * time.Millisecond
+	// unsettled: the last attempt conflicted, and no reload has shown the
+	// commit absent since (see settleConflict).
+	unsettled := false
 	for res.Attempts < maxAttempts {
 		if res.Attempts > 0 {
 			// A catalog may report a conflict for a commit it applied
@@ -208,6 +211,7 @@ func (t *Table) CommitAs(ctx context.Context, commitID string, parts []Part) (re
 				applied.Attempts = res.Attempts
 				return applied, nil
 			}
+			unsettled = false
 		}
 		res.Attempts++
 		if err = t.fence(tbl, parts); err != nil {
@@ -302,6 +306,7 @@ func (t *Table) CommitAs(ctx context.Context, commitID string, parts []Part) (re
 		}
 		if isConflict(cerr) && ctx.Err() == nil {
 			// Looked for after the reload (a conflict may have applied).
+			unsettled = true
 			t.log.Info("commit conflict, reloading", "commit_id", res.CommitID, "attempt", res.Attempts, "err", cerr)
 		} else {
 			// Unknown outcome (or a conflict as the flush is stopped:
@@ -328,13 +333,42 @@ func (t *Table) CommitAs(ctx context.Context, commitID string, parts []Part) (re
 		select {
 		case <-ctx.Done():
 			err = ctx.Err()
+			if unsettled {
+				return t.settleConflict(ctx, commitID, res, err, &ambiguous)
+			}
 			return res, err
 		case <-time.After(backoff/2 + rand.N(backoff)):
 		}
 		backoff = min(2*backoff, time.Second)
 	}
 	err = fmt.Errorf("commit %s: gave up after %d attempts", res.CommitID, res.Attempts)
+	if unsettled {
+		return t.settleConflict(ctx, commitID, res, err, &ambiguous)
+	}
 	return res, err
+}
+
+// settleConflict ends a commit whose last attempt conflicted with no reload
+// since, as the attempts ran out or ctx ended in the backoff: a catalog may
+// report a conflict for a commit it applied (see CommitAs's loop), and its
+// files, deleted, would leave the table naming files that are gone behind
+// an advanced watermark. The table is reloaded (with a fresh deadline once
+// ctx has ended) and the commit looked for: applied, it is the result;
+// absent, cause is the error and the files may go; a failed reload leaves
+// the outcome unknown, and the files are kept (ambiguous).
+func (t *Table) settleConflict(ctx context.Context, commitID string, res Result, cause error, ambiguous *bool) (Result, error) {
+	octx, cancel := outcomeContext(ctx)
+	defer cancel()
+	tbl, err := t.Load(octx)
+	if err != nil {
+		*ambiguous = true
+		return res, fmt.Errorf("%w; whether its last attempt, reported as a conflict, applied is unknown (reloading: %w)", cause, err)
+	}
+	if applied, ok := t.applied(tbl, commitID); ok {
+		applied.Attempts = res.Attempts
+		return applied, nil
+	}
+	return res, cause
 }
 
 // prepare runs the dedupe MERGE — the offset anti-join of every part, then
