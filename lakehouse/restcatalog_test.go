@@ -193,6 +193,25 @@ func TestRESTCatalogErrorsHideCredentials(t *testing.T) {
 	}
 }
 
+// TestRESTCatalogKeyAsURIUserIsHidden: an API key given as the uri's user
+// name alone (https://KEY@host, or KEY:@host), which net/http quotes in
+// its errors as it is (it masks passwords only), is not in the error of a
+// catalog that cannot be reached. Only a password was scrubbed.
+func TestRESTCatalogKeyAsURIUserIsHidden(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close() // nothing listens: connection refused
+	for _, uri := range []string{"http://k3y-s3cret@" + addr, "http://k3y-s3cret:@" + addr, "http://floe:pw-s3cret@" + addr} {
+		_, err := lakehouse.OpenCatalog(t.Context(), map[string]string{"type": "rest", "uri": uri})
+		if err == nil || strings.Contains(err.Error(), "s3cret") {
+			t.Errorf("uri %s: %v, want an error without the credential", uri, err)
+		}
+	}
+}
+
 // TestRESTCatalogFromIcebergGoConfigFile: a REST catalog whose uri,
 // credential and warehouse are in iceberg-go's configuration file
 // (.iceberg-go.yaml for the catalog named "floe") gets all three, as a sql

@@ -149,6 +149,12 @@ func OpenCatalog(ctx context.Context, props map[string]string) (catalog.Catalog,
 	for k, v := range props {
 		p[k] = v
 	}
+	if t, ok := p["type"]; ok {
+		// As iceberg-go's registry takes it ("Hive" is a Hive catalog,
+		// which must be made serial, "SQL" one whose SQLite needs its
+		// options).
+		p["type"] = strings.ToLower(t)
+	}
 	name := catalogName(props)
 	// What iceberg-go's configuration file gives the catalog, as
 	// catalog.Load takes it: here, because the SQLite options below would

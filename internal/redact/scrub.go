@@ -16,12 +16,18 @@ type Secrets []string
 
 // Basic returns the forms in which net/http sends user and password
 // ("Authorization: Basic base64(user:password)"), the password alone
-// included, as a server may echo either. Without a password, none.
+// included, as a server may echo either. Without a password the name is
+// the credential (an API key passed as https://KEY@host or KEY:@host), and
+// it is among them; without either, none.
 func Basic(user, password string) Secrets {
-	if password == "" {
+	if user == "" && password == "" {
 		return nil
 	}
-	return Secrets{base64.StdEncoding.EncodeToString([]byte(user + ":" + password)), password}
+	secret := password
+	if password == "" {
+		secret = user
+	}
+	return Secrets{base64.StdEncoding.EncodeToString([]byte(user + ":" + password)), secret}
 }
 
 // Scrub returns text with every occurrence of each secret replaced by

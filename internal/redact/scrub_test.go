@@ -19,8 +19,12 @@ func TestSecretsScrub(t *testing.T) {
 	if got != want {
 		t.Errorf("got %q, want %q", got, want)
 	}
-	if b := redact.Basic("floe", ""); b != nil {
-		t.Errorf("a user without a password gave secrets %q", b)
+	// Without a password, the name is the credential (https://KEY@host).
+	if b := redact.Basic("k3y", ""); len(b) != 2 || b.Scrub("Basic azN5Og== k3y") != "Basic REDACTED REDACTED" {
+		t.Errorf("a name without a password gave secrets %q, want it and its Basic form", b)
+	}
+	if b := redact.Basic("", ""); b != nil {
+		t.Errorf("no user info gave secrets %q", b)
 	}
 }
 
