@@ -2,12 +2,18 @@ package lakehouse
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"iter"
+	"net"
+	"sync"
+	"syscall"
 
 	"github.com/apache/iceberg-go"
 	"github.com/apache/iceberg-go/catalog"
 	"github.com/apache/iceberg-go/table"
+	"github.com/apache/thrift/lib/go/thrift"
 )
 
 // serialCatalog makes one call at a time to a catalog that is not safe for
@@ -19,17 +25,26 @@ import (
 // its context ends, the call keeping the catalog until it does (the calls
 // after it then fail at their deadlines rather than hang). The tables it
 // returns commit through it.
+//
+// That one connection is dialed when the catalog is opened, never again:
+// once the metastore dropped it (a restart, a failover behind a virtual
+// IP), every call failed for as long as floe ran. A call that fails for a
+// lost connection closes the catalog, and the next call opens a new one
+// (reopen).
 type serialCatalog struct {
-	catalog.Catalog
-	turn chan struct{} // holds a token while a call runs
+	catalog.Catalog // the first one opened, for what is not a call
+	reopen          func(context.Context) (catalog.Catalog, error)
+	turn            chan struct{} // holds a token while a call runs
+	mu              sync.Mutex
+	cur             catalog.Catalog // what calls go to; nil once its connection was lost
 }
 
-func newSerialCatalog(c catalog.Catalog) *serialCatalog {
-	return &serialCatalog{Catalog: c, turn: make(chan struct{}, 1)}
+func newSerialCatalog(c catalog.Catalog, reopen func(context.Context) (catalog.Catalog, error)) *serialCatalog {
+	return &serialCatalog{Catalog: c, reopen: reopen, turn: make(chan struct{}, 1), cur: c}
 }
 
-// serially runs f alone, until ctx ends.
-func serially[T any](ctx context.Context, c *serialCatalog, f func() (T, error)) (T, error) {
+// serially runs f alone on the current catalog, until ctx ends.
+func serially[T any](ctx context.Context, c *serialCatalog, f func(catalog.Catalog) (T, error)) (T, error) {
 	var zero T
 	select {
 	case c.turn <- struct{}{}:
@@ -43,7 +58,20 @@ func serially[T any](ctx context.Context, c *serialCatalog, f func() (T, error))
 	done := make(chan result, 1)
 	go func() {
 		defer func() { <-c.turn }()
-		v, err := f()
+		cat, err := c.current(ctx)
+		if err != nil {
+			done <- result{zero, err}
+			return
+		}
+		v, err := f(cat)
+		if connectionLost(err) {
+			c.mu.Lock()
+			if c.cur == cat {
+				c.cur = nil
+				_ = closeCatalog(cat)
+			}
+			c.mu.Unlock()
+		}
 		done <- result{v, err}
 	}()
 	select {
@@ -52,6 +80,48 @@ func serially[T any](ctx context.Context, c *serialCatalog, f func() (T, error))
 	case <-ctx.Done():
 		return zero, fmt.Errorf("catalog did not answer: %w", ctx.Err())
 	}
+}
+
+// current returns the catalog calls go to, opening a new one when the
+// last one's connection was lost. Only a call holding the turn opens one.
+func (c *serialCatalog) current(ctx context.Context) (catalog.Catalog, error) {
+	c.mu.Lock()
+	cat := c.cur
+	c.mu.Unlock()
+	if cat != nil {
+		return cat, nil
+	}
+	cat, err := c.reopen(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("reconnecting to the catalog: %w", err)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.cur = cat
+	return cat, nil
+}
+
+// connectionLost reports whether err says the catalog's connection is
+// gone or no longer usable (closed by the other side, reset, a network
+// error, a stream out of step), not an answer.
+func connectionLost(err error) bool {
+	if err == nil {
+		return false
+	}
+	var ne net.Error
+	var te thrift.TTransportException
+	var pe thrift.TProtocolException
+	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.EPIPE) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, net.ErrClosed) ||
+		errors.As(err, &ne) || errors.As(err, &te) || errors.As(err, &pe)
+}
+
+// closeCatalog closes cat when it has resources to release.
+func closeCatalog(cat catalog.Catalog) error {
+	if cl, ok := cat.(interface{ Close() error }); ok {
+		return cl.Close()
+	}
+	return nil
 }
 
 // own makes tbl commit through c.
@@ -63,7 +133,7 @@ func (c *serialCatalog) own(tbl *table.Table, err error) (*table.Table, error) {
 }
 
 func (c *serialCatalog) CreateTable(ctx context.Context, ident table.Identifier, sc *iceberg.Schema, opts ...catalog.CreateTableOpt) (*table.Table, error) {
-	return c.own(serially(ctx, c, func() (*table.Table, error) { return c.Catalog.CreateTable(ctx, ident, sc, opts...) }))
+	return c.own(serially(ctx, c, func(cat catalog.Catalog) (*table.Table, error) { return cat.CreateTable(ctx, ident, sc, opts...) }))
 }
 
 func (c *serialCatalog) CommitTable(ctx context.Context, ident table.Identifier, reqs []table.Requirement, updates []table.Update) (table.Metadata, string, error) {
@@ -71,8 +141,8 @@ func (c *serialCatalog) CommitTable(ctx context.Context, ident table.Identifier,
 		md  table.Metadata
 		loc string
 	}
-	o, err := serially(ctx, c, func() (out, error) {
-		md, loc, err := c.Catalog.CommitTable(ctx, ident, reqs, updates)
+	o, err := serially(ctx, c, func(cat catalog.Catalog) (out, error) {
+		md, loc, err := cat.CommitTable(ctx, ident, reqs, updates)
 		return out{md, loc}, err
 	})
 	return o.md, o.loc, err
@@ -85,9 +155,9 @@ func (c *serialCatalog) ListTables(ctx context.Context, ns table.Identifier) ite
 		id  table.Identifier
 		err error
 	}
-	all, _ := serially(ctx, c, func() ([]entry, error) {
+	all, _ := serially(ctx, c, func(cat catalog.Catalog) ([]entry, error) {
 		var out []entry
-		for id, err := range c.Catalog.ListTables(ctx, ns) {
+		for id, err := range cat.ListTables(ctx, ns) {
 			out = append(out, entry{id, err})
 		}
 		return out, nil
@@ -106,54 +176,59 @@ func (c *serialCatalog) ListTables(ctx context.Context, ns table.Identifier) ite
 }
 
 func (c *serialCatalog) LoadTable(ctx context.Context, ident table.Identifier) (*table.Table, error) {
-	return c.own(serially(ctx, c, func() (*table.Table, error) { return c.Catalog.LoadTable(ctx, ident) }))
+	return c.own(serially(ctx, c, func(cat catalog.Catalog) (*table.Table, error) { return cat.LoadTable(ctx, ident) }))
 }
 
 func (c *serialCatalog) DropTable(ctx context.Context, ident table.Identifier) error {
-	_, err := serially(ctx, c, func() (struct{}, error) { return struct{}{}, c.Catalog.DropTable(ctx, ident) })
+	_, err := serially(ctx, c, func(cat catalog.Catalog) (struct{}, error) { return struct{}{}, cat.DropTable(ctx, ident) })
 	return err
 }
 
 func (c *serialCatalog) RenameTable(ctx context.Context, from, to table.Identifier) (*table.Table, error) {
-	return c.own(serially(ctx, c, func() (*table.Table, error) { return c.Catalog.RenameTable(ctx, from, to) }))
+	return c.own(serially(ctx, c, func(cat catalog.Catalog) (*table.Table, error) { return cat.RenameTable(ctx, from, to) }))
 }
 
 func (c *serialCatalog) CheckTableExists(ctx context.Context, ident table.Identifier) (bool, error) {
-	return serially(ctx, c, func() (bool, error) { return c.Catalog.CheckTableExists(ctx, ident) })
+	return serially(ctx, c, func(cat catalog.Catalog) (bool, error) { return cat.CheckTableExists(ctx, ident) })
 }
 
 func (c *serialCatalog) ListNamespaces(ctx context.Context, parent table.Identifier) ([]table.Identifier, error) {
-	return serially(ctx, c, func() ([]table.Identifier, error) { return c.Catalog.ListNamespaces(ctx, parent) })
+	return serially(ctx, c, func(cat catalog.Catalog) ([]table.Identifier, error) { return cat.ListNamespaces(ctx, parent) })
 }
 
 func (c *serialCatalog) CreateNamespace(ctx context.Context, ns table.Identifier, props iceberg.Properties) error {
-	_, err := serially(ctx, c, func() (struct{}, error) { return struct{}{}, c.Catalog.CreateNamespace(ctx, ns, props) })
+	_, err := serially(ctx, c, func(cat catalog.Catalog) (struct{}, error) { return struct{}{}, cat.CreateNamespace(ctx, ns, props) })
 	return err
 }
 
 func (c *serialCatalog) DropNamespace(ctx context.Context, ns table.Identifier) error {
-	_, err := serially(ctx, c, func() (struct{}, error) { return struct{}{}, c.Catalog.DropNamespace(ctx, ns) })
+	_, err := serially(ctx, c, func(cat catalog.Catalog) (struct{}, error) { return struct{}{}, cat.DropNamespace(ctx, ns) })
 	return err
 }
 
 func (c *serialCatalog) CheckNamespaceExists(ctx context.Context, ns table.Identifier) (bool, error) {
-	return serially(ctx, c, func() (bool, error) { return c.Catalog.CheckNamespaceExists(ctx, ns) })
+	return serially(ctx, c, func(cat catalog.Catalog) (bool, error) { return cat.CheckNamespaceExists(ctx, ns) })
 }
 
 func (c *serialCatalog) LoadNamespaceProperties(ctx context.Context, ns table.Identifier) (iceberg.Properties, error) {
-	return serially(ctx, c, func() (iceberg.Properties, error) { return c.Catalog.LoadNamespaceProperties(ctx, ns) })
+	return serially(ctx, c, func(cat catalog.Catalog) (iceberg.Properties, error) { return cat.LoadNamespaceProperties(ctx, ns) })
 }
 
 func (c *serialCatalog) UpdateNamespaceProperties(ctx context.Context, ns table.Identifier, removals []string, updates iceberg.Properties) (catalog.PropertiesUpdateSummary, error) {
-	return serially(ctx, c, func() (catalog.PropertiesUpdateSummary, error) {
-		return c.Catalog.UpdateNamespaceProperties(ctx, ns, removals, updates)
+	return serially(ctx, c, func(cat catalog.Catalog) (catalog.PropertiesUpdateSummary, error) {
+		return cat.UpdateNamespaceProperties(ctx, ns, removals, updates)
 	})
 }
 
-// Close closes the catalog underneath, when it has resources to release.
+// Close closes the catalog underneath, when it has resources to release:
+// a call still under way then fails.
 func (c *serialCatalog) Close() error {
-	if cl, ok := c.Catalog.(interface{ Close() error }); ok {
-		return cl.Close()
+	c.mu.Lock()
+	cat := c.cur
+	c.cur = nil
+	c.mu.Unlock()
+	if cat == nil {
+		return nil
 	}
-	return nil
+	return closeCatalog(cat)
 }

@@ -186,7 +186,7 @@ func OpenCatalog(ctx context.Context, props map[string]string) (catalog.Catalog,
 		return nil, fmt.Errorf("loading %s: %w", what, secrets.Error(err, 0))
 	}
 	if p["type"] == "hive" {
-		cat = newSerialCatalog(cat)
+		cat = newSerialCatalog(cat, func(ctx context.Context) (catalog.Catalog, error) { return catalog.Load(ctx, name, p) })
 	}
 	if len(secrets) > 0 {
 		cat = scrubCatalog{cat, secrets}
