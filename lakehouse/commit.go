@@ -328,6 +328,12 @@ func (t *Table) CommitAs(ctx context.Context, commitID string, parts []Part) (re
 				err = fmt.Errorf("commit %s interrupted: %w (%w)", res.CommitID, ctx.Err(), cerr)
 				return res, err
 			}
+			if Denied(cerr) {
+				// Refused (a REST catalog's 401 or 403): retrying in this
+				// loop does not clear it; the caller decides.
+				err = fmt.Errorf("commit %s: %w", res.CommitID, cerr)
+				return res, err
+			}
 			t.log.Warn("ambiguous commit had not applied, retrying", "commit_id", res.CommitID, "err", cerr)
 		}
 		select {

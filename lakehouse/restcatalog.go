@@ -3,7 +3,9 @@ package lakehouse
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"net"
 	"net/http"
@@ -130,4 +132,11 @@ func warnInsecureREST(log *slog.Logger, p map[string]string) {
 			log.Warn("table.catalog credentials (token, credential or user info) are sent over plain http; use https:// outside a trusted network", "key", "table.catalog."+key)
 		}
 	}
+}
+
+// Denied reports whether err is a refusal that retrying does not clear
+// until someone grants access: the table's files not writable by the job's
+// user (fs.ErrPermission), or a REST catalog answering 401 or 403.
+func Denied(err error) bool {
+	return errors.Is(err, fs.ErrPermission) || errors.Is(err, rest.ErrForbidden) || errors.Is(err, rest.ErrUnauthorized)
 }

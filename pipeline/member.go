@@ -19,7 +19,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io/fs"
 	"log/slog"
 	"maps"
 	"slices"
@@ -282,7 +281,7 @@ func (m *Member) Run(ctx context.Context) error {
 			m.done.Store(true)
 			return nil
 		case errors.Is(err, errPartitionStopped), errors.Is(err, errLogBehind),
-			m.until != nil && (errors.Is(err, fs.ErrPermission) || errors.Is(err, errDeadLettersRefused)): // see retry
+			m.until != nil && (lakehouse.Denied(err) || errors.Is(err, errDeadLettersRefused)): // see retry
 			return err
 		case ctx.Err() != nil:
 			attrs := stopCause(ctx)
@@ -1161,7 +1160,8 @@ func (f *flusher) flush(ctx context.Context) error {
 // topic refusing its letters for good (its ACL, its max.message.bytes) end
 // a scheduled run, which would retry them until killed; the long-running
 // job retries them, as an operator may fix the access or the topic
-// meanwhile, and logs them as errors.
+// meanwhile, and logs them as errors. So does a REST catalog's 401 or 403
+// (lakehouse.Denied).
 func (m *Member) retry(ctx context.Context, what string, op func() error) error {
 	backoff := 250 * time.Millisecond
 	for {
@@ -1170,7 +1170,7 @@ func (m *Member) retry(ctx context.Context, what string, op func() error) error 
 			m.stats.Stalled.Store(false)
 			return err
 		}
-		denied := errors.Is(err, fs.ErrPermission)
+		denied := lakehouse.Denied(err)
 		refused := errors.Is(err, errDeadLettersRefused)
 		if ctx.Err() != nil || (denied || refused) && m.until != nil {
 			// Given up: revoked or commit.grace over (nothing is held
@@ -1184,7 +1184,7 @@ func (m *Member) retry(ctx context.Context, what string, op func() error) error 
 		m.stats.FlushRetries.Add(1)
 		switch {
 		case denied:
-			m.log.Error("flush failed: no write access to the table's files; retrying until access is granted",
+			m.log.Error("flush failed: access denied to the table's files or its catalog; retrying until access is granted",
 				"op", what, "in", backoff, "err", err)
 		case refused:
 			m.log.Error("flush failed: the dead-letter topic refuses its letters; retrying until its ACL or configuration is fixed",

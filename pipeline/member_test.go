@@ -25,6 +25,7 @@ import (
 
 	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/iceberg-go/catalog"
+	"github.com/apache/iceberg-go/catalog/rest"
 	"github.com/apache/iceberg-go/table"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -559,7 +560,7 @@ func TestUnwritableTableEndsAScheduledRun(t *testing.T) {
 
 	endsScheduledRetriesLong(t, j, func(err error) bool {
 		return errors.Is(err, fs.ErrPermission) && strings.Contains(err.Error(), data)
-	}, "a permission error naming "+data, "no write access", restore)
+	}, "a permission error naming "+data, "access denied", restore)
 }
 
 // runFails runs m (what), which must end within d with an error ok
@@ -1462,4 +1463,40 @@ func TestStopBeforeFetchingSaysNothingWasLost(t *testing.T) {
 	if out := logs.String(); strings.Contains(out, "final flush failed") || !strings.Contains(out, "stopping: buffers committed") {
 		t.Errorf("a stop before anything was buffered logged:\n%s", out)
 	}
+}
+
+// forbiddingCatalog answers every table commit with a REST catalog's 403
+// while forbid is set.
+type forbiddingCatalog struct {
+	catalog.Catalog
+	forbid *atomic.Bool
+}
+
+func (c forbiddingCatalog) CommitTable(ctx context.Context, ident table.Identifier, reqs []table.Requirement, updates []table.Update) (table.Metadata, string, error) {
+	if c.forbid.Load() {
+		return nil, "", fmt.Errorf("%w: principal may not commit to %v", rest.ErrForbidden, ident)
+	}
+	return c.Catalog.CommitTable(ctx, ident, reqs, updates)
+}
+
+// TestForbiddenCommitEndsAScheduledRun: a REST catalog that answers the
+// job's commits 403 ends a scheduled run with the error, and a
+// long-running job retries them, logged as an ERROR, until access is
+// granted. The scheduled run retried it until it was killed.
+func TestForbiddenCommitEndsAScheduledRun(t *testing.T) {
+	j := newJob(t, 200, fastCommit, nil)
+	cat, err := lakehouse.OpenCatalog(t.Context(), j.cfg.Table.Catalog)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var forbid atomic.Bool
+	forbid.Store(true)
+	tbl, err := lakehouse.OpenIn(t.Context(), forbiddingCatalog{cat, &forbid}, lakehouse.Config{Table: j.cfg.Table.Name, Group: "g"}, j.sc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { tbl.Close() })
+	j.tbl = tbl
+	endsScheduledRetriesLong(t, j, func(err error) bool { return errors.Is(err, rest.ErrForbidden) },
+		"the catalog's 403", "access denied", func() { forbid.Store(false) })
 }
