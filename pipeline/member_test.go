@@ -684,7 +684,7 @@ func TestUnansweredOffsetCommitHoldsNothing(t *testing.T) {
 // offsets now) until it ends, and returns its member.
 func runScheduled(t *testing.T, j *job, what string) *pipeline.Member {
 	t.Helper()
-	end, err := j.cl.EndOffsets(t.Context(), "clicks")
+	end, err := pipeline.EndOffsets(t.Context(), j.cfg.Kafka) // as floe run --until-caught-up
 	if err != nil {
 		t.Fatal(err)
 	}

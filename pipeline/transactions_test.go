@@ -126,13 +126,7 @@ func TestTransactionalTopic(t *testing.T) {
 			if rep.Read != 4 || rep.Inserted != 4 {
 				t.Fatalf("replay: %+v, want the 4 committed records read and inserted", rep)
 			}
-			m, err := pipeline.NewMember(j.cfg, j.tbl, j.sc, pipeline.UntilOffsets(end))
-			if err != nil {
-				t.Fatal(err)
-			}
-			done, stop := startRun(m)
-			defer stop()
-			waitRun(t, done, 60*time.Second, "the scheduled run over transactions")
+			m := runScheduled(t, j, "the scheduled run over transactions")
 
 			ids := rowIDs(t, j.tbl)
 			slices.SortFunc(ids, func(x, y [2]int64) int { return int(x[0]-y[0])*100 + int(x[1]-y[1]) })
@@ -234,21 +228,11 @@ func TestWatermarkPastAnOpenTransaction(t *testing.T) {
 	if _, err := j.tbl.Commit(ctx, []lakehouse.Part{{Range: lakehouse.Range{Topic: "clicks", Partition: 0, From: 0, To: 3}, Resume: lakehouse.NoWatermark}}); err != nil {
 		t.Fatal(err)
 	}
-	end, err := pipeline.EndOffsets(ctx, j.cfg.Kafka)
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := pipeline.NewMember(j.cfg, j.tbl, j.sc, pipeline.UntilOffsets(end))
-	if err != nil {
-		t.Fatal(err)
-	}
-	done, stop := startRun(m)
-	defer stop()
-	waitRun(t, done, 30*time.Second, "the scheduled run of a caught-up table did not end")
+	runScheduled(t, j, "the scheduled run of a caught-up table")
 	if err := pipeline.CheckReplay(ctx, j.cfg, j.sc, []pipeline.ReplayRange{{Partition: 0, From: 0, To: 1}}, pipeline.ReplayOptions{}); err != nil {
 		t.Fatalf("replay refused: %v", err)
 	}
-	err = pipeline.CheckReplay(ctx, j.cfg, j.sc, []pipeline.ReplayRange{{Partition: 0, From: 0, To: 3}}, pipeline.ReplayOptions{})
+	err := pipeline.CheckReplay(ctx, j.cfg, j.sc, []pipeline.ReplayRange{{Partition: 0, From: 0, To: 3}}, pipeline.ReplayOptions{})
 	if want := "a transaction still open holds the offsets from 1 on"; err == nil || !strings.Contains(err.Error(), want) {
 		t.Fatalf("replay past the open transaction: %v, want an error saying %q", err, want)
 	}
