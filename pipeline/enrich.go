@@ -483,11 +483,7 @@ func (m *Member) fetchEnriched(ctx context.Context, b *partitionBuffer, seek int
 				continue
 			}
 		} else if lane.AwaitIdle(ctx) {
-			cover := m.filtered
-			if msg.Skipped != "" {
-				cover = m.passed
-			}
-			if err := cover(b, msg, end, reached); err != nil {
+			if err := m.cover(b, msg, end, reached); err != nil {
 				stop()
 				return err
 			}

@@ -902,11 +902,8 @@ func (m *Member) fetch(ctx context.Context, b *partitionBuffer, seek int64, win 
 // buffer appends one record to b and accounts for it: counters, the window,
 // and whether the partition reached its scheduled end.
 func (m *Member) buffer(b *partitionBuffer, msg kafka.Message, res enrich.Result, win *window, end int64, reached func()) error {
-	if msg.Skipped != "" {
-		return m.passed(b, msg, end, reached)
-	}
-	if !m.takes(msg.Value) {
-		return m.filtered(b, msg, end, reached)
+	if msg.Skipped != "" || !m.takes(msg.Value) {
+		return m.cover(b, msg, end, reached)
 	}
 	return m.append(b, msg, res, win, end, reached)
 }

@@ -45,6 +45,15 @@ func (b *partitionBuffer) pass(msg kafka.Message) (int64, error) {
 	return msg.Offset + 1 - first, nil
 }
 
+// cover accounts for msg, which is no row of this member's: a batch the
+// reader skipped (passed), or a record another route takes (filtered).
+func (m *Member) cover(b *partitionBuffer, msg kafka.Message, end int64, reached func()) error {
+	if msg.Skipped != "" {
+		return m.passed(b, msg, end, reached)
+	}
+	return m.filtered(b, msg, end, reached)
+}
+
 // passed accounts for msg, a batch the reader skipped (see pass).
 func (m *Member) passed(b *partitionBuffer, msg kafka.Message, end int64, reached func()) error {
 	n, err := b.pass(msg)
