@@ -20,11 +20,10 @@ import (
 // concurrent use: iceberg-go's Hive catalog holds one Thrift connection,
 // whose client is not, and floe calls a table's catalog from the flusher,
 // maintenance and schema evolution at once — concurrent calls read one
-// another's answers, then all wait for ever. Thrift also ignores the
-// context, so a call runs in its own goroutine: the caller returns when
-// its context ends, the call keeping the catalog until it does (the calls
-// after it then fail at their deadlines rather than hang). The tables it
-// returns commit through it.
+// another's answers, then all wait for ever. A call runs in its own
+// goroutine and the caller returns when its context ends; the call itself
+// ends within hiveReadTimeout of that (openHive), its connection then
+// dropped. The tables it returns commit through it.
 //
 // That one connection is dialed when the catalog is opened, never again:
 // once the metastore dropped it (a restart, a failover behind a virtual
@@ -43,9 +42,16 @@ func newSerialCatalog(c catalog.Catalog, reopen func(context.Context) (catalog.C
 	return &serialCatalog{Catalog: c, reopen: reopen, turn: make(chan struct{}, 1), cur: c}
 }
 
-// serially runs f alone on the current catalog, until ctx ends.
+// serially runs f alone on the current catalog, until ctx ends, or at most
+// catalogCallTimeout when ctx has no deadline (a call reads its answer only
+// until its deadline: openHive).
 func serially[T any](ctx context.Context, c *serialCatalog, f func(catalog.Catalog) (T, error)) (T, error) {
 	var zero T
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, catalogCallTimeout)
+		defer cancel()
+	}
 	select {
 	case c.turn <- struct{}{}:
 	case <-ctx.Done():

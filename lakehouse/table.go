@@ -29,7 +29,6 @@ import (
 
 	// Catalog implementations selectable with catalog.type.
 	_ "github.com/apache/iceberg-go/catalog/glue"
-	_ "github.com/apache/iceberg-go/catalog/hive"
 	_ "github.com/apache/iceberg-go/catalog/rest"
 	_ "github.com/apache/iceberg-go/catalog/sql"
 	// hdfs:// file IO for warehouses and table locations on HDFS.
@@ -170,9 +169,12 @@ func OpenCatalog(ctx context.Context, props map[string]string) (catalog.Catalog,
 	}
 	var cat catalog.Catalog
 	var err error
-	if isREST(p) {
+	switch {
+	case isREST(p):
 		cat, err = openREST(ctx, name, p)
-	} else {
+	case p["type"] == "hive":
+		cat, err = openHive(p)
+	default:
 		cat, err = catalog.Load(ctx, name, p)
 	}
 	secrets := catalogSecrets(p)
@@ -186,7 +188,7 @@ func OpenCatalog(ctx context.Context, props map[string]string) (catalog.Catalog,
 		return nil, fmt.Errorf("loading %s: %w", what, secrets.Error(err, 0))
 	}
 	if p["type"] == "hive" {
-		cat = newSerialCatalog(cat, func(ctx context.Context) (catalog.Catalog, error) { return catalog.Load(ctx, name, p) })
+		cat = newSerialCatalog(cat, func(context.Context) (catalog.Catalog, error) { return openHive(p) })
 	}
 	if len(secrets) > 0 {
 		cat = scrubCatalog{cat, secrets}
