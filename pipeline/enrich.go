@@ -372,10 +372,13 @@ type laneRecord struct {
 	// slab is set in a slab's last record: once it is buffered, the slab
 	// is free.
 	slab *[laneSlab]laneRecord
-	// other is set for another route's record, skipped for the end of a
-	// batch the reader skipped (kafka.Message.Skipped): either passes the
-	// lane without a lookup, and without a key or value.
-	other, skipped bool
+	// other is set for another route's record; skipped and skippedFrom
+	// for the end of a batch the reader skipped (kafka.Message.Skipped,
+	// SkippedFrom): either passes the lane without a lookup, and without a
+	// key or value.
+	other       bool
+	skipped     string
+	skippedFrom int64
 }
 
 func newLaneRecord(m *kafka.Message) laneRecord {
@@ -394,7 +397,7 @@ func headerBytes(hs []kafka.Header) int {
 // message is the record as buffering takes it.
 func (r *laneRecord) message(topic string, partition int32) kafka.Message {
 	return kafka.Message{Topic: topic, Partition: int(partition), Offset: r.offset, HighWaterMark: r.highWater,
-		Key: r.key, Value: r.value, Headers: r.headers, Time: r.time}
+		Key: r.key, Value: r.value, Headers: r.headers, Time: r.time, Skipped: r.skipped, SkippedFrom: r.skippedFrom}
 }
 
 // fetchEnriched is fetch with the enrichment stage between fetching and
@@ -509,7 +512,7 @@ func (m *Member) fetchEnriched(ctx context.Context, b *partitionBuffer, seek int
 			// up; it keeps its place in the lane, which covers its
 			// offset in order.
 			rec.key, rec.value, rec.headers = nil, nil, nil
-			rec.other, rec.skipped = msg.Skipped == "", msg.Skipped != ""
+			rec.other, rec.skipped, rec.skippedFrom = msg.Skipped == "", msg.Skipped, msg.SkippedFrom
 			err = lane.Pass(ctx, rec, laneOverhead)
 		}
 		if err != nil {
@@ -573,7 +576,7 @@ func (m *Member) drain(ctx context.Context, b *partitionBuffer, lane *enrich.Que
 			}
 			c := &batch[i]
 			rec := c.Item.(*laneRecord)
-			msg, other, skipped := rec.message(topic, b.partition), rec.other, rec.skipped
+			msg, other := rec.message(topic, b.partition), rec.other
 			// The slab outlives this record: let go of its bytes, which
 			// the window counts from now on.
 			rec.key, rec.value, rec.headers = nil, nil, nil
@@ -584,7 +587,7 @@ func (m *Member) drain(ctx context.Context, b *partitionBuffer, lane *enrich.Que
 				default:
 				}
 			}
-			if skipped {
+			if msg.Skipped != "" {
 				if err := m.passed(b, msg, end, reached); err != nil {
 					return err
 				}
