@@ -24,6 +24,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/floe-dev/floe/pipeline"
+	"github.com/floe-dev/floe/schemas/clickgen"
 )
 
 // cleanedValue is the clickstream value of the record at off.
@@ -232,5 +233,65 @@ func TestReplayOfAnEmptiedTailEnds(t *testing.T) {
 		if err != nil || res.Read != tc.inserted || res.Inserted != tc.inserted {
 			t.Errorf("replay of [%d, %d): %+v, %v; want %d read and inserted", tc.r.From, tc.r.To, res, err, tc.inserted)
 		}
+	}
+}
+
+// TestScheduledRunOverAnEmptiedTailEnds: the log's last batch (25..29) is
+// one the log cleaner emptied (an idempotent producer's last tombstones,
+// removed after delete.retention.ms): the end offset is 30, the last record
+// 24. The run covers 25..29 as compacted away and ends. The reader passed
+// the batch without a word, the watermark stayed at 25, and the run waited
+// for ever.
+func TestScheduledRunOverAnEmptiedTailEnds(t *testing.T) {
+	j := newJob(t, 0, fastCommit, nil)
+	segment := append(cleanedBatch(t, 0, offsetsIn(0, 25), 24, false), cleanedBatch(t, 25, nil, 4, false)...)
+	serveCleanedLog(t, j, 30, 0, func(offset int64) []byte {
+		if offset < 30 {
+			return segment
+		}
+		return nil
+	})
+	m := runScheduled(t, j, "the scheduled run over a log ending in an emptied batch")
+	if gaps := m.Stats().OffsetGaps.Load(); gaps != 5 {
+		t.Errorf("%d offsets skipped by the log, want 5", gaps)
+	}
+	runCleanedLog(t, j, 5)
+}
+
+// TestScheduledRunEndsWhenRetentionEmptiesThePartitions: retention deletes
+// every record below the run's end offsets after the run looked for
+// partitions with nothing to read, before they were fetched. The run ends:
+// it waited for ever for records no longer in the log.
+func TestScheduledRunEndsWhenRetentionEmptiesThePartitions(t *testing.T) {
+	for _, committed := range []bool{false, true} {
+		t.Run(fmt.Sprintf("watermark=%v", committed), func(t *testing.T) {
+			j := newJob(t, 400, fastCommit, nil)
+			if committed {
+				// The table holds the first 400 records: the run reads
+				// the next 400 from its watermarks.
+				runUntilCaughtUp(t, j)
+				if _, err := j.cl.ProduceRate(t.Context(), "clicks", clickgen.New(clickgen.Config{Sessions: 100, Seed: 4}), 400, 0); err != nil {
+					t.Fatal(err)
+				}
+				var err error
+				if j.end, err = j.cl.EndOffsets(t.Context(), "clicks"); err != nil {
+					t.Fatal(err)
+				}
+			}
+			tbl, fc := faultyTable(t, j)
+			fc.Outage(true) // holds the generation in its watermark read
+			m, err := pipeline.NewMember(j.cfg, tbl, j.sc, pipeline.UntilOffsets(j.end))
+			if err != nil {
+				t.Fatal(err)
+			}
+			done, stop := startRun(m)
+			defer stop()
+			waitFor(t, 30*time.Second, "the member did not try the watermarks", func() bool { return fc.FailedLoads() >= 3 })
+			if err := j.cl.DeleteRecords(t.Context(), "clicks", j.end); err != nil {
+				t.Fatal(err)
+			}
+			fc.Outage(false)
+			waitRun(t, done, 60*time.Second, "the scheduled run whose partitions retention emptied did not end")
+		})
 	}
 }

@@ -136,7 +136,7 @@ const StopOverhead = lakehouse.OutcomeTimeout + leaveTimeout + dlqCloseTimeout
 var (
 	errCaughtUp         = errors.New("caught up")
 	errPartitionStopped = errors.New("partition stopped")
-	errLogBehind        = errors.New("the topic's log ends below the table's watermark")
+	errLogBehind        = errors.New("the topic's log ends below where floe resumes it")
 )
 
 // Run joins the group and processes generations until ctx is cancelled
@@ -473,7 +473,7 @@ func (m *Member) generation(ctx, genCtx context.Context, gen *kafka.Generation, 
 				pinned[int(p)] = e
 			}
 			base := seek
-			if seek == kafka.FirstOffset && lag[p] != nil {
+			if seek == kafka.FirstOffset && (lag[p] != nil || m.until != nil) {
 				// From the log start, not 0: a partition retention
 				// emptied has nothing to fetch and so no commit to move
 				// the base, and counted its deleted history as lag for
@@ -516,6 +516,12 @@ func (m *Member) generation(ctx, genCtx context.Context, gen *kafka.Generation, 
 			end = -1
 		case seek == kafka.LastOffset || (seek >= 0 && seek >= end):
 			// Nothing to read before the end seen at start.
+			m.idle.Store(p, true)
+			end = -1
+		case seek == kafka.FirstOffset && resume < 0 && firsts[p] >= end:
+			// Retention deleted every record below the end since the run
+			// looked (skipEmptied): nothing to read, and no watermark to
+			// move, for want of a record.
 			m.idle.Store(p, true)
 			end = -1
 		case end > max(resume, 0):
@@ -844,6 +850,14 @@ func (m *Member) work(ctx context.Context, b *partitionBuffer, seek int64, fetch
 		}
 		if err == nil || ctx.Err() != nil {
 			return err
+		}
+		if errors.Is(err, kafka.OffsetOutOfRange) {
+			// The log ends below the offset fetched from (the patched
+			// reader's error): waiting there for it to grow back would
+			// skip every record written below it since.
+			return fmt.Errorf("%w: %w — the topic was recreated or truncated: the table holds the old topic's rows at offsets the new one "+
+				"reuses, whose records the offset dedupe would skip as copies; ingest it into a new table (table.name) — or, when the offset "+
+				"was the group's (the table holds nothing of the partition), under a new kafka.group", errLogBehind, err)
 		}
 		if m.until != nil {
 			// A scheduled run would otherwise never catch up: it ends.

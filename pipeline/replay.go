@@ -245,11 +245,11 @@ func (rp *replayer) replay(ctx context.Context, r ReplayRange) error {
 	// skipped warns, once a range, of offsets [from, to) the log did not
 	// hold when the replay came to them: their rows cannot be replayed.
 	warned := false
-	skipped := func(from, to int64) {
+	skipped := func(from, to int64, why ...any) {
 		if !warned {
 			warned = true
 			rp.log.Warn("replay: offsets of the range skipped by the log: compacted, or deleted by retention before they were read",
-				"topic", k.Topic, "partition", r.Partition, "from", from, "to", to)
+				append([]any{"topic", k.Topic, "partition", r.Partition, "from", from, "to", to}, why...)...)
 		}
 	}
 	// fetch reads the range in offset order and hands each record to emit.
@@ -273,9 +273,13 @@ func (rp *replayer) replay(ctx context.Context, r ReplayRange) error {
 			}
 			// A batch the reader skipped (kafka.Message.Skipped: a
 			// transaction's marker, or an aborted transaction's records)
-			// holds nothing to replay, and is no loss.
-			if msg.Offset > next && msg.Skipped == "" {
+			// holds nothing to replay, and is no loss; offsets the log
+			// itself no longer holds (skippedByLog) are.
+			switch {
+			case msg.Skipped == "" && msg.Offset > next:
 				skipped(next, min(msg.Offset, r.To))
+			case skippedByLog(msg) && msg.Offset >= next:
+				skipped(next, min(msg.Offset+1, r.To), "why", msg.Skipped)
 			}
 			if msg.Offset >= r.To {
 				return nil

@@ -417,7 +417,7 @@ func TestReplayWhenRetentionDeletesPartOfTheRange(t *testing.T) {
 		warning        string
 	}{
 		{"part of the range", 30, 20, 20, "skipped by the log"},
-		{"the rest of the range", 30, 30, 10, "retention deleted the rest of the range"},
+		{"the rest of the range", 30, 30, 10, "deleted by retention"},
 		{"the rest of the range, records after it", 40, 35, 10, "skipped by the log"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

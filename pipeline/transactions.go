@@ -5,7 +5,9 @@ import "github.com/segmentio/kafka-go"
 // Topics written by transactional producers are read committed (see
 // ReaderConfig): the reader skips aborted transactions' records and the
 // transactions' markers, and returns each batch it skipped as one message
-// with kafka.Message.Skipped set, which the member covers here.
+// with kafka.Message.Skipped set, which the member covers here. So it does
+// batches the log cleaner emptied and offsets retention deleted before they
+// were read (skippedByLog), so that a log ending in them is read to its end.
 
 // pass covers msg, the end of a record batch the reader skipped
 // (kafka.Message.Skipped: a transaction's marker, or records of an aborted
@@ -14,7 +16,8 @@ import "github.com/segmentio/kafka-go"
 // offsets the log cleaner removed are, so that verify does not take them
 // for gaps. Offsets the log skipped before the batch began (compacted
 // away, deleted by retention) are reported as such (gap); the batch's own
-// are no loss. It returns how many of the batch's offsets it covered.
+// are no loss. It returns how many of the batch's offsets it covered as a
+// transaction's: none for offsets skipped by the log (skippedByLog).
 func (b *partitionBuffer) pass(msg kafka.Message) (int64, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -35,6 +38,9 @@ func (b *partitionBuffer) pass(msg kafka.Message) (int64, error) {
 	}
 	from = min(from, msg.Offset)
 	first := min(max(msg.SkippedFrom, from), msg.Offset)
+	if skippedByLog(msg) {
+		first = msg.Offset + 1 // all of them
+	}
 	if first > from && b.gap != nil {
 		b.gap(from, first)
 	}
@@ -43,6 +49,13 @@ func (b *partitionBuffer) pass(msg kafka.Message) (int64, error) {
 	b.stamp(from, recordNanos(msg.Time))
 	b.next = msg.Offset + 1
 	return msg.Offset + 1 - first, nil
+}
+
+// skippedByLog reports whether msg, a skipped batch, stands for offsets the
+// log no longer holds (a batch the log cleaner emptied, offsets retention
+// deleted before they were read), not a transaction's.
+func skippedByLog(msg kafka.Message) bool {
+	return msg.Skipped == kafka.SkippedEmptied || msg.Skipped == kafka.SkippedDeleted
 }
 
 // cover accounts for msg, which is no row of this member's: a batch the

@@ -253,8 +253,7 @@ func DiagnoseLive(in Live) (*LiveReport, error) {
 	behind := r.logBehind()
 	switch {
 	case len(behind) > 0:
-		// Their lag, counted 0, is no progress: floe run refuses them or
-		// waits for the log to reach them.
+		// Their lag, counted 0, is no progress: floe run refuses them.
 		r.Trend, r.DrainSeconds = "log-behind", -1
 	case r.TotalLag == 0:
 		r.Trend = "caught-up"
@@ -350,7 +349,7 @@ func (r *LiveReport) logBehindHazard(behind []PartitionLag) {
 		remedy += " into a new table (this one holds rows at the offsets the new log reuses)"
 	}
 	if fromGroup {
-		effects = append(effects, "reads a partition from a group offset above its end only once the log reaches that offset, skipping every record below")
+		effects = append(effects, "refuses a partition whose group offset is above its log's end at its first fetch (status 2) rather than wait there and skip every record below")
 		remedy += " under a new kafka.group (its offsets are past the log's end)"
 	}
 	r.Hazards = append(r.Hazards, fmt.Sprintf("the log of %s ends below where the job resumes it (%s): the topic was recreated or truncated. floe run %s: nothing of these partitions is ingested, and their lag counts 0. %s.",

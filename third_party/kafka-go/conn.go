@@ -861,6 +861,18 @@ func (c *Conn) ReadBatchWith(cfg ReadBatchConfig) *Batch {
 	if errors.Is(err, errShortRead) {
 		err = checkTimeoutErr(adjustedDeadline)
 	}
+	// floe patch: a partition's error (OffsetOutOfRange) ends the header
+	// early; the rest of the response is read, so that the connection,
+	// which the batch keeps open after a Kafka error, reads the next
+	// response from its start. It read the rest as the next one's ("multiple
+	// Read calls return no data or error"), and the reader, asking where
+	// the log starts and ends, closed it and started again, for ever.
+	var kafkaErr Error
+	if errors.As(err, &kafkaErr) && remain > 0 {
+		if _, derr := discardN(&c.rbuf, remain, remain); derr != nil {
+			err = derr
+		}
+	}
 
 	var msgs *messageSetReader
 	if err == nil {
@@ -988,7 +1000,9 @@ func (c *Conn) ReadPartitions(topics ...string) (partitions []Partition, err err
 		func(deadline time.Time, id int32) error {
 			switch metadataVersion {
 			case v6:
-				return c.writeRequest(metadata, v6, id, topicMetadataRequestV6{Topics: topics, AllowAutoTopicCreation: true})
+				// floe patch: a reader (or the group's partition watcher)
+				// asking for a topic deleted meanwhile created it again.
+				return c.writeRequest(metadata, v6, id, topicMetadataRequestV6{Topics: topics, AllowAutoTopicCreation: false})
 			default:
 				return c.writeRequest(metadata, v1, id, topicMetadataRequestV1(topics))
 			}

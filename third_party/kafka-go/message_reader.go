@@ -46,9 +46,15 @@ type messageSetReader struct {
 // batch holds a transaction's commit or abort marker, which is no record;
 // the records of an aborted transaction are not returned under
 // ReadCommitted, as Kafka's Java consumer does not return them.
+// Offsets the log itself no longer holds are returned the same way, so
+// that a log ending in them is read to its end: a batch Kafka's log cleaner
+// emptied of its records (kept for its producer's state), and the offsets
+// a reader passes when retention deleted them before it read them.
 const (
 	SkippedMarker  = "transaction marker"
 	SkippedAborted = "aborted transaction"
+	SkippedEmptied = "emptied by the log cleaner"
+	SkippedDeleted = "deleted by retention"
 )
 
 // The v2 record batch attributes that make a batch skipped.
@@ -212,21 +218,23 @@ func (r *messageSetReader) readMessage(min int64, key readBytesFunc, val readByt
 	if err = r.readHeader(); err != nil {
 		return
 	}
-	// floe patch: skip the v2 batches compaction emptied of their records
-	// (readHeader reads the next header while the count is 0). Before,
-	// readMessageV2 read one more header itself, so two empty batches in a
-	// row made it parse the next batch's header as a record and panic in
-	// markRead ("negative count").
-	for r.header.magic == 2 && r.count == 0 {
-		if err = r.readHeader(); err != nil {
-			return
-		}
+	// floe patch: a v2 batch compaction emptied of its records is returned
+	// as its last offset, skipped (the next call's readHeader reads the
+	// next header, the count being 0). Before, readMessageV2 read one more
+	// header itself, so two empty batches in a row made it parse the next
+	// batch's header as a record and panic in markRead ("negative count");
+	// then they were passed without a word, and a log ending in one was
+	// never read to its end.
+	r.skipped = ""
+	if r.header.magic == 2 && r.count == 0 {
+		r.skipped, r.skippedFrom = SkippedEmptied, r.header.firstOffset
+		offset, timestamp = r.readTo, r.header.v2.lastTimestamp
+		return
 	}
 	// floe patch: a transaction's marker, or a batch of an aborted
 	// transaction, is passed whole and returned as its last offset, with
 	// skipped saying why. Asked only when the batch's first record is next
 	// (a compressed batch's header is read again for each of its records).
-	r.skipped = ""
 	if r.header.magic == 2 && r.count == int(r.header.v2.count) && r.parent == nil {
 		if why := r.skipReason(); why != "" {
 			if err = r.skipBatch(); err != nil {

@@ -1312,6 +1312,18 @@ func (r *reader) run(ctx context.Context, offset int64) {
 		// timeout.
 		attempt = 0
 
+		// floe patch: the offsets initialize passed, below the log's start
+		// (retention deleted them before they were read), are returned as
+		// one skipped message (SkippedDeleted), so that a log retention
+		// emptied is read to its end.
+		if offset >= 0 && start > offset {
+			skip := Message{Topic: r.topic, Partition: r.partition, Offset: start - 1, Skipped: SkippedDeleted, SkippedFrom: offset}
+			if r.sendMessage(ctx, skip, start) != nil {
+				conn.Close()
+				return
+			}
+		}
+
 		// Now we're sure to have an absolute offset number, may anything happen
 		// to the connection we know we'll want to restart from this offset.
 		offset = start
@@ -1394,6 +1406,20 @@ func (r *reader) run(ctx context.Context, offset int64) {
 					r.withErrorLogger(func(log Logger) {
 						log.Printf("the kafka reader is reading before the first offset for partition %d of %s, skipping from offset %d to %d (%d messages)", r.partition, r.topic, toHumanOffset(offset), first, first-offset)
 					})
+					// floe patch: the offsets passed are returned, as one
+					// skipped message (SkippedDeleted), so that a log
+					// retention emptied is read to its end; and the
+					// connection fetches from the log's start (it fetched
+					// below it again, and again).
+					if offset >= 0 {
+						skip := Message{Topic: r.topic, Partition: r.partition, Offset: first - 1, HighWaterMark: last,
+							Skipped: SkippedDeleted, SkippedFrom: offset}
+						if r.sendMessage(ctx, skip, last) != nil {
+							conn.Close()
+							return
+						}
+					}
+					conn.Seek(first, SeekAbsolute|SeekDontCheck)
 					offset, errcount = first, 0
 					continue // retry immediately so we don't keep falling behind due to the backoff
 
@@ -1402,10 +1428,13 @@ func (r *reader) run(ctx context.Context, offset int64) {
 					continue // more messages have already become available, retry immediately
 
 				default:
-					// We may be reading past the last offset, will retry later.
-					r.withErrorLogger(func(log Logger) {
-						log.Printf("the kafka reader is reading passed the last offset for partition %d of %s at offset %d", r.partition, r.topic, toHumanOffset(offset))
-					})
+					// floe patch: past the log's end, not a wait: the broker
+					// answers OffsetOutOfRange only above the log end offset,
+					// which a log reaches again only if it was truncated or
+					// deleted and created again. Waiting there, the reader
+					// skipped every record written below the offset since.
+					r.sendError(ctx, fmt.Errorf("%w: partition %d of %s at offset %d is past the log's end %d",
+						OffsetOutOfRange, r.partition, r.topic, offset, last))
 				}
 
 			case errors.Is(err, context.Canceled):
@@ -1475,7 +1504,14 @@ func (r *reader) initialize(ctx context.Context, offset int64) (conn *Conn, star
 			log.Printf("the kafka reader for partition %d of %s is seeking to offset %d", r.partition, r.topic, toHumanOffset(offset))
 		})
 
-		if start, err = conn.Seek(offset, SeekAbsolute); err != nil {
+		// floe patch: past the high watermark the first fetch tells a log
+		// that ends below offset (OffsetOutOfRange, see run) from a new
+		// leader whose high watermark has not caught up yet.
+		whence := SeekAbsolute
+		if offset > last {
+			whence |= SeekDontCheck
+		}
+		if start, err = conn.Seek(offset, whence); err != nil {
 			conn.Close()
 			conn = nil
 			break
