@@ -170,6 +170,10 @@ type Config struct {
 	Timeout Duration `yaml:"timeout"`
 	// Retries after the first attempt, for retryable failures only. Default
 	// 3; -1 means none, and so does an explicit 0 in YAML (see RetryCount).
+	// A 429 or 503 whose Retry-After asks for longer than BackoffMax is not
+	// retried within its request: the request fails at once, so that it
+	// stays within RequestSpan and the breaker counts it; under pause it is
+	// asked again once the wait is over.
 	Retries RetryCount `yaml:"retries"`
 	// HedgeAfter is how long an attempt waits before the same request is
 	// sent once more, the first answer winning ("hedged requests", The Tail
@@ -273,9 +277,11 @@ func (c *Config) defaults() {
 }
 
 // RequestSpan is the longest one lookup request may take: every attempt
-// timing out, with the longest backoff after each. It stops at the longest
-// time.Duration (which validate refuses): a huge timeout or retry count
-// overflowed it, negative or small, past the breaker.interval check.
+// timing out, with the longest backoff after each (a Retry-After longer
+// than BackoffMax ends the request instead of being waited within it; see
+// Retries). It stops at the longest time.Duration (which validate
+// refuses): a huge timeout or retry count overflowed it, negative or
+// small, past the breaker.interval check.
 func (c *Config) RequestSpan() time.Duration {
 	timeout, backoff := max(c.Timeout.D(), 0), max(c.BackoffMax.D(), 0)
 	if backoff > math.MaxInt64-timeout {

@@ -95,7 +95,8 @@
 // good, Breaker.Policy decides:
 //
 //   - pause (default): nothing is failed. Lookups wait, and are retried when
-//     the breaker turns half-open (or, while it is closed, after a backoff);
+//     the breaker turns half-open (or, while it is closed, after a backoff,
+//     or the wait a 429 or 503 asked for with Retry-After);
 //     lanes fill, Submit blocks, the pipeline stops fetching and commits
 //     nothing past the last enriched record. When the service answers again
 //     everything resumes by itself; nothing is lost or duplicated. A
@@ -117,6 +118,12 @@
 //     the breaker is open, StatusError (with Err) after a failed request.
 //   - dlq: records complete with StatusDead and Err (ErrBreakerOpen or a
 //     *RequestError), for the dead-letter topic.
+//
+// A 429 or 503 whose Retry-After asks for longer than BackoffMax fails its
+// request at once, under every policy, rather than being waited out between
+// attempts: the request would outlast Breaker.Interval, and gobreaker counts
+// an outcome only in the window its request began in, so a service in
+// maintenance answering that way would never open the breaker.
 //
 // A key the service does not know is StatusMiss under every policy.
 //

@@ -537,8 +537,10 @@ func (s *Stage) resolve(ctx context.Context, keys []string, half, isolated bool)
 			s.completeAll(keys, Result{Status: StatusDead, Err: err})
 			return
 		}
-		// Pause: after a backoff, or as soon as the breaker changes state,
-		// split a batch failing for its own keys, or try it again.
+		// Pause: after a backoff (or the Retry-After asked for, which
+		// attempts leaves to this wait when it exceeds backoff_max), or as
+		// soon as the breaker changes state, split a batch failing for its
+		// own keys, or try it again.
 		if keysAtFault(err) {
 			s.releaseDoomed(keys, err)
 		}
@@ -691,6 +693,14 @@ func (s *Stage) split(ctx context.Context, keys []string) {
 
 // attempts makes one request for keys, retrying retryable failures with
 // jittered backoff, and stops retrying once the breaker has opened.
+//
+// A 429 or 503 asking for a longer wait than backoff_max (Retry-After) ends
+// the request at once with that failure: waited out within the request, it
+// could outlast RequestSpan and so the breaker's interval, and a failure
+// counts only in the window its request began in (see
+// BreakerConfig.Interval), so a service in maintenance would never open the
+// breaker. Under pause resolve waits it out before asking again; under
+// passthrough and dlq the request has failed.
 func (s *Stage) attempts(ctx context.Context, keys []string) (map[string]Values, error) {
 	for attempt := 0; ; attempt++ {
 		actx, cancel := context.WithTimeout(ctx, s.cfg.Timeout.D())
@@ -706,7 +716,8 @@ func (s *Stage) attempts(ctx context.Context, keys []string) (map[string]Values,
 			return nil, err
 		}
 		re.Attempts = attempt + 1
-		if !re.Retryable || attempt >= int(s.cfg.Retries) || s.cb.State() == gobreaker.StateOpen {
+		if !re.Retryable || attempt >= int(s.cfg.Retries) || re.RetryAfter > s.cfg.BackoffMax.D() ||
+			s.cb.State() == gobreaker.StateOpen {
 			return nil, err
 		}
 		s.m.retries.Inc()

@@ -1149,6 +1149,124 @@ func TestHungServiceOpensTheBreaker(t *testing.T) {
 	}
 }
 
+// TestRetryAfterOutageOpensTheBreaker: a service in maintenance answers
+// every request 503 with a Retry-After longer than backoff_max. Each
+// request waited it out between its attempts, outlasting the breaker's
+// interval (which RequestSpan, counting backoff_max between attempts,
+// sets): gobreaker counts an outcome in the window its request began in,
+// so no failure was counted and the breaker never opened, under passthrough
+// and dlq every record waited minutes (retries × Retry-After), and nothing
+// alerted. Such a request now fails at once, the breaker opens, and the
+// wait is honoured outside the request (under pause, by resolve).
+func TestRetryAfterOutageOpensTheBreaker(t *testing.T) {
+	for _, policy := range []enrich.Policy{enrich.PolicyPassthrough, enrich.PolicyDLQ, enrich.PolicyPause} {
+		t.Run(string(policy), func(t *testing.T) {
+			var down atomic.Bool
+			down.Store(true)
+			ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if down.Load() {
+					w.Header().Set("Retry-After", "1")
+					http.Error(w, "maintenance", http.StatusServiceUnavailable)
+					return
+				}
+				var req struct{ Keys []string }
+				if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
+					http.Error(w, err.Error(), http.StatusBadRequest)
+					return
+				}
+				res := map[string]map[string]string{}
+				for _, k := range req.Keys {
+					res[k] = map[string]string{"segment": "gold"}
+				}
+				_ = json.NewEncoder(w).Encode(map[string]any{"results": res})
+			}))
+			t.Cleanup(ts.Close)
+			cfg := testConfig(ts.URL)
+			cfg.Fields = []enrich.Field{{Name: "segment", Type: enrich.TypeString}}
+			// Like the defaults scaled down: the interval well above
+			// RequestSpan (4 × (200 + 100) ms = 1.2 s) and below what four
+			// attempts 1 s apart take (the defaults: a 56 s interval, any
+			// Retry-After over ~19 s).
+			cfg.Timeout, cfg.Retries = enrich.Duration(200*time.Millisecond), 3
+			cfg.BackoffMin, cfg.BackoffMax = enrich.Duration(5*time.Millisecond), enrich.Duration(100*time.Millisecond)
+			cfg.Breaker.Interval = enrich.Duration(2 * time.Second)
+			cfg.Breaker.MinRequests, cfg.Breaker.Policy = 3, policy
+			cfg.BatchSize, cfg.HedgeAfter = 2, -1
+			h := startStage(t, cfg)
+			q := h.st.NewQueue()
+			t.Cleanup(q.Abort)
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			submit := func(from, to int) {
+				for i := from; i < to; i++ {
+					if err := q.Submit(ctx, key(i), i); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			// take returns the statuses of records [from, to), checking
+			// their order.
+			take := func(from, to int) map[enrich.Status]int {
+				statuses := map[enrich.Status]int{}
+				for n := from; n < to; {
+					got, err := q.Take(ctx, nil)
+					if err != nil {
+						t.Fatalf("after %d records: %v", n, err)
+					}
+					for _, c := range got {
+						if c.Item.(int) != n {
+							t.Fatalf("record %d out at %d: order broken", c.Item.(int), n)
+						}
+						statuses[c.Result.Status]++
+						n++
+					}
+				}
+				return statuses
+			}
+			opened := func() bool { return h.metric(t, "floe_enrich_breaker_transitions_total", "to", "open") > 0 }
+
+			if policy == enrich.PolicyPause {
+				// Nothing leaves the lane while the service asks to wait;
+				// once it answers, every record comes out enriched.
+				submit(0, 40)
+				waitFor(t, 5*time.Second, "the breaker to open", opened)
+				wctx, wcancel := context.WithTimeout(ctx, 100*time.Millisecond)
+				got, err := q.Take(wctx, nil)
+				wcancel()
+				if !errors.Is(err, context.DeadlineExceeded) {
+					t.Fatalf("Take while the service asks to wait: %d records, %v; want none", len(got), err)
+				}
+				down.Store(false)
+				if st := take(0, 40); st[enrich.StatusOK] != 40 {
+					t.Fatalf("after the service came back: statuses %v, want 40 ok", st)
+				}
+			} else {
+				// 20 requests in flight together, each failing at its first
+				// attempt: Retry-After 1 s exceeds backoff_max.
+				submit(0, 40)
+				st := take(0, 40)
+				t.Logf("statuses %v", st)
+				if !opened() {
+					t.Fatalf("the breaker never opened: 20 requests failed for good (503, Retry-After 1s), none counted; statuses %v, breaker_state %v",
+						st, h.metric(t, "floe_enrich_breaker_state"))
+				}
+				// Open (or half-open, its one probe out): records leave at
+				// once, skipped or dead-lettered.
+				want := map[enrich.Policy]enrich.Status{enrich.PolicyPassthrough: enrich.StatusSkipped, enrich.PolicyDLQ: enrich.StatusDead}[policy]
+				submit(40, 50)
+				if st := take(40, 50); st[want] == 0 {
+					t.Fatalf("after the breaker opened: statuses %v, want records %s", st, want)
+				}
+			}
+			// The wait asked for is never spent between a request's
+			// attempts.
+			if n := h.metric(t, "floe_enrich_retries_total"); n != 0 {
+				t.Fatalf("%v attempts repeated within a request asked to wait longer than backoff_max", n)
+			}
+		})
+	}
+}
+
 // TestUnreachableServiceSplitsNothing: a service that refuses connections,
 // with too few requests in flight to open the breaker (min_requests 10),
 // fails a batch's requests round after round; under pause the batch was
