@@ -274,7 +274,9 @@ func (r *avroReader) value(w avro.Schema, t *node, b array.Builder, depth int) *
 			if n == 0 {
 				return nil
 			}
-			r.grown += n * width
+			if r.grown += n * width; r.grown > maxStringBytes {
+				return rowTooLarge(r.grown)
+			}
 			for range n {
 				if err := r.value(items, t.elem, eb, depth+1); err != nil {
 					return fieldErr("["+strconv.Itoa(k)+"]", err)
@@ -301,7 +303,9 @@ func (r *avroReader) value(w avro.Schema, t *node, b array.Builder, depth int) *
 			if n == 0 {
 				return nil
 			}
-			r.grown += n * width
+			if r.grown += n * width; r.grown > maxStringBytes {
+				return rowTooLarge(r.grown)
+			}
 			for range n {
 				key, err := r.bytes()
 				if err != nil {

@@ -71,8 +71,12 @@ func (s *Schema) NewRecordBuilder(mem memory.Allocator, maxMessageBytes int) Rec
 // registry that cannot be reached) is not the message's fault and stops
 // the partition rather than dead-lettering. grown is how many more bytes
 // the row holds than the message: an Avro or Protobuf enum is a number in
-// the message and its symbol in the column, and an Avro array or map item
-// of a byte, or of none, is a list or map element of [node.arrowWidth].
+// the message and its symbol in the column, and every list or map item, in
+// any format, is a list or map element of [node.arrowWidth] — an Avro item
+// of a byte or of none, a JSON "{}" or an empty Protobuf sub-message is a
+// record of as many values as it has fields. validate refuses a message
+// whose row would be too large for a batch as too_large, and SizeBytes
+// counts the rest, so commit.max_bytes bounds what a window holds.
 type valueDecoder interface {
 	decode(value []byte, cols []array.Builder) (grown int, err error)
 }
@@ -292,6 +296,18 @@ func (n *node) arrowWidth() int {
 		}
 	}
 	return w
+}
+
+// rowTooLarge is the error of a message whose list and map elements
+// (grown, so far) take more than a batch holds. The decoders check grown
+// as they count each list or map, before reading its items: a message of
+// a few hundred thousand "{}" in a list of wide records is refused without
+// visiting every field of every item, which takes minutes.
+func rowTooLarge(grown int) *DecodeError {
+	return &DecodeError{
+		Reason: ReasonTooLarge,
+		Detail: "its lists and maps would take more than " + strconv.Itoa(grown) + " bytes in a batch; a batch holds " + strconv.Itoa(maxStringBytes),
+	}
 }
 
 // Helpers that open a nested value on b and return its child builders;

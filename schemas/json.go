@@ -39,15 +39,20 @@ type jsonDecoder struct {
 	parsed []byte
 	root   *fastjson.Value
 	utf8   bool // the message has non-ASCII bytes: check strings
+	// grown counts the widths of the list and map elements read
+	// (node.arrowWidth): "{}" is 2 bytes of the message and, as an element
+	// of a list of wide records, hundreds in Arrow.
+	grown int
 }
 
-// decode stores no more string bytes than the message holds: escapes and
-// base64 only shrink.
+// decode stores no more string bytes than the message holds (escapes and
+// base64 only shrink), so grown is only the list and map elements' widths.
 func (d *jsonDecoder) decode(value []byte, cols []array.Builder) (int, error) {
+	d.grown = 0
 	if err := d.decodeJSON(value, cols); err != nil {
 		return 0, err
 	}
-	return 0, nil
+	return d.grown, nil
 }
 
 func (d *jsonDecoder) decodeJSON(value []byte, cols []array.Builder) *DecodeError {
@@ -166,6 +171,11 @@ func (d *jsonDecoder) value(n *node, v *fastjson.Value, b array.Builder) *Decode
 		if err != nil {
 			return jsonWant("an array", v)
 		}
+		if len(arr) > 0 {
+			if d.grown += len(arr) * n.elem.arrowWidth(); d.grown > maxStringBytes {
+				return rowTooLarge(d.grown)
+			}
+		}
 		eb := openList(b)
 		for i, e := range arr {
 			if err := d.value(n.elem, e, eb); err != nil {
@@ -182,6 +192,11 @@ func (d *jsonDecoder) value(n *node, v *fastjson.Value, b array.Builder) *Decode
 		for _, m := range dropped {
 			if text, bad := d.nums.badNumber(m.value); bad {
 				return notNumber(text)
+			}
+		}
+		if len(members) > 0 {
+			if d.grown += len(members) * (n.key.arrowWidth() + n.val.arrowWidth()); d.grown > maxStringBytes {
+				return rowTooLarge(d.grown)
 			}
 		}
 		kb, vb := openMap(b)

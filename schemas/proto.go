@@ -86,8 +86,8 @@ func protoMessageDescriptor(fd protoreflect.FileDescriptor, b []byte) (protorefl
 }
 
 // decodeProto unmarshals value as md and stores its fields in record's
-// columns, matching fields by name. It returns the bytes of the enum names
-// it read (see valueDecoder).
+// columns, matching fields by name. It returns how many more bytes the row
+// holds than the message (see valueDecoder and protoFill).
 func decodeProto(md protoreflect.MessageDescriptor, value []byte, record *node, cols []array.Builder) (int, *DecodeError) {
 	m := dynamicpb.NewMessage(md)
 	if err := (proto.UnmarshalOptions{RecursionLimit: maxAvroDepth}).Unmarshal(value, m); err != nil {
@@ -197,8 +197,11 @@ func protoWantWire(fd protoreflect.FieldDescriptor) string {
 	return "is sent as " + want
 }
 
-// protoFill stores a message's fields in columns, counting the bytes of the
-// enum names it stores as strings.
+// protoFill stores a message's fields in columns, counting in grown the
+// bytes of the enum names it stores as strings and the widths of the list
+// and map elements (node.arrowWidth): an empty sub-message is 2 bytes of
+// the message and, as an element of a list of wide records, hundreds in
+// Arrow.
 type protoFill struct{ grown int }
 
 func (p *protoFill) record(m protoreflect.Message, t *node, sb *array.StructBuilder, cols []array.Builder) *DecodeError {
@@ -235,6 +238,11 @@ func (p *protoFill) value(fd protoreflect.FieldDescriptor, v protoreflect.Value,
 			return protoCannotWhole(fd, t)
 		}
 		l := v.List()
+		if l.Len() > 0 {
+			if p.grown += l.Len() * t.elem.arrowWidth(); p.grown > maxStringBytes {
+				return rowTooLarge(p.grown)
+			}
+		}
 		eb := openList(b)
 		for i := range l.Len() {
 			if err := p.scalar(fd, l.Get(i), t.elem, eb); err != nil {
@@ -245,6 +253,11 @@ func (p *protoFill) value(fd protoreflect.FieldDescriptor, v protoreflect.Value,
 	case fd.IsMap():
 		if t.kind != kMap || fd.MapKey().Kind() != protoreflect.StringKind {
 			return protoCannotWhole(fd, t)
+		}
+		if n := v.Map().Len(); n > 0 {
+			if p.grown += n * (t.key.arrowWidth() + t.val.arrowWidth()); p.grown > maxStringBytes {
+				return rowTooLarge(p.grown)
+			}
 		}
 		kb, vb := openMap(b)
 		var derr *DecodeError
