@@ -302,6 +302,37 @@ func (r *registry) fail(err error) error {
 	return r.secrets.Error(err, answerShown)
 }
 
+// Confluent's error codes of a 404 for what the registry does not have.
+const (
+	errSubjectNotFound = 40401
+	errVersionNotFound = 40402
+	errSchemaNotFound  = 40403
+)
+
+// notFound classifies err, from the registry client: true when it is the
+// registry's answer that it does not have what was asked, a 404 with
+// error_code 40401, 40402 or 40403; otherwise the error to report, fit for
+// a log (see fail). A 404 without such a code did not come from a schema
+// registry — a proxy or an ingress without a route to it (during a
+// redeploy), a wrong path prefix in registry.url — and says nothing of the
+// schema: read as "no such schema", it made every good record an
+// unknown_schema dead letter. Like a 5xx, it stops the partition, which
+// retries.
+func (r *registry) notFound(err error) (bool, error) {
+	var re *sr.ResponseError
+	if !errors.As(err, &re) || re.StatusCode != http.StatusNotFound {
+		return false, r.fail(err)
+	}
+	switch re.ErrorCode {
+	case errSubjectNotFound, errVersionNotFound, errSchemaNotFound:
+		return true, nil
+	}
+	// The answer, often an HTML page, on one line of the log.
+	said := strings.Join(strings.Fields(r.fail(err).Error()), " ")
+	return false, fmt.Errorf("%s %s answered 404 without a schema registry's error code (40401-40403): the answer did not come from a schema registry (a proxy or ingress without a route to it, or a wrong path in registry.url); it said: %s",
+		re.Method, redact.URL(re.URL), said)
+}
+
 // get returns schema id's writer schema. An error that is not a
 // *DecodeError (the registry unreachable, a 5xx) is not cached and is not
 // the message's fault; an unknown id is asked again after unknownRetry.
@@ -316,9 +347,8 @@ func (r *registry) get(id int, kind string) (*writerSchema, error) {
 	defer cancel()
 	s, err := r.cl.SchemaByID(ctx, id)
 	if err != nil {
-		var re *sr.ResponseError
-		if !errors.As(err, &re) || re.StatusCode != http.StatusNotFound {
-			return nil, fmt.Errorf("fetching schema id %d from the registry: %w", id, r.fail(err))
+		if missing, err := r.notFound(err); !missing {
+			return nil, fmt.Errorf("fetching schema id %d from the registry: %w", id, err)
 		}
 		ws = &writerSchema{err: &DecodeError{Reason: ReasonUnknownSchema, Detail: "the registry has no schema id " + strconv.Itoa(id)},
 			retryAt: time.Now().Add(unknownRetry)}
@@ -403,9 +433,8 @@ func (r *registry) avroReferences(ctx context.Context, id int, refs []sr.SchemaR
 		what := "reference " + ref.Name + " (subject " + ref.Subject + " version " + strconv.Itoa(ref.Version) + ")"
 		ss, err := r.cl.SchemaByVersion(ctx, ref.Subject, ref.Version)
 		if err != nil {
-			var re *sr.ResponseError
-			if !errors.As(err, &re) || re.StatusCode != http.StatusNotFound {
-				return nil, fmt.Errorf("fetching schema id %d's %s from the registry: %w", id, what, r.fail(err))
+			if missing, err := r.notFound(err); !missing {
+				return nil, fmt.Errorf("fetching schema id %d's %s from the registry: %w", id, what, err)
 			}
 			ws := badSchema(id, what+": the registry does not have it")
 			ws.retryAt = time.Now().Add(unknownRetry)

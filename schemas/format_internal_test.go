@@ -600,6 +600,98 @@ func TestRegistryRedirectNotFollowed(t *testing.T) {
 	}
 }
 
+// notFoundAnswers are 404s for a schema: a schema registry's (with its
+// error code, which srfake and Confluent's registry send) and three that
+// did not come from one — an nginx proxy's page, an ingress's default
+// backend, and a JSON error of another service (a Spring Boot app at a
+// wrong path prefix) without error_code.
+var notFoundAnswers = []struct {
+	name, ctype, body string
+	registry          bool
+}{
+	{"registry", "application/vnd.schemaregistry.v1+json", `{"error_code":40403,"message":"Schema 1 not found"}`, true},
+	{"nginx html", "text/html", "<html>\r\n<head><title>404 Not Found</title></head>\r\n<body>\r\n<center><h1>404 Not Found</h1></center>\r\n<hr><center>nginx</center>\r\n</body>\r\n</html>\r\n", false},
+	{"ingress default backend", "text/plain", "default backend - 404", false},
+	{"json without error_code", "application/json", `{"timestamp":"2024-11-29T06:00:00Z","status":404,"error":"Not Found","path":"/wrong-prefix/schemas/ids/1"}`, false},
+}
+
+// TestRegistry404NotFromRegistryStopsPartition: a 404 for a schema id or
+// a schema's reference is the registry's "not found" (an unknown_schema
+// dead letter) only with Confluent's error code (40401, 40402, 40403). A
+// 404 without one — a proxy or an ingress without a route to the registry
+// during a redeploy, a wrong path prefix in registry.url — did not come
+// from a registry and says nothing of the schema: it stops the partition
+// (an error that is not a *DecodeError, retried) and says so, naming the
+// URL without its password. Before, every good record was dead-lettered as
+// unknown_schema.
+func TestRegistry404NotFromRegistryStopsPartition(t *testing.T) {
+	const secret = "sr-s3cret-pa55word"
+	check := func(t *testing.T, err error, registry bool, url string) {
+		t.Helper()
+		var de *DecodeError
+		if registry {
+			if !errors.As(err, &de) || de.Reason != ReasonUnknownSchema {
+				t.Fatalf("the registry's not found: %v, want unknown_schema", err)
+			}
+			return
+		}
+		if errors.As(err, &de) {
+			t.Fatalf("a good record is dead-lettered: %s %q (the registry was never reached)", de.Reason, de.Detail)
+		}
+		if err == nil || !strings.Contains(err.Error(), "did not come from a schema registry") || !strings.Contains(err.Error(), url) {
+			t.Fatalf("got %v, want an error saying the 404 from %s did not come from a schema registry", err, url)
+		}
+		if strings.Contains(err.Error(), secret) {
+			t.Fatalf("the error holds the password: %v", err)
+		}
+	}
+	t.Run("schema id", func(t *testing.T) {
+		for _, a := range notFoundAnswers {
+			t.Run(a.name, func(t *testing.T) {
+				srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+					w.Header().Set("Content-Type", a.ctype)
+					w.WriteHeader(http.StatusNotFound)
+					_, _ = w.Write([]byte(a.body))
+				}))
+				t.Cleanup(srv.Close)
+				withUser := strings.Replace(srv.URL, "http://", "http://floe:"+secret+"@", 1)
+				err := appendFrom(t, RegistryConfig{URL: withUser + "/wrong-prefix"}, 1)
+				check(t, err, a.registry, strings.Replace(srv.URL, "http://", "http://floe:REDACTED@", 1)+"/wrong-prefix/schemas/ids/1")
+			})
+		}
+	})
+	t.Run("reference", func(t *testing.T) {
+		for _, a := range notFoundAnswers {
+			t.Run(a.name, func(t *testing.T) {
+				reg, cl := testRegistry(t)
+				ss, err := cl.CreateSchema(t.Context(), "geo", sr.Schema{Schema: `{"type":"record","name":"Geo","namespace":"ex","fields":[{"name":"lat","type":"double"}]}`})
+				if err != nil {
+					t.Fatal(err)
+				}
+				ss, err = cl.CreateSchema(t.Context(), "w", sr.Schema{Schema: `{"type":"record","name":"R","namespace":"ex","fields":[{"name":"geo","type":"ex.Geo"}]}`,
+					References: []sr.SchemaReference{{Name: "ex.Geo", Subject: "geo", Version: 1}}})
+				if err != nil {
+					t.Fatal(err)
+				}
+				reg.Intercept(func(w http.ResponseWriter, r *http.Request) bool {
+					if !strings.HasPrefix(r.URL.Path, "/subjects/") {
+						return false
+					}
+					w.Header().Set("Content-Type", a.ctype)
+					w.WriteHeader(http.StatusNotFound)
+					_, _ = w.Write([]byte(strings.Replace(a.body, "40403", "40401", 1))) // subject not found
+					return true
+				})
+				sc := registryAvro(t, reg, `{"type":"record","name":"R","fields":[{"name":"geo","type":{"type":"record","name":"G","fields":[{"name":"lat","type":"double"}]}}]}`)
+				b := sc.NewRecordBuilder(nil, 0)
+				defer b.Release()
+				err = b.Append(wire(ss.ID, nil, make([]byte, 8)), Meta{Topic: "t"}, time.Time{}, "")
+				check(t, err, a.registry, reg.URL()+"/subjects/geo/versions/1")
+			})
+		}
+	})
+}
+
 // TestRegistryInsecureCredentialsWarned: registry credentials sent over
 // plain http are warned about, naming none of them; over https, or without
 // credentials, nothing is. Before, nothing was.
