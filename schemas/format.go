@@ -156,7 +156,7 @@ func (s *Schema) newDecoder() valueDecoder {
 	case s.kind == FormatAvro:
 		return &avroDecoder{writer: s.user.avro, record: record}
 	case s.kind == FormatProtobuf:
-		return &protoDecoder{md: s.proto, record: record}
+		return &protoDecoder{md: s.proto, maps: newProtoMaps(s.proto), record: record}
 	}
 	return &jsonDecoder{record: record}
 }
@@ -470,6 +470,8 @@ type wireDecoder struct {
 	// writer schema or Protobuf message type, what it needs.
 	evolve bool
 	plans  map[any]writerPlan
+	// maps caches newProtoMaps per Protobuf message type.
+	maps map[protoreflect.MessageDescriptor]protoMaps
 }
 
 func (d *wireDecoder) decode(value []byte, cols []array.Builder) (int, error) {
@@ -503,7 +505,15 @@ func (d *wireDecoder) decode(value []byte, cols []array.Builder) (int, error) {
 			if err := d.request(id, md, func() writerPlan { return protoPlan(md, d.record, d.extra) }); err != nil {
 				return 0, err
 			}
-			grown, derr = decodeProto(md, rest, d.record, cols)
+			maps, ok := d.maps[md]
+			if !ok {
+				if d.maps == nil {
+					d.maps = map[protoreflect.MessageDescriptor]protoMaps{}
+				}
+				maps = newProtoMaps(md)
+				d.maps[md] = maps
+			}
+			grown, derr = decodeProto(md, maps, rest, d.record, cols)
 		}
 	}
 	if derr == nil {

@@ -86,15 +86,21 @@ func protoMessageDescriptor(fd protoreflect.FileDescriptor, b []byte) (protorefl
 }
 
 // decodeProto unmarshals value as md and stores its fields in record's
-// columns, matching fields by name. It returns how many more bytes the row
-// holds than the message (see valueDecoder and protoFill).
-func decodeProto(md protoreflect.MessageDescriptor, value []byte, record *node, cols []array.Builder) (int, *DecodeError) {
+// columns, matching fields by name. maps are md's message types that hold
+// map fields (newProtoMaps). It returns how many more bytes the row holds
+// than the message (see valueDecoder and protoFill).
+func decodeProto(md protoreflect.MessageDescriptor, maps protoMaps, value []byte, record *node, cols []array.Builder) (int, *DecodeError) {
 	m := dynamicpb.NewMessage(md)
 	if err := (proto.UnmarshalOptions{RecursionLimit: maxAvroDepth}).Unmarshal(value, m); err != nil {
 		return 0, &DecodeError{Reason: ReasonMalformedValue, Detail: Truncate("not a valid "+string(md.FullName())+": "+err.Error(), maxDetailBytes)}
 	}
 	if err := protoWireTypes(m); err != nil {
 		return 0, err
+	}
+	if maps[md] {
+		if err := maps.entryWireTypes(md, value); err != nil {
+			return 0, err
+		}
 	}
 	var p protoFill
 	err := p.record(m, record, nil, cols)
@@ -107,9 +113,9 @@ func decodeProto(md protoreflect.MessageDescriptor, value []byte, record *node, 
 // field reads as unset — its default or null — and the sent value would be
 // lost from the row. Unknown fields of numbers m does not declare are a
 // newer writer's and stay ignored. Nested messages (in fields, lists and
-// map values) are checked too; a map entry whose key or value has the
-// wrong wire type is dropped by the runtime without a trace, so it cannot be
-// seen here.
+// map values) are checked too; a map entry's key or value with the wrong
+// wire type is dropped by the runtime without a trace, so the encoded
+// entries are checked instead (protoMaps.entryWireTypes).
 func protoWireTypes(m protoreflect.Message) *DecodeError {
 	fields := m.Descriptor().Fields()
 	for b := m.GetUnknown(); len(b) > 0; {
@@ -174,27 +180,189 @@ func protoWireName(t protowire.Type) string {
 	return strconv.Itoa(int(t))
 }
 
-// protoWantWire says which wire types field fd's values are sent with: a
-// repeated number, bool or enum may also come packed, as LEN.
-func protoWantWire(fd protoreflect.FieldDescriptor) string {
-	var want string
+// protoWireType is the wire type field fd's values are sent with,
+// unpacked.
+func protoWireType(fd protoreflect.FieldDescriptor) protowire.Type {
 	switch fd.Kind() {
 	case protoreflect.BoolKind, protoreflect.EnumKind, protoreflect.Int32Kind, protoreflect.Sint32Kind, protoreflect.Uint32Kind,
 		protoreflect.Int64Kind, protoreflect.Sint64Kind, protoreflect.Uint64Kind:
-		want = "VARINT"
+		return protowire.VarintType
 	case protoreflect.Fixed32Kind, protoreflect.Sfixed32Kind, protoreflect.FloatKind:
-		want = "I32"
+		return protowire.Fixed32Type
 	case protoreflect.Fixed64Kind, protoreflect.Sfixed64Kind, protoreflect.DoubleKind:
-		want = "I64"
+		return protowire.Fixed64Type
 	case protoreflect.GroupKind:
-		return "is sent as SGROUP"
-	default: // string, bytes, message
-		return "is sent as LEN"
+		return protowire.StartGroupType
 	}
-	if fd.IsList() {
-		return "is sent as " + want + " or, packed, LEN"
+	return protowire.BytesType // string, bytes, message
+}
+
+// protoWantWire says which wire types field fd's values are sent with: a
+// repeated number, bool or enum may also come packed, as LEN.
+func protoWantWire(fd protoreflect.FieldDescriptor) string {
+	want := protoWireType(fd)
+	if fd.IsList() && want != protowire.BytesType && want != protowire.StartGroupType {
+		return "is sent as " + protoWireName(want) + " or, packed, LEN"
 	}
-	return "is sent as " + want
+	return "is sent as " + protoWireName(want)
+}
+
+// protoMaps holds the message types, under one message type, whose
+// messages hold a map field, in themselves or in a message they nest:
+// those whose encoded bytes entryWireTypes reads. Nil when none does,
+// which costs nothing per message.
+type protoMaps map[protoreflect.MessageDescriptor]bool
+
+// newProtoMaps finds the message types under md that hold maps.
+func newProtoMaps(md protoreflect.MessageDescriptor) protoMaps {
+	var all []protoreflect.MessageDescriptor
+	var reach func(protoreflect.MessageDescriptor)
+	reach = func(md protoreflect.MessageDescriptor) {
+		for _, m := range all {
+			if m == md {
+				return
+			}
+		}
+		all = append(all, md)
+		fs := md.Fields()
+		for i := range fs.Len() {
+			if m := fs.Get(i).Message(); m != nil {
+				reach(m)
+			}
+		}
+	}
+	reach(md)
+	var maps protoMaps
+	for changed := true; changed; { // types may nest each other
+		changed = false
+		for _, m := range all {
+			if maps[m] {
+				continue
+			}
+			fs := m.Fields()
+			for i := range fs.Len() {
+				if f := fs.Get(i); f.IsMap() || f.Message() != nil && maps[f.Message()] {
+					if maps == nil {
+						maps = protoMaps{}
+					}
+					maps[m], changed = true, true
+					break
+				}
+			}
+		}
+	}
+	return maps
+}
+
+// entryWireTypes refuses the encoded message b of type md (one that
+// Unmarshal took) if one of its map entries, at any depth, has a key
+// (field 1) or a value (field 2) sent with a wire type its type does not
+// have: the runtime drops such a key or value without a trace, and the row
+// got "" or the default in place of what was sent. It reads only the
+// fields whose types hold maps; protoWireTypes checks everything else.
+func (maps protoMaps) entryWireTypes(md protoreflect.MessageDescriptor, b []byte) *DecodeError {
+	fields := md.Fields()
+	var counts map[protowire.Number]int // list elements so far, for the path
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return nil // Unmarshal parsed these bytes; never on a message it took
+		}
+		b = b[n:]
+		fd := fields.ByNumber(num)
+		var payload []byte
+		nested := fd != nil && fd.Message() != nil && (fd.IsMap() || maps[fd.Message()])
+		switch {
+		case nested && typ == protowire.BytesType:
+			payload, n = protowire.ConsumeBytes(b)
+		case nested && typ == protowire.StartGroupType && fd.Kind() == protoreflect.GroupKind:
+			payload, n = protowire.ConsumeGroup(num, b)
+		default: // a wrong wire type is protoWireTypes'
+			nested = false
+			n = protowire.ConsumeFieldValue(num, typ, b)
+		}
+		if n < 0 {
+			return nil
+		}
+		b = b[n:]
+		if !nested {
+			continue
+		}
+		name := string(fd.Name())
+		if fd.IsMap() {
+			if err := maps.entry(fd, payload); err != nil {
+				return fieldErr(name, err)
+			}
+			continue
+		}
+		if fd.IsList() {
+			if counts == nil {
+				counts = map[protowire.Number]int{}
+			}
+			i := counts[num]
+			counts[num]++
+			if err := maps.entryWireTypes(fd.Message(), payload); err != nil {
+				return fieldErr(name, fieldErr("["+strconv.Itoa(i)+"]", err))
+			}
+			continue
+		}
+		if err := maps.entryWireTypes(fd.Message(), payload); err != nil {
+			return fieldErr(name, err)
+		}
+	}
+	return nil
+}
+
+// entry checks one encoded entry of map field fd, and its value if that
+// is a message holding maps.
+func (maps protoMaps) entry(fd protoreflect.FieldDescriptor, b []byte) *DecodeError {
+	var key, value []byte
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return nil
+		}
+		b = b[n:]
+		n = protowire.ConsumeFieldValue(num, typ, b)
+		if n < 0 {
+			return nil
+		}
+		v := b[:n]
+		b = b[n:]
+		var f protoreflect.FieldDescriptor
+		what := "key"
+		switch num {
+		case 1:
+			f = fd.MapKey()
+		case 2:
+			f, what = fd.MapValue(), "value"
+		default:
+			continue // not declared: ignored, as in a message
+		}
+		if want := protoWireType(f); typ != want {
+			return &DecodeError{Reason: ReasonMalformedValue,
+				Detail: "a map entry's " + what + " (field " + strconv.Itoa(int(num)) + ") has wire type " + protoWireName(typ) + ", its " + f.Kind().String() + " " + protoWantWire(f)}
+		}
+		if num == 1 {
+			key = v
+		} else {
+			value = v
+		}
+	}
+	m := fd.MapValue().Message()
+	if value == nil || m == nil || !maps[m] {
+		return nil
+	}
+	payload, _ := protowire.ConsumeBytes(value)
+	if err := maps.entryWireTypes(m, payload); err != nil {
+		k := ""
+		if fd.MapKey().Kind() == protoreflect.StringKind {
+			s, _ := protowire.ConsumeBytes(key)
+			k = string(s)
+		}
+		return fieldErr("["+strconv.Quote(Truncate(k, 32))+"]", err)
+	}
+	return nil
 }
 
 // protoFill stores a message's fields in columns, counting in grown the
@@ -529,6 +697,7 @@ func loadProtoMessage(c *ProtoConfig, record *node) (protoreflect.MessageDescrip
 // protoDecoder reads plain Protobuf values of one message type.
 type protoDecoder struct {
 	md     protoreflect.MessageDescriptor
+	maps   protoMaps // of md
 	record *node
 }
 
@@ -539,7 +708,7 @@ func (d *protoDecoder) decode(value []byte, cols []array.Builder) (int, error) {
 		// where every other format dead-letters it.
 		return 0, &DecodeError{Reason: ReasonMalformedValue, Detail: "empty value (a tombstone; a " + string(d.md.FullName()) + " of only default values cannot be told from one)"}
 	}
-	grown, err := decodeProto(d.md, value, d.record, cols)
+	grown, err := decodeProto(d.md, d.maps, value, d.record, cols)
 	if err != nil {
 		return 0, err // a nil *DecodeError must not become a non-nil error
 	}
