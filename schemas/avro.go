@@ -488,6 +488,9 @@ func avroInteger(wt avro.Type, lt avro.LogicalType, v int64, t *node, s *scalar)
 		if lt != avro.Date {
 			return no
 		}
+		if err := dateDays(v); err != nil {
+			return err
+		}
 		s.i = v
 	case kTime:
 		switch lt {
@@ -517,13 +520,11 @@ func avroInteger(wt avro.Type, lt avro.LogicalType, v int64, t *node, s *scalar)
 		default:
 			return no
 		}
-		if millis {
-			var err *DecodeError
-			if v, err = millisToMicros(v); err != nil {
-				return err
-			}
+		us, err := timeMicros(v, millis)
+		if err != nil {
+			return err
 		}
-		s.i = v
+		s.i = us
 	default:
 		return no
 	}

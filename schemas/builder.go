@@ -428,12 +428,9 @@ func (b *Builder) decode(value []byte, r *row) *DecodeError {
 	return nil
 }
 
-// maxEpochMillis is the largest magnitude of an epoch-millisecond ts whose
-// microsecond value still fits in an int64.
-const maxEpochMillis = math.MaxInt64 / 1000
-
 // decodeTS converts the message's ts, epoch milliseconds or an RFC 3339
-// string, into microseconds since the epoch.
+// string, into microseconds since the epoch, within the years 0001 to 9999
+// as in the generic decoders (see timeMicros).
 func decodeTS(v *fastjson.Value, nums *NumberReader) (int64, *DecodeError) {
 	if isNull(v) {
 		return 0, missing(colEventTS)
@@ -444,11 +441,16 @@ func decodeTS(v *fastjson.Value, nums *NumberReader) (int64, *DecodeError) {
 		if err == errNotNumber {
 			return 0, nums.malformed()
 		}
-		if err != nil || ms > maxEpochMillis || ms < -maxEpochMillis {
+		if err != nil {
 			return 0, &DecodeError{Reason: ReasonInvalidField, Field: jsonNames[colEventTS],
-				Detail: "a numeric ts must be integer epoch milliseconds within ±292,000 years"}
+				Detail: "a numeric ts must be integer epoch milliseconds"}
 		}
-		return ms * 1000, nil
+		us, derr := timeMicros(ms, true)
+		if derr != nil {
+			derr.Field = jsonNames[colEventTS]
+			return 0, derr
+		}
+		return us, nil
 	case fastjson.TypeString:
 		s, _ := v.StringBytes() // cannot fail: v is a string
 		if len(s) == 0 {
@@ -461,7 +463,12 @@ func decodeTS(v *fastjson.Value, nums *NumberReader) (int64, *DecodeError) {
 			return 0, &DecodeError{Reason: ReasonInvalidField, Field: jsonNames[colEventTS],
 				Detail: "a string ts must be an RFC 3339 date-time with a zone, like 2024-11-29T06:00:00Z"}
 		}
-		return t.UnixMicro(), nil
+		us, derr := timeMicros(t.UnixMicro(), false)
+		if derr != nil {
+			derr.Field = jsonNames[colEventTS]
+			return 0, derr
+		}
+		return us, nil
 	default:
 		return 0, wrongType(colEventTS, "epoch milliseconds or an RFC 3339 string", v)
 	}

@@ -159,10 +159,11 @@ func TestAppendGood(t *testing.T) {
 			want: []any{nil, "s", nil, "e", nil, nil, nil, int64(1000), nil, "t", int32(0), int64(0), nil, nil, nil},
 		},
 		{
+			// The largest ts: 9999-12-31T23:59:59.999Z.
 			name: "largest numbers",
-			in:   `{"session_id":"s","event_type":"e","ts":9223372036854775,"seq":9223372036854775807}`,
+			in:   `{"session_id":"s","event_type":"e","ts":253402300799999,"seq":9223372036854775807}`,
 			meta: schemas.Meta{Topic: "t", Partition: 2147483647, Offset: 9223372036854775807}, status: "failed",
-			want: []any{nil, "s", nil, "e", nil, nil, nil, int64(9223372036854775000), int64(9223372036854775807),
+			want: []any{nil, "s", nil, "e", nil, nil, nil, int64(253402300799999000), int64(9223372036854775807),
 				"t", int32(2147483647), int64(9223372036854775807), nil, nil, "failed"},
 		},
 	}
@@ -268,6 +269,8 @@ func TestAppendErrors(t *testing.T) {
 		{"ts empty string", with("ts", `""`), "invalid_field", "ts"},
 		{"ts ms overflow microseconds", with("ts", "9223372036854776"), "invalid_field", "ts"},
 		{"ts negative overflow", with("ts", "-9223372036854776"), "invalid_field", "ts"},
+		{"ts after year 9999", with("ts", "253402300800000"), "invalid_field", "ts"},
+		{"ts before year 1", with("ts", `"0000-12-31T23:59:59Z"`), "invalid_field", "ts"},
 		{"ts overflow int64", with("ts", "99999999999999999999"), "invalid_field", "ts"},
 		{"first bad field in column order wins", `{"seq":"x","event_type":"e","ts":"bad"}`, "missing_field", "session_id"},
 	}

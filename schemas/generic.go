@@ -372,13 +372,47 @@ func missingValue() *DecodeError {
 	return &DecodeError{Reason: ReasonMissingField, Detail: "is required"}
 }
 
-// Time bounds: integer times in milliseconds must still fit in int64
-// microseconds.
-func millisToMicros(ms int64) (int64, *DecodeError) {
-	if ms > maxEpochMillis || ms < -maxEpochMillis {
-		return 0, invalid("milliseconds out of range (±292,000 years)")
+// Timestamps and dates are kept within the years 0001 to 9999 (UTC), the
+// years an RFC 3339 date-time spells. Integers in a field's unit reached
+// ±292,000 years, past what iceberg-go's hour() partition transform holds
+// (an int32 of hours since 1970: ±245,000 years), which wrapped and put a
+// row in the partition of another time, where a scan pruning by it never
+// looks; readers such as PyIceberg (Python's datetime) and Spark do not
+// take years outside 1 to 9999 either.
+const (
+	minTimeMicros = -62_135_596_800_000_000 // 0001-01-01T00:00:00Z
+	maxTimeMicros = 253_402_300_799_999_999 // 9999-12-31T23:59:59.999999Z
+	minDateDays   = -719_162                // 0001-01-01
+	maxDateDays   = 2_932_896               // 9999-12-31
+)
+
+// timeMicros returns the timestamp x, in milliseconds if millis or else
+// microseconds since the epoch, in microseconds, or the error of one
+// outside the years 0001 to 9999.
+func timeMicros(x int64, millis bool) (int64, *DecodeError) {
+	if millis {
+		if x > maxTimeMicros/1000 || x < minTimeMicros/1000 {
+			return 0, timeOutOfYears()
+		}
+		x *= 1000
 	}
-	return ms * 1000, nil
+	if x > maxTimeMicros || x < minTimeMicros {
+		return 0, timeOutOfYears()
+	}
+	return x, nil
+}
+
+func timeOutOfYears() *DecodeError {
+	return invalid("a timestamp must be within the years 0001 to 9999 (0001-01-01T00:00:00Z to 9999-12-31T23:59:59.999999Z)")
+}
+
+// dateDays returns the error of a date (days since the epoch) outside the
+// years 0001 to 9999, or nil.
+func dateDays(days int64) *DecodeError {
+	if days > maxDateDays || days < minDateDays {
+		return invalid("a date must be within the years 0001 to 9999 (0001-01-01 to 9999-12-31)")
+	}
+	return nil
 }
 
 // microsPerDay bounds a time of day.

@@ -318,18 +318,21 @@ func (d *jsonDecoder) value(n *node, v *fastjson.Value, b array.Builder) *Decode
 			if err != nil {
 				return invalid("a string date must look like 2024-11-29")
 			}
-			s.i = t.Unix() / 86400
+			s.i = t.Unix() / 86400 // exact: a date is midnight UTC
 		case fastjson.TypeNumber:
 			x, err := d.nums.Int(v)
 			if err == errNotNumber {
 				return d.nums.malformed()
 			}
-			if err != nil || x > math.MaxInt32 || x < math.MinInt32 {
+			if err != nil {
 				return invalid("a numeric date must be integer days since 1970-01-01")
 			}
 			s.i = x
 		default:
 			return jsonWant("a date string or days since the epoch", v)
+		}
+		if err := dateDays(s.i); err != nil {
+			return err
 		}
 	case kTime:
 		switch v.Type() {
@@ -374,7 +377,13 @@ func (d *jsonDecoder) value(n *node, v *fastjson.Value, b array.Builder) *Decode
 			if err != nil {
 				return invalid("a string timestamp must be " + want)
 			}
-			s.i = t.UnixMicro()
+			// 0000-01-01 or 9999-12-31T23:00:00-01:00 is outside the
+			// years in UTC.
+			us, derr := timeMicros(t.UnixMicro(), false)
+			if derr != nil {
+				return derr
+			}
+			s.i = us
 		case fastjson.TypeNumber:
 			x, err := d.nums.Int(v)
 			if err == errNotNumber {
@@ -383,13 +392,11 @@ func (d *jsonDecoder) value(n *node, v *fastjson.Value, b array.Builder) *Decode
 			if err != nil {
 				return invalid("a numeric timestamp must be an integer")
 			}
-			if n.millis {
-				var derr *DecodeError
-				if x, derr = millisToMicros(x); derr != nil {
-					return derr
-				}
+			us, derr := timeMicros(x, n.millis)
+			if derr != nil {
+				return derr
 			}
-			s.i = x
+			s.i = us
 		default:
 			return jsonWant("a timestamp string or an integer", v)
 		}

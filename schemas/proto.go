@@ -473,7 +473,11 @@ func (p *protoFill) scalar(fd protoreflect.FieldDescriptor, v protoreflect.Value
 			if secs > math.MaxInt64/1_000_000-1 || secs < math.MinInt64/1_000_000+1 || nanos < 0 || nanos >= 1_000_000_000 {
 				return invalid("a timestamp is out of range")
 			}
-			s.i = secs*1_000_000 + nanos/1000
+			us, err := timeMicros(secs*1_000_000+nanos/1000, false)
+			if err != nil {
+				return err
+			}
+			s.i = us
 			break
 		}
 		return p.record(m, t, openStruct(b), nil)
@@ -506,16 +510,14 @@ func (p *protoFill) scalar(fd protoreflect.FieldDescriptor, v protoreflect.Value
 		case kFloat, kDouble:
 			s.f = float64(x)
 		case kTimestamp, kTimestampTz:
-			if t.millis {
-				var err *DecodeError
-				if x, err = millisToMicros(x); err != nil {
-					return err
-				}
+			us, err := timeMicros(x, t.millis)
+			if err != nil {
+				return err
 			}
-			s.i = x
+			s.i = us
 		case kDate:
-			if x > math.MaxInt32 || x < math.MinInt32 {
-				return invalid("a date must fit in 32 bits of days")
+			if err := dateDays(x); err != nil {
+				return err
 			}
 			s.i = x
 		}
