@@ -10,6 +10,7 @@ import (
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
+	"github.com/apache/arrow-go/v18/arrow/memory"
 	"github.com/apache/iceberg-go"
 	"github.com/apache/iceberg-go/table"
 
@@ -244,21 +245,23 @@ func TestVerifyKeyRepeatedBeyondWindow(t *testing.T) {
 	}
 }
 
-// TestDedupeEventTimesNearTheLongLimits: created_at is any long, and the
-// window's arithmetic stops at the int64 limits. Before, a flush holding an
-// event time near the upper limit wrapped its search bound around: the
-// search matched no file and a retried payment of the same flush was
-// committed twice; and verify, subtracting copies near both limits, took
-// them for copies within the window (a duplicate) instead of copies beyond.
+// TestDedupeEventTimesNearTheLongLimits: created_at is any long in the
+// table (floe's decoders refuse times outside the years 0001 to 9999, but
+// another engine may write them), and the window's arithmetic stops at the
+// int64 limits. Before, a flush holding an event time near the upper limit
+// wrapped its search bound around: the search matched no file and a
+// retried payment of the same flush was committed twice; and verify,
+// subtracting copies near both limits, took them for copies within the
+// window (a duplicate) instead of copies beyond.
 func TestDedupeEventTimesNearTheLongLimits(t *testing.T) {
 	f := newPayFixture(t)
 	tbl := f.open(t)
-	if _, err := tbl.Commit(t.Context(), []lakehouse.Part{f.partAt(t, 0, 0, 2, lakehouse.NoWatermark,
-		payAt{0, "A", `"2024-11-05T10:00:00Z"`}, payAt{1, "Z", "-9223372036854775000"})}); err != nil {
+	if _, err := tbl.Commit(t.Context(), []lakehouse.Part{withCreatedAt(t, f.partAt(t, 0, 0, 2, lakehouse.NoWatermark,
+		payAt{0, "A", `"2024-11-05T10:00:00Z"`}, payAt{1, "Z", "0"}), 1, -9223372036854775000)}); err != nil {
 		t.Fatal(err)
 	}
-	res, err := tbl.Commit(t.Context(), []lakehouse.Part{f.partAt(t, 0, 2, 4, 2,
-		payAt{2, "A", `"2024-11-05T10:00:01Z"`}, payAt{3, "Z", "9223372036854775000"})})
+	res, err := tbl.Commit(t.Context(), []lakehouse.Part{withCreatedAt(t, f.partAt(t, 0, 2, 4, 2,
+		payAt{2, "A", `"2024-11-05T10:00:01Z"`}, payAt{3, "Z", "0"}), 1, 9223372036854775000)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -273,6 +276,40 @@ func TestDedupeEventTimesNearTheLongLimits(t *testing.T) {
 		t.Fatalf("verify: OK %v, duplicate keys %d (%v), beyond window %d; want true, 0, 1 (Z)",
 			rep.OK(), rep.DuplicateKeys, rep.DuplicateKeyExamples, rep.KeysBeyondWindow)
 	}
+}
+
+// withCreatedAt returns part with the created_at of its row i set to us
+// (microseconds), beyond what the decoders take.
+func withCreatedAt(t *testing.T, part lakehouse.Part, i int, us int64) lakehouse.Part {
+	t.Helper()
+	rec := part.Rows
+	idx := rec.Schema().FieldIndices("created_at")
+	if len(idx) != 1 {
+		t.Fatal("no created_at column")
+	}
+	col := rec.Column(idx[0]).(*array.Timestamp)
+	b := array.NewTimestampBuilder(memory.DefaultAllocator, col.DataType().(*arrow.TimestampType))
+	defer b.Release()
+	for j := range col.Len() {
+		switch {
+		case j == i:
+			b.Append(arrow.Timestamp(us))
+		case col.IsNull(j):
+			b.AppendNull()
+		default:
+			b.Append(col.Value(j))
+		}
+	}
+	set := b.NewArray()
+	defer set.Release()
+	cols := make([]arrow.Array, rec.NumCols())
+	for j := range cols {
+		cols[j] = rec.Column(j)
+	}
+	cols[idx[0]] = set
+	part.Rows = array.NewRecordBatch(rec.Schema(), cols, rec.NumRows())
+	rec.Release()
+	return part
 }
 
 // TestVerifyRowAtBusinessSkippedOffset: a row at an offset a snapshot
