@@ -106,6 +106,11 @@ func dedupeSpecOf(s *schemas.Schema, d Dedupe) (*dedupeSpec, error) {
 		return nil, fmt.Errorf("dedupe key %q: schema %s has no top-level column %q (columns: %s)",
 			d.Key, s.Name, d.Key, strings.Join(names, ", "))
 	}
+	if why := s.AddedColumn(d.Key); why != "" {
+		// Many records share its value: the MERGE would keep one row per
+		// value and skip the others as duplicates.
+		return nil, fmt.Errorf("dedupe key %q: the column is %s, not a field of the record", d.Key, why)
+	}
 	switch f.Type {
 	case iceberg.PrimitiveTypes.String, iceberg.PrimitiveTypes.UUID:
 	case iceberg.PrimitiveTypes.Int32, iceberg.PrimitiveTypes.Int64:

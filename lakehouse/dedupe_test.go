@@ -15,6 +15,7 @@ import (
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/memory"
+	"github.com/apache/iceberg-go"
 	"github.com/apache/iceberg-go/catalog"
 	iceio "github.com/apache/iceberg-go/io"
 	"github.com/apache/iceberg-go/table"
@@ -529,6 +530,34 @@ func TestSetDedupeRejectsBadSettings(t *testing.T) {
 		if err := nt.SetDedupe(d); err != nil {
 			t.Errorf("SetDedupe(%+v) = %v", d, err)
 		}
+	}
+}
+
+// TestCheckDedupeRefusesAddedColumns: a Kafka metadata column or an
+// enrichment column is no business key (many records share its value),
+// also when a caller skips the configuration's check.
+func TestCheckDedupeRefusesAddedColumns(t *testing.T) {
+	base, err := schemas.Lookup("clickstream")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc, err := base.WithColumns([]schemas.Column{{Name: "segment", Type: iceberg.PrimitiveTypes.String}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ key, want string }{
+		{"_kafka_topic", `dedupe key "_kafka_topic": the column is a metadata column floe adds to every row, not a field of the record`},
+		{"_kafka_offset", `dedupe key "_kafka_offset": the column is a metadata column`},
+		{"_enrich_status", `dedupe key "_enrich_status": the column is a metadata column`},
+		{"segment", `dedupe key "segment": the column is an enrichment column, not a field of the record`},
+	} {
+		err := lakehouse.CheckDedupe(sc, lakehouse.Dedupe{Key: c.key})
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("CheckDedupe(%s) = %v, want %q", c.key, err, c.want)
+		}
+	}
+	if err := lakehouse.CheckDedupe(sc, lakehouse.Dedupe{Key: "event_id", Window: time.Hour}); err != nil {
+		t.Errorf("CheckDedupe(event_id) = %v", err)
 	}
 }
 

@@ -111,6 +111,11 @@ func (c Config) dedupeFor(sc *schemas.Schema) (lakehouse.Dedupe, error) {
 	if !ok || strings.Contains(d.Key, ".") {
 		return d, fmt.Errorf("dedupe.key: %q is not a top-level column of schema %s", d.Key, sc.Name)
 	}
+	if why := sc.AddedColumn(d.Key); why != "" {
+		// Its value is shared by many records: the MERGE would keep one
+		// row per value and skip the others as duplicates.
+		return d, fmt.Errorf("dedupe.key: %q is %s, not a field of the record", d.Key, why)
+	}
 	if _, nested := f.Type.(iceberg.NestedType); nested {
 		return d, fmt.Errorf("dedupe.key: column %q is a %s; want a primitive column", d.Key, f.Type)
 	}

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/floe-dev/floe/enrich"
 	"github.com/floe-dev/floe/lakehouse"
 	"github.com/floe-dev/floe/pipeline"
 	"github.com/floe-dev/floe/schemas"
@@ -588,5 +589,38 @@ func TestDedupeConfig(t *testing.T) {
 	}
 	if err := cfg.Finish(); err == nil || !strings.Contains(err.Error(), "dedupe.window: must be positive") {
 		t.Fatalf("negative window: %v", err)
+	}
+}
+
+// TestDedupeKeyMustBeARecordField: a column floe adds to every row (Kafka
+// metadata, _enrich_status) or an enrichment column is refused as
+// dedupe.key. Many records share its value, so the MERGE kept one row per
+// value and skipped the others as business duplicates, silently.
+func TestDedupeKeyMustBeARecordField(t *testing.T) {
+	base, err := schemas.Lookup("clickstream")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc, err := pipeline.WithEnrichment(base, &enrich.Config{Fields: []enrich.Field{{Name: "segment", Type: enrich.TypeString}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ key, want string }{
+		{"_kafka_topic", `dedupe.key: "_kafka_topic" is a metadata column floe adds to every row, not a field of the record`},
+		{"_kafka_partition", `dedupe.key: "_kafka_partition" is a metadata column`},
+		{"_kafka_offset", `dedupe.key: "_kafka_offset" is a metadata column`},
+		{"_kafka_timestamp", `dedupe.key: "_kafka_timestamp" is a metadata column`},
+		{"_enrich_status", `dedupe.key: "_enrich_status" is a metadata column`},
+		{"segment", `dedupe.key: "segment" is an enrichment column, not a field of the record`},
+		{"event_id", ""},
+	} {
+		cfg := pipeline.Config{Dedupe: &pipeline.DedupeConfig{Key: c.key}}
+		d, err := cfg.DedupeFor(sc)
+		switch {
+		case c.want == "" && (err != nil || d.Key != c.key):
+			t.Errorf("dedupe.key %s: %+v, %v", c.key, d, err)
+		case c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want)):
+			t.Errorf("dedupe.key %s: error %v, want %q", c.key, err, c.want)
+		}
 	}
 }

@@ -62,6 +62,21 @@ func (s *Schema) WithColumns(cols []Column) (*Schema, error) {
 	return &out, nil
 }
 
+// AddedColumn says why column name of s holds no field of the record, or
+// returns "" when it does (or s has no such column): a Kafka metadata
+// column floe adds to every row (_kafka_topic … _enrich_status), or an
+// enrichment column (Extra), whose value is the lookup's, shared by every
+// record of one lookup key. Such a column is no business key, for one.
+func (s *Schema) AddedColumn(name string) string {
+	switch {
+	case isMetadataColumn(name):
+		return "a metadata column floe adds to every row"
+	case isExtra(s.Extra, name):
+		return "an enrichment column"
+	}
+	return ""
+}
+
 func extraArrowType(t iceberg.Type) (arrow.DataType, error) {
 	switch t {
 	case iceberg.PrimitiveTypes.String:
