@@ -147,7 +147,7 @@ func (m *Member) Run(ctx context.Context) error {
 	defer context.AfterFunc(ctx, func() { m.stats.Stopping.Store(true) })()
 	// Fail fast and clearly on an unreachable cluster or a missing topic;
 	// once running, such errors are retried.
-	checkCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	checkCtx, cancel := context.WithTimeout(ctx, checkSourceTimeout)
 	_, err := EndOffsets(checkCtx, k)
 	cancel()
 	if err != nil {

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
+	"time"
 
 	"github.com/segmentio/kafka-go"
 )
@@ -57,7 +59,7 @@ func listOffsets(ctx context.Context, k KafkaConfig, what string, iso kafka.Isol
 		}
 	}
 	if len(reqs) == 0 {
-		return nil, fmt.Errorf("topic %s has no partitions (does it exist?)", k.Topic)
+		return nil, fmt.Errorf("topic %s %w", k.Topic, errNoPartitions)
 	}
 	res, err := c.ListOffsets(ctx, &kafka.ListOffsetsRequest{Topics: map[string][]kafka.OffsetRequest{k.Topic: reqs},
 		IsolationLevel: iso})
@@ -72,6 +74,34 @@ func listOffsets(ctx context.Context, k KafkaConfig, what string, iso kafka.Isol
 		out[int32(p.Partition)] = pick(p)
 	}
 	return out, nil
+}
+
+// errNoPartitions marks a topic the broker listed without partitions.
+var errNoPartitions = errors.New("has no partitions (does it exist?)")
+
+// checkSourceTimeout bounds CheckSourceTopic and the same check at the
+// start of Member.Run.
+const checkSourceTimeout = 30 * time.Second
+
+// CheckSourceTopic asks the brokers for k.Topic's end offsets, as
+// Member.Run does first, for a command to ask before it creates a table or
+// asks for the dead-letter topic: a misspelt kafka.topic, or brokers out of
+// reach, left the table created (and, on a broker that creates topics on
+// request, a dead-letter topic named after the misspelling) before the
+// member refused them. Its error names kafka.topic when the brokers answer
+// without the topic, else kafka.brokers.
+func CheckSourceTopic(ctx context.Context, k KafkaConfig) error {
+	ctx, cancel := context.WithTimeout(ctx, checkSourceTimeout)
+	defer cancel()
+	_, err := EndOffsets(ctx, k)
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, kafka.UnknownTopicOrPartition), errors.Is(err, errNoPartitions),
+		errors.Is(err, kafka.TopicAuthorizationFailed), errors.Is(err, kafka.InvalidTopic):
+		return fmt.Errorf("kafka.topic %s (kafka.brokers %s): %w", k.Topic, strings.Join(k.Brokers, ","), err)
+	}
+	return fmt.Errorf("kafka.brokers %s: %w", strings.Join(k.Brokers, ","), err)
 }
 
 // GroupOffsets returns the offsets k.Group committed for partitions of

@@ -178,9 +178,10 @@ func (g *globalFlags) runs(j *job) bool {
 // --table picks, when given; with siblings, a field route comes with the
 // other routes of its topic, which together take each record once). With
 // create, for floe run, every job that runs is first checked as its member
-// will be (pipeline.Config.CheckMember, pipeline.CheckDeadLetterTopic): the
-// member is built once the tables are open, and a configuration it refused
-// left them created. The caller closes each j.tbl.
+// will be (pipeline.Config.CheckMember, pipeline.CheckSourceTopic, then
+// pipeline.CheckDeadLetterTopic, which a broker that creates topics answers
+// by creating it): the member is built once the tables are open, and a
+// configuration it refused left them created. The caller closes each j.tbl.
 func (g *globalFlags) openJobs(ctx context.Context, siblings, create bool) ([]*job, error) {
 	jobs, err := g.jobs(siblings)
 	if err != nil {
@@ -196,7 +197,7 @@ func (g *globalFlags) openJobs(ctx context.Context, siblings, create bool) ([]*j
 			}
 			ln.Close()
 		}
-		dlqs := map[string]bool{} // routes of a topic share one
+		sources, dlqs := map[string]bool{}, map[string]bool{} // routes of a topic share them
 		for _, j := range jobs {
 			// Only the routes that run: a sibling comes along for the
 			// routing checks, and its files (a cache file, TLS files)
@@ -208,6 +209,14 @@ func (g *globalFlags) openJobs(ctx context.Context, siblings, create bool) ([]*j
 				return nil, j.wrap(err)
 			}
 			k := j.cfg.Kafka
+			// The source first: a misspelt topic must not leave a
+			// dead-letter topic named after it.
+			if src := strings.Join(k.Brokers, ",") + " " + k.Topic; !sources[src] {
+				sources[src] = true
+				if err := pipeline.CheckSourceTopic(ctx, k); err != nil {
+					return nil, j.wrap(err)
+				}
+			}
 			if dlq := strings.Join(k.Brokers, ",") + " " + k.DLQTopic; !dlqs[dlq] {
 				dlqs[dlq] = true
 				if err := pipeline.CheckDeadLetterTopic(ctx, k); err != nil {

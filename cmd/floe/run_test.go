@@ -213,12 +213,15 @@ func TestSigtermBeforeTheFlushThatCatchesUp(t *testing.T) {
 // ignored like the first, leaving only SIGKILL.
 func TestSecondSignalKillsAHungStop(t *testing.T) {
 	namenode, accepted := blackHole(t)
+	// A broker with the topics: run checks them before it creates the
+	// table, the call that hangs here.
+	e := newEnv(t, 1, "")
 	dir := t.TempDir()
 	cat := sqliteCatalog(dir)
 	cat["warehouse"] = "hdfs://" + namenode + "/warehouse"
 	cat["hdfs.user"] = "floe"
 	cat["hdfs.io-timeout"] = "2m"
-	e := &env{t: t, dir: dir, config: writeConfigCatalog(t, dir, "127.0.0.1:1", "floe-test", "analytics.clicks", cat, "", "")}
+	e.dir, e.config = dir, writeConfigCatalog(t, dir, e.cluster.Addrs()[0], "floe-test", "analytics.clicks", cat, "", "")
 	p := e.start("floe run", "run")
 	p.signalOnceHung(t, accepted)
 	time.Sleep(500 * time.Millisecond)
@@ -373,6 +376,54 @@ func TestRefusedMemberSettingsCreateNoTable(t *testing.T) {
 			}
 			if _, lerr := cat.LoadTable(ctx, []string{"analytics", "clicks"}); !errors.Is(lerr, catalog.ErrNoSuchTable) {
 				t.Errorf("the refused configuration created table analytics.clicks (%v)", lerr)
+			}
+		})
+	}
+}
+
+// TestMisspeltTopicCreatesNothing: `floe run` with a kafka.topic the
+// brokers do not have, or with brokers out of reach, is refused before it
+// creates the table or asks for the dead-letter topic, naming kafka.topic or
+// kafka.brokers. It created the table, and on a broker that creates topics
+// on request (kfake here, as auto.create.topics.enable=true does) a
+// dead-letter topic named after the misspelling, before the member refused
+// the topic.
+func TestMisspeltTopicCreatesNothing(t *testing.T) {
+	e := newEnv(t, 1, "")
+	ctx := t.Context()
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+		dlq  string // the dead-letter topic that must not be created
+	}{
+		{"misspelt topic", []string{"--topic", "clickz"}, "kafka.topic clickz (kafka.brokers " + e.cluster.Addrs()[0] + ")", "clickz.dlq"},
+		{"brokers out of reach", []string{"--brokers", "127.0.0.1:1"}, "kafka.brokers 127.0.0.1:1: ", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			cfg := writeConfig(t, dir, e.cluster.Addrs()[0], "floe-test", "analytics.clicks", "", "")
+			root := rootCmd()
+			root.SetArgs(append([]string{"run", "--until-caught-up", "--config", cfg, "--log-level", "error"}, tc.args...))
+			if err := root.ExecuteContext(ctx); err == nil || exitCode(err) != 2 || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("floe run %v: %v (status %d), want status 2 naming %q", tc.args, err, exitCode(err), tc.want)
+			}
+			cat, err := catalog.Load(ctx, "floe", iceberg.Properties(sqliteCatalog(dir)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, lerr := cat.LoadTable(ctx, []string{"analytics", "clicks"}); !errors.Is(lerr, catalog.ErrNoSuchTable) {
+				t.Errorf("the refused run created table analytics.clicks (%v)", lerr)
+			}
+			if tc.dlq == "" {
+				return
+			}
+			topics, err := kadm.NewClient(mustClient(t, e)).ListTopics(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if topics.Has(tc.dlq) {
+				t.Errorf("the refused run created dead-letter topic %s", tc.dlq)
 			}
 		})
 	}

@@ -351,7 +351,7 @@ func TestRunFailsClearly(t *testing.T) {
 		want string
 	}{
 		{"unreachable broker", []string{"run", "--brokers", "127.0.0.1:1"}, "127.0.0.1:1"},
-		{"unreachable broker, scheduled", []string{"run", "--until-caught-up", "--brokers", "127.0.0.1:1"}, "kafka [127.0.0.1:1]"},
+		{"unreachable broker, scheduled", []string{"run", "--until-caught-up", "--brokers", "127.0.0.1:1"}, "kafka.brokers 127.0.0.1:1"},
 		{"missing topic", []string{"run", "--topic", "nosuchtopic"}, "nosuchtopic"},
 		{"bad table name", []string{"run", "--table", "nodot"}, "table.name"},
 		{"stray argument", []string{"run", "extra"}, "extra"},
