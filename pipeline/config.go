@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"math"
 	"net"
 	"os"
@@ -205,6 +206,29 @@ type CommitConfig struct {
 	// below kafka.session_timeout and kafka.rebalance_timeout. Default: the
 	// least of 20s and half of each.
 	Grace Duration `yaml:"grace"`
+}
+
+// Below these, commit.max_bytes and commit.max_records are warned about
+// at start-up (warnTiny): a table commit (a snapshot and a data file per
+// partition) per few records. Such values are kept, since tests use them,
+// but in a job they are usually a unit left off: max_bytes: 128 is 128
+// bytes, not MiB.
+const (
+	tinyCommitBytes   = 1 << 20
+	tinyCommitRecords = 100
+)
+
+// warnTiny logs, once at start-up, a commit.max_bytes or
+// commit.max_records so small that nearly every record makes a flush.
+func (c CommitConfig) warnTiny(log *slog.Logger) {
+	if c.MaxBytes > 0 && c.MaxBytes < tinyCommitBytes {
+		log.Warn("commit.max_bytes is below 1MiB: a table commit every few records (a size without a unit is bytes; write 128MiB)",
+			"commit.max_bytes", int64(c.MaxBytes))
+	}
+	if c.MaxRecords > 0 && c.MaxRecords < tinyCommitRecords {
+		log.Warn("commit.max_records is below 100: a table commit (a snapshot, a data file per partition) every few records",
+			"commit.max_records", c.MaxRecords)
+	}
 }
 
 // MetricsConfig configures the HTTP endpoint for /metrics, /livez, /readyz.

@@ -1500,3 +1500,19 @@ func TestForbiddenCommitEndsAScheduledRun(t *testing.T) {
 	endsScheduledRetriesLong(t, j, func(err error) bool { return errors.Is(err, rest.ErrForbidden) },
 		"the catalog's 403", "access denied", func() { forbid.Store(false) })
 }
+
+// TestNewMemberWarnsTinyCommit: a member whose commit.max_bytes is 128
+// (meant as MiB, read as bytes) logs a warning naming the key and value
+// when it is built, once: it was accepted silently and made a table
+// commit per record or so.
+func TestNewMemberWarnsTinyCommit(t *testing.T) {
+	j := newJob(t, 0, pipeline.CommitConfig{MaxBytes: 128}, nil)
+	var logs bytes.Buffer
+	if _, err := pipeline.NewMember(j.cfg, j.tbl, j.sc, pipeline.WithLogger(slog.New(slog.NewTextHandler(&logs, nil)))); err != nil {
+		t.Fatal(err)
+	}
+	got := logs.String()
+	if strings.Count(got, "level=WARN") != 1 || !strings.Contains(got, "commit.max_bytes is below 1MiB") || !strings.Contains(got, "commit.max_bytes=128") {
+		t.Fatalf("logged %q, want one warning naming commit.max_bytes=128", got)
+	}
+}
