@@ -12,9 +12,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"math/rand/v2"
 	"net/url"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -58,7 +60,10 @@ type Config struct {
 	// catalog.ErrNoSuchTable, when the catalog lacks it. For commands that
 	// read or maintain a table, where a misspelt name or a wrong catalog
 	// would otherwise get a new empty table (and a reconciliation that
-	// passes).
+	// passes). It refuses to create a sql catalog's SQLite database too:
+	// Open fails, naming table.catalog.uri, when its file does not exist,
+	// before the catalog is opened (which would create an empty database
+	// at a misspelt uri).
 	Existing bool
 }
 
@@ -235,6 +240,54 @@ func sqliteURI(uri string) string {
 	return uri + sep + q.Encode()
 }
 
+// checkSQLiteExists refuses a sql catalog on SQLite whose database file
+// does not exist (Config.Existing): opening it would create an empty
+// database, with iceberg-go's catalog tables, at a misspelt uri. A uri
+// that names no file (in memory) or one it cannot tell is left to the
+// driver.
+func checkSQLiteExists(props map[string]string) error {
+	if !strings.EqualFold(props["type"], "sql") || !strings.EqualFold(props["sql.dialect"], "sqlite") {
+		return nil
+	}
+	uri := cmp.Or(props["uri"], config.EnvConfig.Catalogs[catalogName(props)].URI)
+	path, ok := sqlitePath(uri)
+	if !ok {
+		return nil
+	}
+	if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("table.catalog.uri %s: the SQLite database %s does not exist (floe run creates it; check the uri)", redact.URL(uri), path)
+	}
+	return nil
+}
+
+// sqlitePath returns the file a SQLite uri names: a path, or a file: URI
+// (file:name, file:/path, file:///path, file://localhost/path), with its
+// query ignored; ok is false for an in-memory database (:memory:,
+// mode=memory, an empty name) and a uri it cannot read.
+func sqlitePath(uri string) (path string, ok bool) {
+	name, query, _ := strings.Cut(uri, "?")
+	if q, err := url.ParseQuery(query); err != nil || q.Get("mode") == "memory" {
+		return "", false
+	}
+	if rest, isURI := strings.CutPrefix(name, "file:"); isURI {
+		if auth, ok := strings.CutPrefix(rest, "//"); ok {
+			host, p, found := strings.Cut(auth, "/")
+			if !found || (host != "" && host != "localhost") {
+				return "", false
+			}
+			rest = "/" + p
+		}
+		var err error
+		if name, err = url.PathUnescape(rest); err != nil {
+			return "", false
+		}
+	}
+	if name == "" || strings.HasPrefix(name, ":memory:") {
+		return "", false
+	}
+	return name, true
+}
+
 // Open loads the catalog and the table, creating the namespace and the table
 // (with the schema's partition spec and floe's write properties) on first use.
 func Open(ctx context.Context, cfg Config, sc *schemas.Schema) (*Table, error) {
@@ -243,6 +296,11 @@ func Open(ctx context.Context, cfg Config, sc *schemas.Schema) (*Table, error) {
 	}
 	if cfg.Logger != nil {
 		warnInsecureREST(cfg.Logger, cfg.Catalog)
+	}
+	if cfg.Existing {
+		if err := checkSQLiteExists(cfg.Catalog); err != nil {
+			return nil, err
+		}
 	}
 	cat, err := OpenCatalog(ctx, cfg.Catalog)
 	if err != nil {

@@ -146,6 +146,33 @@ func TestReadingCommandsDoNotCreateTables(t *testing.T) {
 	}
 }
 
+// TestReadingCommandsDoNotCreateCatalogs: `floe verify`, `floe maintain`
+// and `floe doctor` with a sql catalog whose SQLite file does not exist (a
+// misspelt uri) fail naming table.catalog.uri and create no file: they
+// created an empty catalog database there, then refused the table.
+func TestReadingCommandsDoNotCreateCatalogs(t *testing.T) {
+	dir := t.TempDir()
+	cat := sqliteCatalog(dir)
+	db := filepath.Join(dir, "catalgo.db")
+	cat["uri"] = "file:" + db
+	cfg := writeConfigCatalog(t, dir, "127.0.0.1:1", "floe-test", "analytics.clicks", cat, "", "")
+	for _, sub := range [][]string{
+		{"verify", "--no-dlq"},
+		{"maintain"},
+		{"doctor"},
+	} {
+		root := rootCmd()
+		root.SetArgs(append(sub, "--config", cfg, "--log-level", "error"))
+		err := root.ExecuteContext(t.Context())
+		if want := "table.catalog.uri file:" + db + ": the SQLite database " + db + " does not exist"; err == nil || exitCode(err) != 2 || !strings.Contains(err.Error(), want) {
+			t.Errorf("floe %v on a SQLite catalog that does not exist: %v (status %d), want status 2 naming %q", sub, err, exitCode(err), want)
+		}
+		if _, serr := os.Stat(db); !errors.Is(serr, fs.ErrNotExist) {
+			t.Fatalf("after floe %v: %s exists (%v)", sub, db, serr)
+		}
+	}
+}
+
 // TestMaintainChecksItsFlagsFirst: a bad flag of `floe maintain` is named
 // before the catalog is asked for the table: with a catalog out of reach
 // the error was the catalog's, and the flag's only once it answered.
