@@ -22,15 +22,18 @@ func WithEnrichment(sc *schemas.Schema, cfg *enrich.Config) (*schemas.Schema, er
 	if cfg == nil {
 		return sc, nil
 	}
-	cols := make([]schemas.Column, len(cfg.Fields))
+	// One field at a time, so that a refused name (a column's, also in
+	// another case, or an earlier field's) is named with its index.
 	for i, f := range cfg.Fields {
 		t, err := icebergType(f.Type)
+		if err == nil {
+			sc, err = sc.WithColumns([]schemas.Column{{Name: f.Name, Type: t}})
+		}
 		if err != nil {
 			return nil, fmt.Errorf("enrich.fields[%d] %s: %w", i, f.Name, err)
 		}
-		cols[i] = schemas.Column{Name: f.Name, Type: t}
 	}
-	return sc.WithColumns(cols)
+	return sc, nil
 }
 
 func icebergType(t enrich.FieldType) (iceberg.Type, error) {

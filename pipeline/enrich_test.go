@@ -717,3 +717,30 @@ func TestEnrichFailedDeadLettersRedoneAsRowsVerify(t *testing.T) {
 			rep.OK(), rep.Rows, rep.DeadLetters, superseded, out.String())
 	}
 }
+
+// TestWithEnrichmentNamesTheField: an enrichment field whose name a column
+// of the schema has, also in another case ("Session_Id" beside session_id,
+// "_ENRICH_STATUS"), or an earlier field has, is refused with its index in
+// enrich.fields. Names that differ only in case were accepted; Spark and
+// Trino cannot read such a table.
+func TestWithEnrichmentNamesTheField(t *testing.T) {
+	for _, tc := range []struct {
+		fields []enrich.Field
+		want   string
+	}{
+		{[]enrich.Field{{Name: "segment", Type: enrich.TypeString}, {Name: "Session_Id", Type: enrich.TypeString}},
+			`enrich.fields[1] Session_Id: schema clickstream: column "Session_Id" differs from column "session_id" only in case`},
+		{[]enrich.Field{{Name: "_ENRICH_STATUS", Type: enrich.TypeString}}, `enrich.fields[0] _ENRICH_STATUS: `},
+		{[]enrich.Field{{Name: "segment", Type: enrich.TypeString}, {Name: "tier", Type: enrich.TypeLong}, {Name: "SEGMENT", Type: enrich.TypeString}},
+			`enrich.fields[2] SEGMENT: schema clickstream: column "SEGMENT" differs from column "segment" only in case`},
+		{[]enrich.Field{{Name: "user_id", Type: enrich.TypeString}}, `enrich.fields[0] user_id: schema clickstream: column "user_id" collides with enrichment column`},
+	} {
+		sc, err := schemas.Lookup(schemas.Clickstream)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := pipeline.WithEnrichment(sc, &enrich.Config{Fields: tc.fields}); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("WithEnrichment(%v) = %v, want an error with %q", tc.fields, err, tc.want)
+		}
+	}
+}

@@ -3,6 +3,8 @@ package schemas
 import (
 	"fmt"
 	"math"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/apache/arrow-go/v18/arrow"
@@ -22,15 +24,17 @@ type Column struct {
 // WithColumns returns a copy of s with cols appended as optional columns
 // (field IDs continue after the last one), so the table and every batch
 // carry them as typed columns. Builders of the result fill them from
-// AppendEnriched.
+// AppendEnriched. A column named like one of s (its own, a metadata or an
+// extra column) or an earlier one of cols is refused, also where the names
+// differ only in case: Spark resolves column names case-insensitively by
+// default and Trino lower-cases them, so such a table cannot be read.
 func (s *Schema) WithColumns(cols []Column) (*Schema, error) {
 	if len(cols) == 0 {
 		return s, nil
 	}
 	fields := s.Iceberg.Fields()
-	seen, own := map[string]bool{}, map[string]bool{}
+	own := map[string]bool{}
 	for _, f := range fields {
-		seen[f.Name] = true
 		own[f.Name] = !isMetadataColumn(f.Name) && !isExtra(s.Extra, f.Name)
 	}
 	next := s.Iceberg.HighestFieldID() + 1
@@ -38,16 +42,19 @@ func (s *Schema) WithColumns(cols []Column) (*Schema, error) {
 		if c.Name == "" {
 			return nil, fmt.Errorf("schema %s: an extra column has no name", s.Name)
 		}
-		if own[c.Name] {
-			return nil, fmt.Errorf("schema %s: column %q %s", s.Name, c.Name, enrichmentClash(c.Name))
-		}
-		if seen[c.Name] {
-			return nil, fmt.Errorf("schema %s: column %q already exists", s.Name, c.Name)
+		if i := slices.IndexFunc(fields, func(f iceberg.NestedField) bool { return strings.EqualFold(f.Name, c.Name) }); i >= 0 {
+			switch name := fields[i].Name; {
+			case name != c.Name:
+				return nil, fmt.Errorf("schema %s: column %q differs from column %q only in case, which Spark and Trino do not tell apart; rename it", s.Name, c.Name, name)
+			case own[name]:
+				return nil, fmt.Errorf("schema %s: column %q %s", s.Name, c.Name, enrichmentClash(c.Name))
+			default:
+				return nil, fmt.Errorf("schema %s: column %q already exists", s.Name, c.Name)
+			}
 		}
 		if _, err := extraArrowType(c.Type); err != nil {
 			return nil, fmt.Errorf("schema %s: column %q: %w", s.Name, c.Name, err)
 		}
-		seen[c.Name] = true
 		fields = append(fields, iceberg.NestedField{ID: next, Name: c.Name, Type: c.Type})
 		next++
 	}

@@ -83,3 +83,26 @@ func TestWithColumnsRejects(t *testing.T) {
 		}
 	}
 }
+
+// TestWithColumnsRefusesCaseCollisions: an extra column whose name differs
+// only in case from one of the schema's, a metadata column or an earlier
+// extra column is refused, naming both. They were compared exactly, and
+// the table made was one Spark (case-insensitive by default) and Trino
+// (which lower-cases names) cannot read.
+func TestWithColumnsRefusesCaseCollisions(t *testing.T) {
+	str := iceberg.PrimitiveTypes.String
+	for _, tc := range []struct {
+		cols []schemas.Column
+		want string
+	}{
+		{[]schemas.Column{{Name: "Session_Id", Type: str}}, `column "Session_Id" differs from column "session_id" only in case`},
+		{[]schemas.Column{{Name: "USER_ID", Type: str}}, `column "USER_ID" differs from column "user_id" only in case`},
+		{[]schemas.Column{{Name: "_ENRICH_STATUS", Type: str}}, `column "_ENRICH_STATUS" differs from column "_enrich_status" only in case`},
+		{[]schemas.Column{{Name: "_Kafka_Offset", Type: iceberg.PrimitiveTypes.Int64}}, `column "_Kafka_Offset" differs from column "_kafka_offset" only in case`},
+		{[]schemas.Column{{Name: "segment", Type: str}, {Name: "Segment", Type: str}}, `column "Segment" differs from column "segment" only in case`},
+	} {
+		if _, err := clickstream(t).WithColumns(tc.cols); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("WithColumns(%v) = %v, want an error with %q", tc.cols, err, tc.want)
+		}
+	}
+}
