@@ -413,11 +413,14 @@ func LoadConfig(path string) (Config, error) {
 	return cfg, nil
 }
 
-// emptySections refuses a kafka.tls or kafka.sasl key written without a
-// value (every setting under it commented out, or a template that rendered
-// nothing): YAML reads it as absent, and the connections would be
-// plaintext, or unauthenticated, while the file seems to ask for TLS or
-// SASL. path is n's dotted path.
+// emptySections refuses a section key written without a value (every
+// setting under it commented out, or a template that rendered nothing),
+// which YAML reads as absent: kafka.tls and kafka.sasl (the connections
+// would be plaintext, or unauthenticated, while the file seems to ask for
+// TLS or SASL), and enrich, registry and dedupe, at the top level or in a
+// route, and routes (the job would run without enrichment, read plain
+// values, keep the schema's business key, or read kafka.topic). path is
+// n's dotted path.
 func emptySections(n *yaml.Node, path string) error {
 	if n.Kind == yaml.DocumentNode || n.Kind == yaml.SequenceNode {
 		for i, c := range n.Content {
@@ -434,15 +437,38 @@ func emptySections(n *yaml.Node, path string) error {
 	if n.Kind != yaml.MappingNode {
 		return nil
 	}
+	// The top level, or a route (routes[i]).
+	job := path == "" || (strings.HasPrefix(path, "routes[") && !strings.Contains(path, "."))
 	for i := 0; i+1 < len(n.Content); i += 2 {
 		k, v := n.Content[i].Value, n.Content[i+1]
 		p := strings.TrimPrefix(path+"."+k, ".")
-		if (path == "kafka" || strings.HasSuffix(path, ".kafka")) && v.Kind == yaml.ScalarNode && v.Tag == "!!null" {
-			switch k {
-			case "tls":
-				return fmt.Errorf("%s has no value: write tls: {} for TLS with the system's roots, or remove the key for plaintext", p)
-			case "sasl":
-				return fmt.Errorf("%s has no value: write its mechanism, username and password, or remove the key for no SASL", p)
+		if v.Kind == yaml.ScalarNode && v.Tag == "!!null" {
+			if path == "kafka" || strings.HasSuffix(path, ".kafka") {
+				switch k {
+				case "tls":
+					return fmt.Errorf("%s has no value: write tls: {} for TLS with the system's roots, or remove the key for plaintext", p)
+				case "sasl":
+					return fmt.Errorf("%s has no value: write its mechanism, username and password, or remove the key for no SASL", p)
+				}
+			}
+			if job {
+				// What an absent key means: a route inherits the top
+				// level's section.
+				absent := map[string]string{"enrich": "no enrichment", "registry": "plain values", "dedupe": "the schema's floe.dedupe-key"}[k]
+				if path != "" {
+					absent = "the top level's " + k
+				}
+				switch k {
+				case "enrich":
+					return fmt.Errorf("%s has no value: write its url, key and fields, or remove the key for %s", p, absent)
+				case "registry":
+					return fmt.Errorf("%s has no value: write its url, or remove the key for %s", p, absent)
+				case "dedupe":
+					return fmt.Errorf("%s has no value: write its key (and window), or remove the key for %s", p, absent)
+				}
+			}
+			if path == "" && k == "routes" {
+				return fmt.Errorf("%s has no value: list the routes, or remove the key to read kafka.topic into table.name", p)
 			}
 		}
 		if err := emptySections(v, p); err != nil {

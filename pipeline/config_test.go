@@ -536,6 +536,42 @@ func TestConfigKafkaSecurity(t *testing.T) {
 	}
 }
 
+// TestConfigRefusesEmptySections: an enrich, registry or dedupe key (at
+// the top level or in a route) or a routes key written without a value
+// (its settings commented out, a template that rendered nothing) is
+// refused, naming it: YAML reads it as absent, and the job ran without
+// enrichment, read plain values, kept the schema's business key or read
+// kafka.topic. Written with values, or as {} where that means something,
+// they load.
+func TestConfigRefusesEmptySections(t *testing.T) {
+	const route = "routes:\n  - topic: clicks\n    table: {name: a.clicks}\n"
+	for _, tc := range []struct {
+		name, extra, want string // want "": loads
+	}{
+		{"enrich commented out", "enrich:\n#  url: http://127.0.0.1:8081/lookup\n", "enrich has no value: write its url, key and fields, or remove the key for no enrichment"},
+		{"enrich null", "enrich: null\n", "enrich has no value"},
+		{"registry", "format: avro\nregistry:\n", "registry has no value: write its url, or remove the key for plain values"},
+		{"dedupe", "dedupe:\n", "dedupe has no value: write its key (and window), or remove the key for the schema's floe.dedupe-key"},
+		{"routes", "routes:\n", "routes has no value: list the routes"},
+		{"enrich in a route", route + "    enrich:\n", "routes[0].enrich has no value: write its url, key and fields, or remove the key for the top level's enrich"},
+		{"registry in a route", route + "    registry: ~\n", "routes[0].registry has no value"},
+		{"dedupe in a route", route + "    dedupe:\n", "routes[0].dedupe has no value"},
+		{"dedupe {}", "dedupe: {}\n", ""},
+		{"enrich set", "enrich: {url: http://127.0.0.1:8081/lookup, key: user_id, fields: [{name: segment, type: string}]}\n", ""},
+		{"a route", route, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := pipeline.LoadConfig(writeConfig(t, validConfig+tc.extra))
+			switch {
+			case tc.want == "" && err != nil:
+				t.Fatalf("valid config rejected: %v", err)
+			case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+				t.Fatalf("error %v, want one mentioning %q", err, tc.want)
+			}
+		})
+	}
+}
+
 // TestDedupeConfig: the dedupe section overrides the schema's business key
 // and window; mistakes name the key and the problem.
 func TestDedupeConfig(t *testing.T) {
