@@ -8,7 +8,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
 	"github.com/floe-dev/floe/lakehouse"
+	"github.com/floe-dev/floe/pipeline"
+	"github.com/floe-dev/floe/pipeline/embedded"
+	"github.com/floe-dev/floe/schemas/clickgen"
 )
 
 func TestCommittedSince(t *testing.T) {
@@ -56,5 +62,57 @@ func TestProgressBarOnTerminal(t *testing.T) {
 	stop()
 	if s := out.String(); !strings.Contains(s, "catching up") || !strings.Contains(s, "100%") || !strings.Contains(s, "1000/1000") {
 		t.Fatalf("bar output %q", s)
+	}
+}
+
+// TestProgressBase: a scheduled run's progress counts a partition the
+// table has no watermark of from where the run reads it — the group's
+// Kafka offset, else the log start (start_offset earliest) or the end
+// (latest) — not from 0: a run over a log retention had trimmed ended its
+// progress at a few percent.
+func TestProgressBase(t *testing.T) {
+	ctx := t.Context()
+	cl, err := embedded.StartTopic(ctx, "t", 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Close)
+	if _, err := cl.ProduceRate(ctx, "t", clickgen.New(clickgen.Config{Sessions: 50, Seed: 1}), 600, 0); err != nil {
+		t.Fatal(err)
+	}
+	end, err := cl.EndOffsets(ctx, "t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Partition 0: the table's watermark; 1: retention deleted half; 2:
+	// the group committed an offset.
+	if err := cl.DeleteRecords(ctx, "t", map[int32]int64{1: end[1] / 2}); err != nil {
+		t.Fatal(err)
+	}
+	kc, err := kgo.NewClient(kgo.SeedBrokers(cl.Addrs()...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer kc.Close()
+	offs := kadm.Offsets{}
+	offs.Add(kadm.Offset{Topic: "t", Partition: 2, At: end[2] - 10, LeaderEpoch: -1})
+	if _, err := kadm.NewClient(kc).CommitOffsets(ctx, "g", offs); err != nil {
+		t.Fatal(err)
+	}
+	k := pipeline.KafkaConfig{Brokers: cl.Addrs(), Topic: "t", Group: "g", StartOffset: "earliest"}
+	start := lakehouse.Offsets{"t": {0: end[0] - 5}}
+	base := progressBase(ctx, k, start, end)
+	want := map[int32]int64{0: end[0] - 5, 1: end[1] / 2, 2: end[2] - 10}
+	for p, w := range want {
+		if got, ok := base.Get("t", p); !ok || got != w {
+			t.Errorf("partition %d counted from %d (%v), want %d", p, got, ok, w)
+		}
+	}
+	if got := committedSince("t", base, end, nil); got != 5+(end[1]-end[1]/2)+10 {
+		t.Errorf("to commit %d, want %d", got, 5+(end[1]-end[1]/2)+10)
+	}
+	k.StartOffset, k.Group = "latest", "other"
+	if got, _ := progressBase(ctx, k, lakehouse.Offsets{}, end).Get("t", 1); got != end[1] {
+		t.Errorf("start_offset latest: partition 1 counted from %d, want its end %d", got, end[1])
 	}
 }

@@ -190,6 +190,7 @@ func newRunMember(ctx context.Context, j *job, reg *prometheus.Registry, untilCa
 		if start, err = j.tbl.Watermarks(ctx); err != nil {
 			return nil, nil, err
 		}
+		start = progressBase(ctx, j.cfg.Kafka, start, end)
 		opts = append(opts, pipeline.UntilOffsets(end))
 		j.log.Info("scheduled run: stopping once these end offsets are committed", "topic", j.cfg.Kafka.Topic, "end_offsets", end)
 	}
@@ -214,6 +215,50 @@ func newRunMember(ctx context.Context, j *job, reg *prometheus.Registry, untilCa
 		}
 		return committedSince(topic, start, end, at), total
 	}, nil
+}
+
+// progressBase returns start with, for each partition of end the table has
+// no watermark of, where the run reads it from: the group's Kafka offset
+// (or the log start, if retention deleted past it), else the log start
+// (start_offset earliest) or the end (latest). Counted from 0, a run over
+// a log retention had trimmed, or under a group whose offsets were at the
+// end already, ended its progress at a few percent. Best effort: offsets
+// that cannot be read leave a partition counted from 0.
+func progressBase(ctx context.Context, k pipeline.KafkaConfig, start lakehouse.Offsets, end map[int32]int64) lakehouse.Offsets {
+	var missing []int
+	for p := range end {
+		if _, ok := start.Get(k.Topic, p); !ok {
+			missing = append(missing, int(p))
+		}
+	}
+	if len(missing) == 0 {
+		return start
+	}
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	group, gerr := pipeline.GroupOffsets(ctx, k, missing)
+	first, ferr := pipeline.FirstOffsets(ctx, k)
+	base := lakehouse.Offsets{}
+	for t, ps := range start {
+		for p, o := range ps {
+			base.Set(t, p, o)
+		}
+	}
+	for _, p := range missing {
+		from, ok := first[int32(p)]
+		if ferr != nil {
+			ok = false
+		}
+		if g, known := group[int32(p)]; gerr == nil && known {
+			from, ok = max(g, from), true
+		} else if k.StartOffset == "latest" {
+			from, ok = end[int32(p)], true
+		}
+		if ok {
+			base.Set(k.Topic, int32(p), from)
+		}
+	}
+	return base
 }
 
 // committedSince sums, over the partitions of end, how far the offsets at
