@@ -43,9 +43,10 @@ func newSerialCatalog(c catalog.Catalog, reopen func(context.Context) (catalog.C
 }
 
 // serially runs f alone on the current catalog, until ctx ends, or at most
-// catalogCallTimeout when ctx has no deadline (a call reads its answer only
-// until its deadline: openHive).
-func serially[T any](ctx context.Context, c *serialCatalog, f func(catalog.Catalog) (T, error)) (T, error) {
+// catalogCallTimeout when ctx has no deadline: f is given that context, and
+// a call reads its answer only until its deadline (openHive; without one,
+// Thrift gave up at the first read timeout).
+func serially[T any](ctx context.Context, c *serialCatalog, f func(context.Context, catalog.Catalog) (T, error)) (T, error) {
 	var zero T
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
@@ -69,7 +70,7 @@ func serially[T any](ctx context.Context, c *serialCatalog, f func(catalog.Catal
 			done <- result{zero, err}
 			return
 		}
-		v, err := f(cat)
+		v, err := f(ctx, cat)
 		if connectionLost(err) {
 			c.mu.Lock()
 			if c.cur == cat {
@@ -139,7 +140,7 @@ func (c *serialCatalog) own(tbl *table.Table, err error) (*table.Table, error) {
 }
 
 func (c *serialCatalog) CreateTable(ctx context.Context, ident table.Identifier, sc *iceberg.Schema, opts ...catalog.CreateTableOpt) (*table.Table, error) {
-	return c.own(serially(ctx, c, func(cat catalog.Catalog) (*table.Table, error) { return cat.CreateTable(ctx, ident, sc, opts...) }))
+	return c.own(serially(ctx, c, func(ctx context.Context, cat catalog.Catalog) (*table.Table, error) { return cat.CreateTable(ctx, ident, sc, opts...) }))
 }
 
 func (c *serialCatalog) CommitTable(ctx context.Context, ident table.Identifier, reqs []table.Requirement, updates []table.Update) (table.Metadata, string, error) {
@@ -147,7 +148,7 @@ func (c *serialCatalog) CommitTable(ctx context.Context, ident table.Identifier,
 		md  table.Metadata
 		loc string
 	}
-	o, err := serially(ctx, c, func(cat catalog.Catalog) (out, error) {
+	o, err := serially(ctx, c, func(ctx context.Context, cat catalog.Catalog) (out, error) {
 		md, loc, err := cat.CommitTable(ctx, ident, reqs, updates)
 		return out{md, loc}, err
 	})
@@ -161,7 +162,7 @@ func (c *serialCatalog) ListTables(ctx context.Context, ns table.Identifier) ite
 		id  table.Identifier
 		err error
 	}
-	all, _ := serially(ctx, c, func(cat catalog.Catalog) ([]entry, error) {
+	all, err := serially(ctx, c, func(ctx context.Context, cat catalog.Catalog) ([]entry, error) {
 		var out []entry
 		for id, err := range cat.ListTables(ctx, ns) {
 			out = append(out, entry{id, err})
@@ -169,8 +170,8 @@ func (c *serialCatalog) ListTables(ctx context.Context, ns table.Identifier) ite
 		return out, nil
 	})
 	return func(yield func(table.Identifier, error) bool) {
-		if all == nil && ctx.Err() != nil {
-			yield(nil, ctx.Err())
+		if err != nil {
+			yield(nil, err)
 			return
 		}
 		for _, e := range all {
@@ -182,46 +183,46 @@ func (c *serialCatalog) ListTables(ctx context.Context, ns table.Identifier) ite
 }
 
 func (c *serialCatalog) LoadTable(ctx context.Context, ident table.Identifier) (*table.Table, error) {
-	return c.own(serially(ctx, c, func(cat catalog.Catalog) (*table.Table, error) { return cat.LoadTable(ctx, ident) }))
+	return c.own(serially(ctx, c, func(ctx context.Context, cat catalog.Catalog) (*table.Table, error) { return cat.LoadTable(ctx, ident) }))
 }
 
 func (c *serialCatalog) DropTable(ctx context.Context, ident table.Identifier) error {
-	_, err := serially(ctx, c, func(cat catalog.Catalog) (struct{}, error) { return struct{}{}, cat.DropTable(ctx, ident) })
+	_, err := serially(ctx, c, func(ctx context.Context, cat catalog.Catalog) (struct{}, error) { return struct{}{}, cat.DropTable(ctx, ident) })
 	return err
 }
 
 func (c *serialCatalog) RenameTable(ctx context.Context, from, to table.Identifier) (*table.Table, error) {
-	return c.own(serially(ctx, c, func(cat catalog.Catalog) (*table.Table, error) { return cat.RenameTable(ctx, from, to) }))
+	return c.own(serially(ctx, c, func(ctx context.Context, cat catalog.Catalog) (*table.Table, error) { return cat.RenameTable(ctx, from, to) }))
 }
 
 func (c *serialCatalog) CheckTableExists(ctx context.Context, ident table.Identifier) (bool, error) {
-	return serially(ctx, c, func(cat catalog.Catalog) (bool, error) { return cat.CheckTableExists(ctx, ident) })
+	return serially(ctx, c, func(ctx context.Context, cat catalog.Catalog) (bool, error) { return cat.CheckTableExists(ctx, ident) })
 }
 
 func (c *serialCatalog) ListNamespaces(ctx context.Context, parent table.Identifier) ([]table.Identifier, error) {
-	return serially(ctx, c, func(cat catalog.Catalog) ([]table.Identifier, error) { return cat.ListNamespaces(ctx, parent) })
+	return serially(ctx, c, func(ctx context.Context, cat catalog.Catalog) ([]table.Identifier, error) { return cat.ListNamespaces(ctx, parent) })
 }
 
 func (c *serialCatalog) CreateNamespace(ctx context.Context, ns table.Identifier, props iceberg.Properties) error {
-	_, err := serially(ctx, c, func(cat catalog.Catalog) (struct{}, error) { return struct{}{}, cat.CreateNamespace(ctx, ns, props) })
+	_, err := serially(ctx, c, func(ctx context.Context, cat catalog.Catalog) (struct{}, error) { return struct{}{}, cat.CreateNamespace(ctx, ns, props) })
 	return err
 }
 
 func (c *serialCatalog) DropNamespace(ctx context.Context, ns table.Identifier) error {
-	_, err := serially(ctx, c, func(cat catalog.Catalog) (struct{}, error) { return struct{}{}, cat.DropNamespace(ctx, ns) })
+	_, err := serially(ctx, c, func(ctx context.Context, cat catalog.Catalog) (struct{}, error) { return struct{}{}, cat.DropNamespace(ctx, ns) })
 	return err
 }
 
 func (c *serialCatalog) CheckNamespaceExists(ctx context.Context, ns table.Identifier) (bool, error) {
-	return serially(ctx, c, func(cat catalog.Catalog) (bool, error) { return cat.CheckNamespaceExists(ctx, ns) })
+	return serially(ctx, c, func(ctx context.Context, cat catalog.Catalog) (bool, error) { return cat.CheckNamespaceExists(ctx, ns) })
 }
 
 func (c *serialCatalog) LoadNamespaceProperties(ctx context.Context, ns table.Identifier) (iceberg.Properties, error) {
-	return serially(ctx, c, func(cat catalog.Catalog) (iceberg.Properties, error) { return cat.LoadNamespaceProperties(ctx, ns) })
+	return serially(ctx, c, func(ctx context.Context, cat catalog.Catalog) (iceberg.Properties, error) { return cat.LoadNamespaceProperties(ctx, ns) })
 }
 
 func (c *serialCatalog) UpdateNamespaceProperties(ctx context.Context, ns table.Identifier, removals []string, updates iceberg.Properties) (catalog.PropertiesUpdateSummary, error) {
-	return serially(ctx, c, func(cat catalog.Catalog) (catalog.PropertiesUpdateSummary, error) {
+	return serially(ctx, c, func(ctx context.Context, cat catalog.Catalog) (catalog.PropertiesUpdateSummary, error) {
 		return cat.UpdateNamespaceProperties(ctx, ns, removals, updates)
 	})
 }

@@ -18,7 +18,8 @@ import (
 )
 
 // metastore answers get_table as a Hive Metastore: "iceberg" is an Iceberg
-// table, any other name does not exist. (A real metastore runs in
+// table, and so is "slow", after 1.5 s; "hang" is never answered; any
+// other name does not exist. (A real metastore runs in
 // TestInteropCatalogs; this one answers fast enough to race calls.)
 type metastore struct {
 	hive_metastore.ThriftHiveMetastore
@@ -31,6 +32,9 @@ func (m metastore) GetTable(ctx context.Context, db, name string) (*hive_metasto
 		return &hive_metastore.Table{DbName: db, TableName: name, Parameters: map[string]string{"table_type": "ICEBERG"}}, nil
 	case "hang":
 		<-m.hang
+	case "slow": // a loaded metastore
+		time.Sleep(1500 * time.Millisecond)
+		return &hive_metastore.Table{DbName: db, TableName: name, Parameters: map[string]string{"table_type": "ICEBERG"}}, nil
 	}
 	return nil, &hive_metastore.NoSuchObjectException{Message: "no such table"}
 }
@@ -119,5 +123,24 @@ func TestHiveCatalogConcurrentCalls(t *testing.T) {
 				t.Fatalf("db.iceberg exists after a call that hung: %v, %v; want true", ok, err)
 			}
 		})
+	}
+}
+
+// TestHiveCallWithoutDeadlineWaitsForASlowAnswer: a call whose context has
+// no deadline (floe creates a table's namespace with the run's) waits for
+// a metastore that takes longer than the connection's read timeout to
+// answer. It failed after that second with "i/o timeout": Thrift reads
+// past a read timeout only for a context with a deadline, and the one the
+// catalog gives such a call did not reach the Thrift client.
+func TestHiveCallWithoutDeadlineWaitsForASlowAnswer(t *testing.T) {
+	uri, _ := startMetastore(t)
+	cat, err := lakehouse.OpenCatalog(t.Context(), map[string]string{"type": "hive", "uri": uri})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cat.(io.Closer).Close() })
+	ok, err := cat.CheckTableExists(context.Background(), catalog.ToIdentifier("db", "slow"))
+	if err != nil || !ok {
+		t.Fatalf("db.slow exists: %v, %v; want true (the metastore answers in 1.5 s)", ok, err)
 	}
 }
