@@ -172,8 +172,9 @@ type Config struct {
 	// 3; -1 means none, and so does an explicit 0 in YAML (see RetryCount).
 	// A 429 or 503 whose Retry-After asks for longer than BackoffMax is not
 	// retried within its request: the request fails at once, so that it
-	// stays within RequestSpan and the breaker counts it; under pause it is
-	// asked again once the wait is over.
+	// stays within RequestSpan and the breaker counts it, and its batch asks
+	// again once the wait is over (under passthrough and dlq, while Retries
+	// remain).
 	Retries RetryCount `yaml:"retries"`
 	// HedgeAfter is how long an attempt waits before the same request is
 	// sent once more, the first answer winning ("hedged requests", The Tail

@@ -119,11 +119,13 @@
 //   - dlq: records complete with StatusDead and Err (ErrBreakerOpen or a
 //     *RequestError), for the dead-letter topic.
 //
-// A 429 or 503 whose Retry-After asks for longer than BackoffMax fails its
+// A 429 or 503 whose Retry-After asks for longer than BackoffMax ends its
 // request at once, under every policy, rather than being waited out between
 // attempts: the request would outlast Breaker.Interval, and gobreaker counts
 // an outcome only in the window its request began in, so a service in
-// maintenance answering that way would never open the breaker.
+// maintenance answering that way would never open the breaker. The batch
+// waits between requests instead, and asks again (under passthrough and
+// dlq while Retries remain).
 //
 // A key the service does not know is StatusMiss under every policy.
 //

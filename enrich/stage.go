@@ -529,6 +529,16 @@ func (s *Stage) resolve(ctx context.Context, keys []string, half, isolated bool)
 			s.log.Warn("enrichment request failed", "err", err, "keys", len(keys), "policy", policy,
 				"breaker", s.cb.State().String())
 		}
+		if policy != PolicyPause && s.askAgain(err, failures) {
+			// The service asked for a longer wait than a request may
+			// hold (attempts): waited here, between the breaker's
+			// requests, while retries remain. Should the breaker open
+			// meanwhile, the next ask finds it open.
+			if !s.sleep(ctx, s.retryWait(round, err), s.breakerChanged()) {
+				return
+			}
+			continue
+		}
 		switch policy {
 		case PolicyPassthrough:
 			s.completeAll(keys, Result{Status: StatusError, Err: err})
@@ -572,6 +582,16 @@ func (s *Stage) resolve(ctx context.Context, keys []string, half, isolated bool)
 		}
 		isolated = isolated || isolate
 	}
+}
+
+// askAgain reports whether a request that failed, the failures-th of its
+// batch, ended for a 429 or 503 whose Retry-After was longer than a request
+// may wait (attempts), with retries left: passthrough and dlq then ask
+// again after that wait rather than fail the batch's keys for one
+// throttled answer.
+func (s *Stage) askAgain(err error, failures int) bool {
+	var re *RequestError
+	return errors.As(err, &re) && re.Retryable && re.RetryAfter > s.cfg.BackoffMax.D() && failures <= int(s.cfg.Retries)
 }
 
 // splitRounds is how many of a batch's requests fail with a status its
@@ -699,8 +719,8 @@ func (s *Stage) split(ctx context.Context, keys []string) {
 // could outlast RequestSpan and so the breaker's interval, and a failure
 // counts only in the window its request began in (see
 // BreakerConfig.Interval), so a service in maintenance would never open the
-// breaker. Under pause resolve waits it out before asking again; under
-// passthrough and dlq the request has failed.
+// breaker. resolve waits it out before asking again (under passthrough and
+// dlq, while retries remain: askAgain).
 func (s *Stage) attempts(ctx context.Context, keys []string) (map[string]Values, error) {
 	for attempt := 0; ; attempt++ {
 		actx, cancel := context.WithTimeout(ctx, s.cfg.Timeout.D())

@@ -1149,6 +1149,56 @@ func TestHungServiceOpensTheBreaker(t *testing.T) {
 	}
 }
 
+// TestOneThrottledAnswerIsRetried: one 429 asking to wait longer than
+// backoff_max (Retry-After 1 s against 500 ms), the next request answered,
+// under passthrough and dlq, the breaker closed: the record is enriched
+// after the wait. Its batch failed at the first answer: its records became
+// error rows or dead letters for one throttled request.
+func TestOneThrottledAnswerIsRetried(t *testing.T) {
+	for _, policy := range []enrich.Policy{enrich.PolicyPassthrough, enrich.PolicyDLQ} {
+		t.Run(string(policy), func(t *testing.T) {
+			var calls atomic.Int32
+			ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if calls.Add(1) == 1 {
+					w.Header().Set("Retry-After", "1")
+					http.Error(w, "slow down", http.StatusTooManyRequests)
+					return
+				}
+				var req struct{ Keys []string }
+				_ = json.NewDecoder(r.Body).Decode(&req)
+				res := map[string]map[string]string{}
+				for _, k := range req.Keys {
+					res[k] = map[string]string{"segment": "gold"}
+				}
+				_ = json.NewEncoder(w).Encode(map[string]any{"results": res})
+			}))
+			t.Cleanup(ts.Close)
+			cfg := testConfig(ts.URL)
+			cfg.Fields = []enrich.Field{{Name: "segment", Type: enrich.TypeString}}
+			cfg.Retries = 3
+			cfg.BackoffMin, cfg.BackoffMax = enrich.Duration(100*time.Millisecond), enrich.Duration(500*time.Millisecond)
+			cfg.Breaker.Policy, cfg.Breaker.MinRequests = policy, 10
+			cfg.HedgeAfter = -1
+			h := startStage(t, cfg)
+			q := h.st.NewQueue()
+			t.Cleanup(q.Abort)
+			ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+			defer cancel()
+			if err := q.Submit(ctx, key(1), 1); err != nil {
+				t.Fatal(err)
+			}
+			got, err := q.Take(ctx, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if st := got[0].Result.Status; st != enrich.StatusOK || calls.Load() != 2 {
+				t.Fatalf("one 429 (Retry-After 1s), retries 3, breaker closed: %v (%v) after %d requests; want ok after 2",
+					st, got[0].Result.Err, calls.Load())
+			}
+		})
+	}
+}
+
 // TestRetryAfterOutageOpensTheBreaker: a service in maintenance answers
 // every request 503 with a Retry-After longer than backoff_max. Each
 // request waited it out between its attempts, outlasting the breaker's
