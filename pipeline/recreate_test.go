@@ -77,3 +77,57 @@ func TestTopicRecreatedWhileRunning(t *testing.T) {
 		}
 	}
 }
+
+// TestTopicDeletedWhileRunning: the topic stays deleted past the group's
+// partition watch (10 s) under a long-running member. The group does not
+// rebalance in a loop meanwhile (each generation's partition watcher
+// failed to read the missing topic and ended the generation at once:
+// hundreds of generations a second), and once the topic is created again
+// the member refuses it.
+func TestTopicDeletedWhileRunning(t *testing.T) {
+	j := newJob(t, 40, fastCommit, nil)
+	m, err := pipeline.NewMember(j.cfg, j.tbl, j.sc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done, stop := startRun(m)
+	defer stop()
+	waitCaughtUp(t, j.tbl, j.end, 60*time.Second)
+	admin, err := kgo.NewClient(kgo.SeedBrokers(j.cl.Addrs()...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close()
+	if _, err := kadm.NewClient(admin).DeleteTopics(t.Context(), "clicks"); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(13 * time.Second) // past the partition watch
+	g0 := m.Stats().Generations.Load()
+	time.Sleep(3 * time.Second)
+	if g := m.Stats().Generations.Load() - g0; g > 3 {
+		t.Fatalf("%d generations in 3 s while the topic is deleted", g)
+	}
+	if err := j.cl.CreateTopic(t.Context(), "clicks", 4); err != nil {
+		t.Fatal(err)
+	}
+	pcl, err := kgo.NewClient(kgo.SeedBrokers(j.cl.Addrs()...), kgo.DefaultProduceTopic("clicks"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pcl.Close()
+	g := clickgen.New(clickgen.Config{Sessions: 100, Seed: 9})
+	for range 4 {
+		msg := g.Next()
+		if err := pcl.ProduceSync(t.Context(), &kgo.Record{Key: msg.Key, Value: msg.Value}).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	select {
+	case err := <-done:
+		if err == nil || !strings.Contains(err.Error(), "recreated or truncated") {
+			t.Fatalf("Run returned %v, want the recreated topic's error", err)
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatal("the member read the recreated topic for 60 s without an error")
+	}
+}

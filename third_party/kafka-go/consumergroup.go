@@ -510,7 +510,11 @@ func (g *Generation) partitionWatcher(interval time.Duration, topic string) {
 		defer ticker.Stop()
 
 		ops, err := g.conn.readPartitions(topic)
-		if err != nil {
+		// floe patch: a topic that does not exist (deleted) has no
+		// partitions, as the ticker below takes it: returning ended the
+		// generation at once, and the group rebalanced in a tight loop for as
+		// long as the topic was gone (metadata requests no longer create it).
+		if err != nil && !errors.Is(err, UnknownTopicOrPartition) {
 			g.logError(func(l Logger) {
 				l.Printf("Problem getting partitions during startup, %v\n, Returning and setting up nextGeneration", err)
 			})

@@ -38,6 +38,10 @@ type messageSetReader struct {
 	active      map[int64]struct{}
 	skipped     string
 	skippedFrom int64
+	// floe patch: emptied is set by readHeader for a v2 batch with no
+	// record, until readMessage returns it (SkippedEmptied): the header may
+	// be the response's first, read by newMessageSetReader.
+	emptied bool
 
 	decompressed *bytes.Buffer
 }
@@ -215,8 +219,10 @@ func (r *messageSetReader) readMessage(min int64, key readBytesFunc, val readByt
 		err = RequestTimedOut
 		return
 	}
-	if err = r.readHeader(); err != nil {
-		return
+	if !r.emptied {
+		if err = r.readHeader(); err != nil {
+			return
+		}
 	}
 	// floe patch: a v2 batch compaction emptied of its records is returned
 	// as its last offset, skipped (the next call's readHeader reads the
@@ -226,7 +232,8 @@ func (r *messageSetReader) readMessage(min int64, key readBytesFunc, val readByt
 	// then they were passed without a word, and a log ending in one was
 	// never read to its end.
 	r.skipped = ""
-	if r.header.magic == 2 && r.count == 0 {
+	if r.emptied {
+		r.emptied = false
 		r.skipped, r.skippedFrom = SkippedEmptied, r.header.firstOffset
 		offset, timestamp = r.readTo, r.header.v2.lastTimestamp
 		return
@@ -592,6 +599,7 @@ func (r *messageSetReader) readHeader() (err error) {
 			// with its header. Set here, it also holds when the batch is
 			// alone in a fetch response, where no record is ever read.
 			r.readTo = r.header.firstOffset + int64(r.header.v2.lastOffsetDelta)
+			r.emptied = true
 		}
 		if r.debug {
 			r.log("Read v2 header with count=%d offset=%d len=%d magic=%d attributes=%d", r.count, r.header.firstOffset, r.header.length, r.header.magic, r.header.v2.attributes)
