@@ -164,6 +164,10 @@ type MaintainReport struct {
 	// Contended lists the steps skipped after too many conflicts in a row
 	// (Maintain then returns ErrContended).
 	Contended []string `json:"contended,omitempty"`
+	// Stopped names the step that failed, the later ones not run (Maintain
+	// then returns its error, beside ErrGroupsFailed or ErrContended for
+	// the steps before it).
+	Stopped string `json:"stopped,omitempty"`
 	// OffsetMaps is how many consumer groups' offset maps the table carries;
 	// each is identical before and after (checked before every commit).
 	OffsetMaps int           `json:"offset_maps"`
@@ -196,6 +200,9 @@ func (r *MaintainReport) WriteText(w io.Writer) error {
 	ew.printf("commit conflicts redone: %d\n", r.Conflicts)
 	if len(r.Contended) > 0 {
 		ew.printf("skipped after %d conflicts in a row: %s\n", maintainAttempts, strings.Join(r.Contended, ", "))
+	}
+	if r.Stopped != "" {
+		ew.printf("stopped: %s failed (the error follows); the steps after it did not run\n", r.Stopped)
 	}
 	return ew.err
 }
@@ -235,7 +242,7 @@ func (t *Table) Maintain(ctx context.Context, opts MaintainOptions) (*MaintainRe
 	}
 	rep := &MaintainReport{Table: t.Name(), DryRun: opts.DryRun}
 	if rep.Before, err = statsOf(ctx, tbl); err != nil {
-		return rep, err
+		return nil, err
 	}
 	for k := range offsetMaps(tbl) {
 		if strings.HasPrefix(k, OffsetsKeyPrefix) {
@@ -254,6 +261,7 @@ func (t *Table) Maintain(ctx context.Context, opts MaintainOptions) (*MaintainRe
 		{"removing orphan files", m.removeOrphans},
 	}
 	var contended []string
+	var stopped error
 	for _, s := range steps {
 		err := s.run(ctx)
 		if errors.Is(err, ErrContended) {
@@ -261,16 +269,20 @@ func (t *Table) Maintain(ctx context.Context, opts MaintainOptions) (*MaintainRe
 			continue
 		}
 		if err != nil {
-			return rep, fmt.Errorf("maintaining %s: %s: %w", t.Name(), s.name, err)
+			// What the steps before it did is reported with its error,
+			// failed groups included.
+			rep.Stopped, stopped = s.name, fmt.Errorf("%s: %w", s.name, err)
+			break
 		}
 	}
 	rep.Contended = contended
 
-	if tbl, err = t.Load(ctx); err != nil {
-		return rep, err
+	tbl, err = t.Load(ctx)
+	if err == nil {
+		rep.After, err = statsOf(ctx, tbl)
 	}
-	if rep.After, err = statsOf(ctx, tbl); err != nil {
-		return rep, err
+	if err != nil {
+		return rep, fmt.Errorf("maintaining %s: %w", t.Name(), errors.Join(stopped, err))
 	}
 	rep.Elapsed = time.Since(started)
 	t.log.Info("table maintained", "table", t.Name(), "dry_run", opts.DryRun,
@@ -282,6 +294,9 @@ func (t *Table) Maintain(ctx context.Context, opts MaintainOptions) (*MaintainRe
 		"failed_groups", rep.FailedGroups, "conflicts", rep.Conflicts, "contended", contended,
 		"elapsed", rep.Elapsed.Round(time.Millisecond))
 	var errs []error
+	if stopped != nil {
+		errs = append(errs, stopped)
+	}
 	if rep.FailedGroups > 0 {
 		errs = append(errs, fmt.Errorf("%w (%d, the first: %w)", ErrGroupsFailed, rep.FailedGroups, m.groupErr))
 	}

@@ -381,6 +381,43 @@ func TestMaintainCarriesOnPastAFailedGroup(t *testing.T) {
 	}
 }
 
+// TestMaintainReportsFailedGroupsWhenALaterStepFails: a compaction group
+// fails, then orphan removal is refused (the storage's clock is 2 h
+// behind). Maintain returns both, and the report says what ran and where
+// it stopped. The later step's error alone was returned: the failed group
+// was not reported, and `floe maintain` printed no report.
+func TestMaintainReportsFailedGroupsWhenALaterStepFails(t *testing.T) {
+	f := newFixture(t)
+	tbl, fc := f.openFaulty(t, "g")
+	commitRounds(t, f, tbl, []int32{0}, 0, 4, 20)
+	before := dataFilesOnDisk(t, f)
+	commitRounds(t, f, tbl, []int32{1}, 0, 4, 20)
+	var gone string // a file of partition 1
+	for _, p := range dataFilesOnDisk(t, f) {
+		if !slices.Contains(before, p) {
+			gone = p
+			break
+		}
+	}
+	aside := filepath.Join(t.TempDir(), "aside.parquet")
+	if err := os.Rename(gone, aside); err != nil {
+		t.Fatal(err)
+	}
+	defer os.Rename(aside, gone)
+	fc.ClockBehind(2 * time.Hour)
+	rep, err := tbl.Maintain(t.Context(), lakehouse.MaintainOptions{MinInputFiles: 2})
+	if !errors.Is(err, lakehouse.ErrGroupsFailed) || !strings.Contains(err.Error(), "removing orphan files") {
+		t.Fatalf("maintain: %v; want the failed group and the refused orphan removal", err)
+	}
+	if rep == nil || rep.FailedGroups != 1 || rep.CompactedGroups != 1 || rep.Stopped != "removing orphan files" || rep.After.DataFiles == 0 {
+		t.Fatalf("report %+v; want 1 failed group, 1 compacted, stopped at orphan removal, the table after", rep)
+	}
+	var out strings.Builder
+	if err := rep.WriteText(&out); err != nil || !strings.Contains(out.String(), "stopped: removing orphan files failed") {
+		t.Fatalf("report text %q, %v", out.String(), err)
+	}
+}
+
 // TestMaintainCompactsExpiresAndCleans: many small commits, then Maintain:
 // fewer files holding the same ids, every group's watermarks unchanged (also
 // a group whose map is deep in the history), old snapshots expired but the

@@ -80,9 +80,10 @@ With routes, --table picks the route's table.`,
 				}
 			}
 			// What a run that failed in part did (failed groups,
-			// contended steps) is reported before its error.
+			// contended steps, the steps before one that failed) is
+			// reported before its error.
 			rep, err := j.tbl.Maintain(ctx, opts)
-			if err != nil && !errors.Is(err, lakehouse.ErrGroupsFailed) && !errors.Is(err, lakehouse.ErrContended) {
+			if rep == nil {
 				return err
 			}
 			if asJSON {
