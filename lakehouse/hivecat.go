@@ -140,7 +140,9 @@ func (c *serialCatalog) own(tbl *table.Table, err error) (*table.Table, error) {
 }
 
 func (c *serialCatalog) CreateTable(ctx context.Context, ident table.Identifier, sc *iceberg.Schema, opts ...catalog.CreateTableOpt) (*table.Table, error) {
-	return c.own(serially(ctx, c, func(ctx context.Context, cat catalog.Catalog) (*table.Table, error) { return cat.CreateTable(ctx, ident, sc, opts...) }))
+	return c.own(serially(ctx, c, func(ctx context.Context, cat catalog.Catalog) (*table.Table, error) {
+		return cat.CreateTable(ctx, ident, sc, opts...)
+	}))
 }
 
 func (c *serialCatalog) CommitTable(ctx context.Context, ident table.Identifier, reqs []table.Requirement, updates []table.Update) (table.Metadata, string, error) {
@@ -187,12 +189,16 @@ func (c *serialCatalog) LoadTable(ctx context.Context, ident table.Identifier) (
 }
 
 func (c *serialCatalog) DropTable(ctx context.Context, ident table.Identifier) error {
-	_, err := serially(ctx, c, func(ctx context.Context, cat catalog.Catalog) (struct{}, error) { return struct{}{}, cat.DropTable(ctx, ident) })
+	_, err := serially(ctx, c, func(ctx context.Context, cat catalog.Catalog) (struct{}, error) {
+		return struct{}{}, cat.DropTable(ctx, ident)
+	})
 	return err
 }
 
 func (c *serialCatalog) RenameTable(ctx context.Context, from, to table.Identifier) (*table.Table, error) {
-	return c.own(serially(ctx, c, func(ctx context.Context, cat catalog.Catalog) (*table.Table, error) { return cat.RenameTable(ctx, from, to) }))
+	return c.own(serially(ctx, c, func(ctx context.Context, cat catalog.Catalog) (*table.Table, error) {
+		return cat.RenameTable(ctx, from, to)
+	}))
 }
 
 func (c *serialCatalog) CheckTableExists(ctx context.Context, ident table.Identifier) (bool, error) {
@@ -200,16 +206,22 @@ func (c *serialCatalog) CheckTableExists(ctx context.Context, ident table.Identi
 }
 
 func (c *serialCatalog) ListNamespaces(ctx context.Context, parent table.Identifier) ([]table.Identifier, error) {
-	return serially(ctx, c, func(ctx context.Context, cat catalog.Catalog) ([]table.Identifier, error) { return cat.ListNamespaces(ctx, parent) })
+	return serially(ctx, c, func(ctx context.Context, cat catalog.Catalog) ([]table.Identifier, error) {
+		return cat.ListNamespaces(ctx, parent)
+	})
 }
 
 func (c *serialCatalog) CreateNamespace(ctx context.Context, ns table.Identifier, props iceberg.Properties) error {
-	_, err := serially(ctx, c, func(ctx context.Context, cat catalog.Catalog) (struct{}, error) { return struct{}{}, cat.CreateNamespace(ctx, ns, props) })
+	_, err := serially(ctx, c, func(ctx context.Context, cat catalog.Catalog) (struct{}, error) {
+		return struct{}{}, cat.CreateNamespace(ctx, ns, props)
+	})
 	return err
 }
 
 func (c *serialCatalog) DropNamespace(ctx context.Context, ns table.Identifier) error {
-	_, err := serially(ctx, c, func(ctx context.Context, cat catalog.Catalog) (struct{}, error) { return struct{}{}, cat.DropNamespace(ctx, ns) })
+	_, err := serially(ctx, c, func(ctx context.Context, cat catalog.Catalog) (struct{}, error) {
+		return struct{}{}, cat.DropNamespace(ctx, ns)
+	})
 	return err
 }
 
@@ -218,7 +230,9 @@ func (c *serialCatalog) CheckNamespaceExists(ctx context.Context, ns table.Ident
 }
 
 func (c *serialCatalog) LoadNamespaceProperties(ctx context.Context, ns table.Identifier) (iceberg.Properties, error) {
-	return serially(ctx, c, func(ctx context.Context, cat catalog.Catalog) (iceberg.Properties, error) { return cat.LoadNamespaceProperties(ctx, ns) })
+	return serially(ctx, c, func(ctx context.Context, cat catalog.Catalog) (iceberg.Properties, error) {
+		return cat.LoadNamespaceProperties(ctx, ns)
+	})
 }
 
 func (c *serialCatalog) UpdateNamespaceProperties(ctx context.Context, ns table.Identifier, removals []string, updates iceberg.Properties) (catalog.PropertiesUpdateSummary, error) {
