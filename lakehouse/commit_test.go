@@ -464,6 +464,7 @@ func TestTableCreatedWithWriteProperties(t *testing.T) {
 		"write.parquet.dict-encoding-enabled.column.url":           "false",
 		"write.parquet.dict-encoding-enabled.column._kafka_offset": "false",
 		"commit.manifest-merge.enabled":                            "true",
+		"write.metadata.metrics.column._kafka_topic":               "full",
 	} {
 		if props[key] != want {
 			t.Errorf("property %s = %q, want %q", key, props[key], want)

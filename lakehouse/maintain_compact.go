@@ -1,6 +1,7 @@
 package lakehouse
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"slices"
@@ -9,7 +10,10 @@ import (
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
+	"github.com/apache/arrow-go/v18/parquet/file"
+	"github.com/apache/arrow-go/v18/parquet/metadata"
 	"github.com/apache/iceberg-go"
+	iceio "github.com/apache/iceberg-go/io"
 	"github.com/apache/iceberg-go/table"
 )
 
@@ -406,6 +410,12 @@ func hasDeletes(t table.FileScanTask) bool {
 // topic/partition (read from the files' column bounds), sorts each bucket by
 // lowest offset and packs consecutive files up to the target size. Groups
 // of fewer than MinInputFiles files are left alone.
+//
+// A file is grouped only under the one topic it holds (fileTopic): a topic's
+// bounds may be truncated (iceberg-go's default for strings keeps 16
+// characters), and files of prod.clickstream.web and prod.clickstream.app
+// then have the same bounds; grouped by them, one compacted file would mix
+// both topics. A file whose topic cannot be told is left out of compaction.
 func planCompaction(ctx context.Context, tbl *table.Table, opts MaintainOptions) ([]table.CompactionTaskGroup, error) {
 	sch := tbl.Schema()
 	var ids [3]int
@@ -422,6 +432,7 @@ func planCompaction(ctx context.Context, tbl *table.Table, opts MaintainOptions)
 	}
 	small := opts.TargetFileBytes * 3 / 4
 	buckets := map[string][]table.FileScanTask{}
+	footers := footerReader{ctx: ctx, tbl: tbl}
 	// Whole files: a file split into several tasks would be an input
 	// several times over, and its rows counted once a split.
 	for _, t := range wholeFiles(planned) {
@@ -429,9 +440,12 @@ func planCompaction(ctx context.Context, tbl *table.Table, opts MaintainOptions)
 		if f.ContentType() != iceberg.EntryContentData || f.FileSizeBytes() >= small || hasDeletes(t) {
 			continue
 		}
+		topic, ok := fileTopic(f, ids[0], &footers)
+		if !ok {
+			continue
+		}
 		lo, hi := f.LowerBoundValues(), f.UpperBoundValues()
-		key := fmt.Sprintf("spec %d %v kafka %s/%s", f.SpecID(), f.Partition(),
-			boundRange(lo[ids[0]], hi[ids[0]], iceberg.PrimitiveTypes.String),
+		key := fmt.Sprintf("spec %d %v kafka %s/%s", f.SpecID(), f.Partition(), topic,
 			boundRange(lo[ids[1]], hi[ids[1]], iceberg.PrimitiveTypes.Int32))
 		buckets[key] = append(buckets[key], t)
 	}
@@ -466,6 +480,86 @@ func planCompaction(ctx context.Context, tbl *table.Table, opts MaintainOptions)
 		flush()
 	}
 	return groups, nil
+}
+
+// fileTopic returns the one topic whose rows data file f holds (id is the
+// topic column's field id), and false when it cannot tell. Equal lower and
+// upper bounds are that topic: a truncated string bound never has them
+// equal (its upper bound is the prefix with its last character
+// incremented). Otherwise, for a file written before its table recorded
+// whole topic bounds (topicMetricsKey) or by another engine, the topic is
+// read from the minimum and maximum in the file's Parquet footer, which
+// are not truncated: equal in every row group, they are its topic.
+func fileTopic(f iceberg.DataFile, id int, footers *footerReader) (string, bool) {
+	lo, hi := f.LowerBoundValues()[id], f.UpperBoundValues()[id]
+	if lo != nil && bytes.Equal(lo, hi) {
+		return string(lo), true
+	}
+	return footers.topic(f.FilePath(), id)
+}
+
+// footerReader reads the topic of a data file from its Parquet footer.
+type footerReader struct {
+	ctx  context.Context
+	tbl  *table.Table
+	fsys iceio.IO
+	// failed: the table's file IO could not be had; no footer is read.
+	failed bool
+}
+
+// topic returns the value of column id in the data file at path when all of
+// the file's row groups record it as their minimum and maximum. A file that
+// cannot be read, or whose footer lacks the statistics, is false: left out of
+// compaction, it stays as it is.
+func (r *footerReader) topic(path string, id int) (string, bool) {
+	if r.fsys == nil && !r.failed {
+		fsys, err := r.tbl.FS(r.ctx)
+		if err != nil {
+			r.failed = true
+			return "", false
+		}
+		r.fsys = fsys
+	}
+	if r.fsys == nil {
+		return "", false
+	}
+	f, err := r.fsys.Open(path)
+	if err != nil {
+		return "", false
+	}
+	defer f.Close()
+	pf, err := file.NewParquetReader(f) // reads the footer only; f.Close frees it
+	if err != nil {
+		return "", false
+	}
+	md := pf.MetaData()
+	col := -1
+	for i := range md.Schema.NumColumns() {
+		if md.Schema.Column(i).SchemaNode().FieldID() == int32(id) {
+			col = i
+			break
+		}
+	}
+	if col < 0 || md.NumRowGroups() == 0 {
+		return "", false
+	}
+	var topic []byte
+	for g := range md.NumRowGroups() {
+		cc, err := md.RowGroup(g).ColumnChunk(col)
+		if err != nil {
+			return "", false
+		}
+		st, err := cc.Statistics()
+		if err != nil || st == nil || !st.HasMinMax() {
+			return "", false
+		}
+		bs, ok := st.(*metadata.ByteArrayStatistics)
+		if !ok || !bytes.Equal(bs.Min(), bs.Max()) || (g > 0 && !bytes.Equal(bs.Min(), topic)) {
+			return "", false
+		}
+		topic = bs.Min()
+	}
+	return string(topic), true
 }
 
 // boundRange renders a column's lower and upper bound, or "?" when the file

@@ -340,7 +340,64 @@ func OpenIn(ctx context.Context, cat catalog.Catalog, cfg Config, sc *schemas.Sc
 	if err := checkSchema(tbl.Schema(), sc); err != nil {
 		return nil, fmt.Errorf("table %s: %w", cfg.Table, err)
 	}
+	if !cfg.Existing {
+		t.addTopicMetrics(ctx, tbl)
+	}
 	return t, nil
+}
+
+// topicMetricsKey is the table property that makes iceberg-go record the
+// bounds of the topic column whole. Its default for strings, truncate(16),
+// gives topics sharing their first 16 characters (prod.clickstream.web,
+// prod.clickstream.app: two jobs writing one table) the same bounds, so the
+// MERGE could not prune the other topic's files and compaction could not
+// tell them apart.
+const topicMetricsKey = table.MetricsModeColumnConfPrefix + "." + TopicColumn
+
+// addTopicMetrics sets topicMetricsKey to full on a table created without it
+// (before floe set it), when a job opens the table to write; a value someone
+// set is kept. Files written from then on have exact topic bounds; older
+// ones keep theirs (planCompaction handles both). A property update adds no
+// snapshot, so it leaves the offset maps, and every summary floe reads,
+// where they are; like a schema change, it does not make data commits
+// conflict. The update is idempotent and retried on any failure; failing,
+// it is logged, not fatal: exact bounds make pruning tighter, and nothing
+// relies on them for correctness.
+func (t *Table) addTopicMetrics(ctx context.Context, tbl *table.Table) {
+	if err := t.setTopicMetrics(ctx, tbl); err != nil {
+		t.log.Warn("cannot set a table property; its files keep truncated topic bounds (the MERGE prunes less)",
+			"table", t.Name(), "property", topicMetricsKey, "err", err)
+	}
+}
+
+func (t *Table) setTopicMetrics(ctx context.Context, tbl *table.Table) error {
+	backoff := 20 * time.Millisecond
+	for attempt := 1; ; attempt++ {
+		if _, ok := tbl.Properties()[topicMetricsKey]; ok {
+			return nil
+		}
+		tx := tbl.NewTransaction()
+		if err := tx.SetProperties(iceberg.Properties{topicMetricsKey: "full"}); err != nil {
+			return err
+		}
+		_, err := tx.Commit(ctx)
+		if err == nil {
+			t.log.Info("table now records whole topic bounds", "table", t.Name(), "property", topicMetricsKey)
+			return nil
+		}
+		if attempt == maxAttempts {
+			return fmt.Errorf("gave up after %d attempts: %w", attempt, err)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(backoff/2 + rand.N(backoff)):
+		}
+		backoff = min(2*backoff, time.Second)
+		if tbl, err = t.Load(ctx); err != nil {
+			return err
+		}
+	}
 }
 
 // Load reloads the table's current metadata from the catalog.
@@ -506,7 +563,8 @@ func (t *Table) create(ctx context.Context) (*table.Table, error) {
 
 // tableProperties are the properties of a table floe creates: zstd Parquet,
 // bounded metadata history, merged manifests (so scan planning stays cheap
-// as commits accumulate), and no Parquet dictionary for the columns where it
+// as commits accumulate), whole topic bounds (topicMetricsKey), and no
+// Parquet dictionary for the columns where it
 // costs CPU and saves nothing: 64-bit ids, counters and timestamps, and the
 // schema's high-cardinality strings, which are nearly all distinct.
 func tableProperties(sc *schemas.Schema) iceberg.Properties {
@@ -518,6 +576,7 @@ func tableProperties(sc *schemas.Schema) iceberg.Properties {
 		table.MetadataDeleteAfterCommitEnabledKey: "true",
 		table.MetadataPreviousVersionsMaxKey:      "50",
 		"floe.schema":                             sc.Name,
+		topicMetricsKey:                           "full",
 	}
 	const noDict = "write.parquet.dict-encoding-enabled.column."
 	for _, f := range sc.Iceberg.Fields() {
