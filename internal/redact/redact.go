@@ -22,10 +22,13 @@ const Mask = "REDACTED"
 // password holding a '%' not followed by two hex digits, a '#' or a '/'),
 // everything between "://" and the last '@' is masked, and so is the
 // query: the parser's idea of where the user info ends is then not to be
-// trusted, and a '@' in a path only costs the host being masked too.
+// trusted, and a '@' in a path only costs the host being masked too. So
+// is a URL with a '@' and no host (no "//": "user:pw@host/v1",
+// "https:/user:pw@host"), which parses, the user info in its path or
+// opaque part.
 func URL(s string) string {
 	u, err := url.Parse(s)
-	if err != nil {
+	if err != nil || u.Host == "" && strings.Contains(s, "@") {
 		return unparsed(s)
 	}
 	c := *u

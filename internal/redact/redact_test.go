@@ -24,6 +24,12 @@ func TestURL(t *testing.T) {
 		"https://floe:pa#ss-s3cret@catalog.example.com/p":  "https://REDACTED@catalog.example.com/p",
 		"https://floe:pa/ss-s3cret@host/p?k=s3cret":        "https://REDACTED@host/p?REDACTED",
 		"https://host:port/%zz?k=s3cret":                   "https://host:port/%zz?REDACTED",
+		// No "//": the parser finds no user info, the password in the
+		// path or the opaque part.
+		"floe:s3cret@lookup.example.com/v1":        "REDACTED@lookup.example.com/v1",
+		"https:floe:s3cret@lookup.example.com":     "REDACTED@lookup.example.com",
+		"https:/floe:s3cret@lookup.example.com/v1": "REDACTED@lookup.example.com/v1",
+		"https://host/users/a@b":                   "https://host/users/a@b",
 	} {
 		if got := redact.URL(in); got != want {
 			t.Errorf("%s: got %s, want %s", in, got, want)
