@@ -409,6 +409,26 @@ func (s *dedupeSpec) on(sc *iceberg.Schema) *dedupeSpec {
 	return &c
 }
 
+// keyWidened reports whether the key column had another type in an earlier
+// schema of the table (int widened to long): files written before hold its
+// bounds in 4 bytes, which iceberg-go v0.7.0 reads as the current type and
+// fails ("expected 8 bytes for int64 value, got 4"), so every search, and
+// with it every flush, failed until those files were rewritten. Such a
+// table's search does not prune by key; the rows read are matched against
+// the key set all the same.
+func keyWidened(md table.Metadata, key string) bool {
+	cur, ok := md.CurrentSchema().FindFieldByName(key)
+	if !ok {
+		return false
+	}
+	for _, sc := range md.Schemas() {
+		if f, ok := sc.FindFieldByID(cur.ID); ok && !f.Type.Equals(cur.Type) {
+			return true
+		}
+	}
+	return false
+}
+
 // keyFilter selects rows that may have a key in keys: an In of them, or
 // for more than maxInKeys their range (which prunes the files of keys that
 // grow with time, such as ULIDs or sequence numbers; uuids get none).
@@ -492,9 +512,12 @@ func (s *dedupeSpec) timeFilter(lo, hi int64) iceberg.BooleanExpression {
 // after how.since.
 func searchKeys(ctx context.Context, tbl *table.Table, spec *dedupeSpec, keys []string, bounded bool, lo, hi int64, how keySearch) (map[string]struct{}, int, int, error) {
 	spec = spec.on(tbl.Schema())
-	filter, err := spec.keyFilter(keys)
-	if err != nil {
-		return nil, 0, 0, err
+	var filter iceberg.BooleanExpression = iceberg.AlwaysTrue{}
+	var err error
+	if !keyWidened(tbl.Metadata(), spec.key) {
+		if filter, err = spec.keyFilter(keys); err != nil {
+			return nil, 0, 0, err
+		}
 	}
 	if bounded {
 		filter = iceberg.NewAnd(filter, spec.timeFilter(lo, hi))

@@ -124,3 +124,45 @@ func payTable(t *testing.T, avsc string) (*lakehouse.Table, *schemas.Schema) {
 	t.Cleanup(func() { tbl.Close() })
 	return tbl, sc
 }
+
+// TestDedupeKeyWidenedAfterRows: rows committed with an int business key,
+// the key then widened to long (a registry writer schema, an edited schema
+// file): the next flush finds the same keys in the files written before,
+// and skips them. Every search failed on those files' 4-byte key bounds
+// ("expected 8 bytes for int64 value, got 4"), and so did every flush,
+// retried for ever.
+func TestDedupeKeyWidenedAfterRows(t *testing.T) {
+	tbl, sc := payTable(t, `{"type": "record", "name": "Pay", "floe.key": "note", "floe.dedupe-key": "id",
+	  "fields": [{"name": "id", "type": "int"}, {"name": "note", "type": "string"}]}`)
+	commit := func(s *schemas.Schema, from, to, resume int64) lakehouse.Result {
+		t.Helper()
+		b := s.NewRecordBuilder(memory.DefaultAllocator, 0)
+		defer b.Release()
+		for i := from; i < to; i++ {
+			v := fmt.Sprintf(`{"id":%d,"note":"n-%d"}`, 100+i%3, i)
+			if err := b.Append([]byte(v), schemas.Meta{Topic: "pay", Partition: 0, Offset: i}, time.Now(), ""); err != nil {
+				t.Fatal(err)
+			}
+		}
+		res, err := tbl.Commit(t.Context(), []lakehouse.Part{{
+			Range: lakehouse.Range{Topic: "pay", Partition: 0, From: from, To: to}, Resume: resume, Rows: b.NewRecord()}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+	r1 := commit(sc, 0, 3, lakehouse.NoWatermark)
+	ts, err := tbl.Evolve(t.Context(), []schemas.Change{{Kind: schemas.WidenColumn, Column: "id", Type: iceberg.PrimitiveTypes.Int64}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wide, err := sc.WithTable(ts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r2 := commit(wide, 3, 6, 3)
+	r3 := commit(wide, 6, 7, 6) // key 100 again, from a file written after the widening
+	if r1.Rows != 3 || r2.Rows != 0 || r2.BusinessDuplicates != 3 || r3.BusinessDuplicates != 1 {
+		t.Fatalf("rows %d, %d, %d; business duplicates %d, %d; want 3, 0, 0 and 3, 1", r1.Rows, r2.Rows, r3.Rows, r2.BusinessDuplicates, r3.BusinessDuplicates)
+	}
+}
