@@ -16,8 +16,9 @@ import (
 // write (routes with where: each record goes to exactly one of them): per
 // Kafka partition, every offset below the least of the tables' watermarks
 // must be a row of exactly one table or a dead letter, and no offset may be
-// in two places. Per table it checks what Verify checks of one table except
-// gaps (the other tables' offsets are this one's gaps).
+// in two places that have passed it (a lagging table does not hide the
+// others' duplicates). Per table it checks what Verify checks of one table
+// except gaps (the other tables' offsets are this one's gaps).
 type RoutesReport struct {
 	Topic  string             `json:"topic"`
 	Tables []RouteTableReport `json:"tables"`
@@ -79,12 +80,14 @@ type RoutesPartition struct {
 	// and one where any table no longer records every skipped business
 	// duplicate is unchecked.
 	Coverage
-	// InSeveral counts offsets below Watermark that are rows of more than
-	// one table, or a row and a dead letter; InSeveralExamples shows some.
+	// InSeveral counts offsets in more than one place that has passed them
+	// (a row of a table whose own watermark is above it, a dead letter not
+	// superseded), below Watermark or not, and also when it is -1: a
+	// lagging table does not hide the others'. InSeveralExamples shows some.
 	InSeveral         int64    `json:"in_several"`
 	InSeveralExamples []string `json:"in_several_examples"`
-	// DeadLettersSuperseded counts offsets below Watermark in one table
-	// whose dead letters all have a reason of the moment (see
+	// DeadLettersSuperseded counts offsets in one table past them whose
+	// dead letters all have a reason of the moment (see
 	// PartitionReport.DeadLettersSuperseded): information, not in
 	// InSeveral.
 	DeadLettersSuperseded int64 `json:"dead_letters_superseded_by_row"`
@@ -190,9 +193,19 @@ func VerifyRoutes(ctx context.Context, topic string, tables []*Table, readDL Dea
 	for _, p := range slices.Sorted(maps.Keys(parts)) {
 		pr := RoutesPartition{Partition: p, Watermark: -1, Rows: make([]int64, len(tables)), MinOffset: -1, MaxOffset: -1,
 			Coverage: Coverage{Gaps: []Gap{}}, InSeveralExamples: []string{}}
-		// Every distinct offset of the partition once per place it is in.
-		var offs []int64
+		// Every distinct offset of the partition once per place it is in,
+		// and whether that place has passed it: a row or skipped business
+		// duplicate of a table whose own watermark is above it, or a dead
+		// letter (written before any commit covers it).
+		var offs []placed
 		for i := range tables {
+			w, ok := wms[i].Get(topic, p)
+			switch {
+			case !ok:
+				pr.Watermark = NoWatermark
+			case i == 0 || (pr.Watermark != NoWatermark && w < pr.Watermark):
+				pr.Watermark = w
+			}
 			n := 0
 			for n < len(rest[i]) && rest[i][n].part == p {
 				n++
@@ -201,54 +214,55 @@ func VerifyRoutes(ctx context.Context, topic string, tables []*Table, readDL Dea
 			rest[i] = rest[i][n:]
 			pr.Rows[i] = int64(len(prow))
 			for k := 0; k < len(prow); k = skipOffset(prow, k) {
-				offs = append(offs, prow[k].off)
+				offs = append(offs, placed{off: prow[k].off, passed: ok && prow[k].off < w})
 			}
 			// A table's skipped business duplicates are covered by it (a
 			// place of their own: one that is also a row is in several).
 			for _, off := range slices.Compact(slices.Sorted(slices.Values(skipped[i][p]))) {
-				offs = append(offs, off)
+				offs = append(offs, placed{off: off, passed: ok && off < w})
 				pr.BusinessSkipped++
-			}
-			w, ok := wms[i].Get(topic, p)
-			switch {
-			case !ok:
-				pr.Watermark = NoWatermark
-			case i == 0 || (pr.Watermark != NoWatermark && w < pr.Watermark):
-				pr.Watermark = w
 			}
 		}
 		if dl != nil {
 			pr.DeadLetters = int64(len(dl[p]))
 			r.DeadLetters += pr.DeadLetters
 			for off := range dl[p] {
-				offs = append(offs, off)
+				offs = append(offs, placed{off: off, passed: true})
 			}
 		} else {
 			pr.DeadLetters = -1
 		}
-		slices.Sort(offs)
+		slices.SortFunc(offs, func(a, b placed) int { return cmp.Compare(a.off, b.off) })
 		next := int64(-1)
 		for k := 0; k < len(offs); {
-			off, n := offs[k], k+1
-			for n < len(offs) && offs[n] == off {
-				n++
+			off, n, passed := offs[k].off, k, 0
+			for ; n < len(offs) && offs[n].off == off; n++ {
+				if offs[n].passed {
+					passed++
+				}
 			}
-			places := n - k
 			k = n
 			if pr.MinOffset < 0 {
 				pr.MinOffset, next = off, off
 			}
 			pr.MaxOffset = off
-			if pr.Watermark == NoWatermark || off >= pr.Watermark {
-				continue
-			}
-			if reason, dead := dl[p][off]; dead && places == 2 && momentReason(reason) {
+			// In several places is checked wherever the places have passed
+			// the offset, not only below the least watermark: two tables
+			// past it hold it twice whatever a lagging sibling's watermark
+			// is, or whether it has one. A row above its table's watermark
+			// is that table's problem (AboveWatermark), not counted here.
+			if reason, dead := dl[p][off]; dead && passed == 2 && momentReason(reason) {
 				pr.DeadLettersSuperseded++
-			} else if places > 1 {
+			} else if passed > 1 {
 				pr.InSeveral++
 				if len(pr.InSeveralExamples) < maxExamples {
 					pr.InSeveralExamples = append(pr.InSeveralExamples, r.places(topic, p, off, tables, rows, skipped, dl))
 				}
+			}
+			// Coverage only below the least watermark, where every table has
+			// decided every offset.
+			if pr.Watermark == NoWatermark || off >= pr.Watermark {
+				continue
 			}
 			if off > next {
 				pr.addGap(next, off, absent[topic][strconv.Itoa(int(p))], dropped[topic][strconv.Itoa(int(p))])
@@ -261,6 +275,14 @@ func VerifyRoutes(ctx context.Context, topic string, tables []*Table, readDL Dea
 		r.Partitions = append(r.Partitions, pr)
 	}
 	return r, nil
+}
+
+// placed is one place an offset of a partition is in (a table's row or
+// skipped business duplicate, or a dead letter); passed is whether that
+// place has decided it: a dead letter, or a table whose watermark is above it.
+type placed struct {
+	off    int64
+	passed bool
 }
 
 // places describes where offset off of partition p is: "events/0@17 in
@@ -284,8 +306,8 @@ func (r *RoutesReport) places(topic string, p int32, off int64, tables []*Table,
 }
 
 // OK reports whether every offset below the least watermark is in exactly
-// one place and no table has duplicates, rows above its watermark or seq
-// order violations.
+// one place, none is in several places that have passed it, and no table
+// has duplicates, rows above its watermark or seq order violations.
 func (r *RoutesReport) OK() bool { return len(r.problems()) == 0 }
 
 func (r *RoutesReport) problems() []string {
@@ -320,7 +342,7 @@ func (r *RoutesReport) problems() []string {
 		out = append(out, fmt.Sprintf("%s below the least watermark %s", plural(gaps, "offset"), what))
 	}
 	if several > 0 {
-		out = append(out, fmt.Sprintf("%s below the least watermark in more than one table, or a row and a dead letter", plural(several, "offset")))
+		out = append(out, fmt.Sprintf("%s in more than one table past them, or a row and a dead letter", plural(several, "offset")))
 	}
 	return out
 }

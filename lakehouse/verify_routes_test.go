@@ -3,6 +3,7 @@ package lakehouse_test
 import (
 	"bytes"
 	"context"
+	"slices"
 	"strings"
 	"testing"
 
@@ -80,7 +81,7 @@ func TestVerifyRoutes(t *testing.T) {
 			p.InSeveral, rep.Tables[1].DuplicateIDs, p.Watermark, out)
 	}
 	for _, want := range []string{"!! NOT OK", "clicks/0@2 in shop.a, dead letters", "clicks/0@4 in shop.a, shop.b",
-		"!! shop.b: 1 duplicate row", "2 offsets below the least watermark in more than one table"} {
+		"!! shop.b: 1 duplicate row", "2 offsets in more than one table past them"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("report lacks %q:\n%s", want, out)
 		}
@@ -159,5 +160,81 @@ func TestVerifyRoutesBesideAFlushWithDeadLetters(t *testing.T) {
 	}
 	if p := rep.Partitions[0]; !rep.OK() || p.Watermark != 10 || p.DeadLetters != 2 {
 		t.Fatalf("after the flush: least watermark %d, dead letters %d", p.Watermark, p.DeadLetters)
+	}
+}
+
+// TestVerifyRoutesLaggingRouteDoesNotHideDuplicates: three field routes of
+// one partition (offset mod 3 picks the table). shop.b and shop.c have
+// committed [0,20); shop.a lags at 10 (slow enrichment, a stopped route) or
+// has not committed the partition at all (a new route). Alone that is
+// healthy. But an offset that is a row of shop.b and of shop.c, both past
+// it (the at_risk ranges of --accept-routing-change, or a mis-routing), is
+// a duplicate whatever shop.a's watermark is, and so is one that is a row
+// of shop.b and a dead letter for a reason not of the moment. VerifyRoutes
+// skipped every offset at or above the least watermark, and the whole
+// partition without one, so it said OK.
+func TestVerifyRoutesLaggingRouteDoesNotHideDuplicates(t *testing.T) {
+	for _, c := range []struct {
+		name           string
+		aTo            int64 // shop.a committed [0,aTo); 0: nothing
+		dup            bool  // clicks/0@15 (shop.a's) is also a row of shop.b and shop.c
+		dl             lakehouse.DeadLetters
+		inSeveral      int64
+		superseded     int64
+		example        string
+		leastWatermark int64
+	}{
+		{name: "lagging route alone", aTo: 10, leastWatermark: 10},
+		{name: "route without a watermark alone", leastWatermark: lakehouse.NoWatermark},
+		{name: "two tables past a lagging route", aTo: 10, dup: true, inSeveral: 1,
+			example: "clicks/0@15 in shop.b, shop.c", leastWatermark: 10},
+		{name: "two tables beside a route without a watermark", dup: true, inSeveral: 1,
+			example: "clicks/0@15 in shop.b, shop.c", leastWatermark: lakehouse.NoWatermark},
+		{name: "a row and a dead letter past a lagging route", aTo: 10, dl: dead(0, 16), inSeveral: 1,
+			example: "clicks/0@16 in shop.b, dead letters", leastWatermark: 10},
+		{name: "a row and a dead letter of the moment past a lagging route", aTo: 10,
+			dl: func() lakehouse.DeadLetters {
+				d := lakehouse.DeadLetters{}
+				d.Add(0, 16, lakehouse.ReasonEnrichFailed)
+				return d
+			}(), superseded: 1, leastWatermark: 10},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			f := newFixture(t)
+			tables := []*lakehouse.Table{f.openNamed(t, "shop.a", "g.a"), f.openNamed(t, "shop.b", "g.b"), f.openNamed(t, "shop.c", "g.c")}
+			evs := make([][]ev, len(tables))
+			for _, e := range clean(0, 0, 20) {
+				evs[e.off%3] = append(evs[e.off%3], e)
+			}
+			if c.dup {
+				evs[1] = append(evs[1], ev{off: 15, sess: "p0-s0", seq: 15})
+				evs[2] = append(evs[2], ev{off: 15, sess: "p0-s0", seq: 15})
+			}
+			if c.aTo > 0 {
+				f.commitEvents(t, tables[0], 0, 0, c.aTo, lakehouse.NoWatermark,
+					slices.DeleteFunc(evs[0], func(e ev) bool { return e.off >= c.aTo }))
+			}
+			f.commitEvents(t, tables[1], 0, 0, 20, lakehouse.NoWatermark, evs[1])
+			f.commitEvents(t, tables[2], 0, 0, 20, lakehouse.NoWatermark, evs[2])
+			rep, err := lakehouse.VerifyRoutes(t.Context(), topic, tables, c.dl.Read)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var buf strings.Builder
+			if err := rep.WriteText(&buf); err != nil {
+				t.Fatal(err)
+			}
+			out := buf.String()
+			t.Logf("\n%s", out)
+			p := rep.Partitions[0]
+			if rep.OK() != (c.inSeveral == 0) || p.InSeveral != c.inSeveral || p.DeadLettersSuperseded != c.superseded ||
+				p.Watermark != c.leastWatermark || p.GapOffsets != 0 {
+				t.Fatalf("OK %v, in several %d (want %d), superseded %d (want %d), least watermark %d (want %d), gap offsets %d",
+					rep.OK(), p.InSeveral, c.inSeveral, p.DeadLettersSuperseded, c.superseded, p.Watermark, c.leastWatermark, p.GapOffsets)
+			}
+			if c.example != "" && !strings.Contains(out, c.example) {
+				t.Errorf("report lacks %q", c.example)
+			}
+		})
 	}
 }
