@@ -1,13 +1,143 @@
 package deploy
 
 import (
+	"crypto/sha1"
+	"encoding/hex"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 )
+
+// writeTool writes an executable shell script NAME into DIR: a stand-in for
+// a tool that a test puts first on PATH.
+func writeTool(t *testing.T, dir, name, script string) {
+	t.Helper()
+	if err := os.WriteFile(filepath.Join(dir, name), []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// pomKey is how the scripts key a jar cache by a POM: the first 8 hex
+// digits of its sha1.
+func pomKey(t *testing.T, pom string) string {
+	t.Helper()
+	b, err := os.ReadFile(pom)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := sha1.Sum(b)
+	return hex.EncodeToString(sum[:])[:8]
+}
+
+// fakeFetched makes $cache/NAME look fetched to lib.sh's fetch_jars (its
+// .done marker and an empty lib), so a script under test fetches nothing,
+// and creates FILES (relative to $cache/NAME) empty.
+func fakeFetched(t *testing.T, cache, name string, files ...string) {
+	t.Helper()
+	for _, f := range append([]string{".done", "lib/.keep"}, files...) {
+		p := filepath.Join(cache, name, f)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// lookTools skips the test unless every tool is on PATH.
+func lookTools(t *testing.T, tools ...string) {
+	t.Helper()
+	for _, tool := range tools {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("%s not found: %v", tool, err)
+		}
+	}
+}
+
+// kafkaSASLTLSStart runs kafka/start.sh DIR 3.6.2 --sasl-tls with the tools
+// in BIN first on PATH (a stand-in java) and a jar cache that looks fetched,
+// and returns its output; the run is expected to fail.
+func kafkaSASLTLSStart(t *testing.T, bin, cache, dir string) string {
+	t.Helper()
+	cmd := exec.Command("bash", "kafka/start.sh", dir, "3.6.2", "--sasl-tls")
+	cmd.Env = append(os.Environ(), "PATH="+bin+string(os.PathListSeparator)+os.Getenv("PATH"), "FLOE_CACHE="+cache)
+	out, err := cmd.CombinedOutput()
+	if err == nil {
+		t.Fatalf("kafka/start.sh succeeded with a stand-in java:\n%s", out)
+	}
+	return string(out)
+}
+
+// TestKafkaSASLTLSRetriesFailedFirstStart: a first start of
+// kafka/start.sh --sasl-tls that failed after making the certificates (here
+// the storage format; equally a Ctrl-C during keytool, or a Kafka without
+// format --add-scram) left DIR/tls behind without state.env. The next run
+// drew a new keystore password, keytool failed on the old ca.p12 ("keystore
+// password was incorrect"), hiding the first error, and DIR stayed unusable
+// until deleted by hand. It must start over and get back to the same step.
+func TestKafkaSASLTLSRetriesFailedFirstStart(t *testing.T) {
+	lookTools(t, "keytool", "openssl", "python3", "flock")
+	bin, cache := t.TempDir(), t.TempDir()
+	// The JVM that formats the storage fails: the first start fails half-way.
+	writeTool(t, bin, "java", "#!/bin/sh\necho simulated java failure >&2\nexit 1\n")
+	fakeFetched(t, cache, "kafka-3.6.2-"+pomKey(t, "kafka/pom.xml"), "ready/Ready.class")
+	dir := filepath.Join(t.TempDir(), "k dir")
+	for run := 1; run <= 2; run++ {
+		out := kafkaSASLTLSStart(t, bin, cache, dir)
+		if !strings.Contains(out, "formatting storage failed") || !strings.Contains(out, "simulated java failure") {
+			t.Fatalf("run %d on the same DIR did not fail at the format step; it ended with:\n%s",
+				run, out[max(0, len(out)-600):])
+		}
+	}
+	if _, err := os.Stat(filepath.Join(dir, "state.env")); err == nil {
+		t.Error("a first start that failed wrote state.env")
+	}
+}
+
+// TestKafkaSASLTLSKeepsCompletedFirstStart: once a first start has
+// completed (state.env written), a run after a failed broker start reuses
+// its credentials and certificates instead of starting over.
+func TestKafkaSASLTLSKeepsCompletedFirstStart(t *testing.T) {
+	lookTools(t, "keytool", "openssl", "python3", "flock")
+	bin, cache := t.TempDir(), t.TempDir()
+	// The format succeeds, the broker's JVM exits at once.
+	writeTool(t, bin, "java", `#!/bin/sh
+for a; do [ "$a" = kafka.tools.StorageTool ] && exit 0; done
+echo simulated broker failure >&2
+exit 1
+`)
+	fakeFetched(t, cache, "kafka-3.6.2-"+pomKey(t, "kafka/pom.xml"), "ready/Ready.class")
+	dir := filepath.Join(t.TempDir(), "k dir")
+	read := func(f string) string {
+		b, err := os.ReadFile(filepath.Join(dir, f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	var state, ca string
+	for run := 1; run <= 2; run++ {
+		out := kafkaSASLTLSStart(t, bin, cache, dir)
+		if !strings.Contains(out, "exited during start-up") || !strings.Contains(out, "simulated broker failure") {
+			t.Fatalf("run %d did not fail at the broker's start:\n%s", run, out)
+		}
+		if run == 1 {
+			state, ca = read("state.env"), read("tls/ca.p12")
+			continue
+		}
+		if strings.Contains(out, "making a CA") {
+			t.Errorf("run 2 made new certificates:\n%s", out)
+		}
+	}
+	if read("state.env") != state || read("tls/ca.p12") != ca {
+		t.Error("a run after a completed first start changed state.env or tls/ca.p12")
+	}
+}
 
 // TestKafkaStopWithoutProcps: deploy/kafka/stop.sh stops the broker on a
 // machine without procps (slim Debian images): it read the process state

@@ -11,7 +11,8 @@
 # TLS; a client certificate and key signed by the same CA, made with openssl).
 #
 # Run again on the same DIR (after stop.sh or a SIGKILL) it restarts the same
-# broker: same ports, same data, same credentials, no format.
+# broker: same ports, same data, same credentials, no format. A first start
+# that did not complete (it failed or was interrupted) is started over.
 #
 # Waits until the broker answers a metadata request (Admin describeCluster),
 # then prints on stdout:
@@ -71,8 +72,22 @@ fi
 
 random() { python3 -c 'import secrets; print(secrets.token_hex(12))'; }
 
-# First start: ports, credentials, certificates, config, format.
+# First start: ports, credentials, certificates, config, format. state.env,
+# written last, marks it complete. Without it, whatever an earlier first
+# start left behind when it failed or was interrupted half-way (certificates
+# under a keystore password no longer known, a formatted data dir, config) is
+# removed and the first start runs again from scratch: no broker ever ran on
+# those files, as it is started only once state.env exists.
 if [ ! -f "$dir/state.env" ]; then
+	partial=("$dir/tls" "$dir/data" "$dir/server.properties" "$dir/client-sasl.properties"
+		"$dir/client-ssl.properties" "$dir/format.log" "$dir/state.env.tmp")
+	for f in "${partial[@]}"; do
+		if [ -e "$f" ]; then
+			echo "kafka: $dir holds an incomplete first start (no state.env); starting it over" >&2
+			rm -rf "${partial[@]}"
+			break
+		fi
+	done
 	ports=$(free_port 4) # fails the script, unlike a process substitution
 	{ read -r port; read -r controller_port; read -r sasl_port; read -r ssl_port; } <<<"$ports"
 	if [ -z "$secure" ]; then
@@ -211,8 +226,9 @@ while True:
 			echo "sasl_user=$sasl_user"
 			echo "sasl_password=$sasl_password"
 		fi
-	} >"$dir/state.env"
-	chmod 600 "$dir/state.env"
+	} >"$dir/state.env.tmp"
+	chmod 600 "$dir/state.env.tmp"
+	mv "$dir/state.env.tmp" "$dir/state.env"
 fi
 
 # shellcheck disable=SC1091
