@@ -3,9 +3,12 @@ package deploy
 import (
 	"crypto/sha1"
 	"encoding/hex"
+	"encoding/xml"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -174,5 +177,120 @@ func TestKafkaStopWithoutProcps(t *testing.T) {
 	case <-exited:
 	case <-time.After(30 * time.Second):
 		t.Fatal("stop.sh returned, and the broker still runs")
+	}
+}
+
+// TestHDFSStorageDirsWithSpace: hdfs/start.sh wrote dfs.namenode.name.dir
+// as file://DIR/name. With a space in DIR that is no URI: Hadoop logged a
+// syntax error and took the whole string for a relative file name, so the
+// NameNode kept its metadata under $CWD/file:/..., start.sh's check for
+// DIR/name/current never found it, every start formatted the NameNode again
+// (a new cluster id) and a restart failed on the DataNode's old data. The
+// NameNode's directory must be the (percent-encoded) file URI of DIR/name;
+// the DataNode's, which Hadoop reads as a Path and encodes itself, DIR/data
+// not encoded (an encoded one names a directory with a literal %20); and
+// (when the Hadoop jars are cached) Hadoop must resolve them to those
+// directories.
+func TestHDFSStorageDirsWithSpace(t *testing.T) {
+	lookTools(t, "curl", "python3", "flock")
+	pom, err := os.ReadFile("hdfs/pom.xml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`<hadoop.version>(.*)</hadoop.version>`).FindSubmatch(pom)
+	if m == nil {
+		t.Fatal("hdfs/pom.xml: no hadoop.version")
+	}
+	name := "hadoop-" + string(m[1]) + "-" + pomKey(t, "hdfs/pom.xml")
+	realJava, javaErr := exec.LookPath("java")
+	bin, cache := t.TempDir(), t.TempDir()
+	// The NameNode format fails: start.sh stops after writing DIR/conf.
+	writeTool(t, bin, "java", "#!/bin/sh\necho simulated java failure >&2\nexit 1\n")
+	fakeFetched(t, cache, name)
+	dir := filepath.Join(t.TempDir(), "with space")
+	cmd := exec.Command("bash", "hdfs/start.sh", dir)
+	cmd.Env = append(os.Environ(), "PATH="+bin+string(os.PathListSeparator)+os.Getenv("PATH"), "FLOE_CACHE="+cache)
+	if out, err := cmd.CombinedOutput(); err == nil || !strings.Contains(string(out), "simulated java failure") {
+		t.Fatalf("hdfs/start.sh did not fail at the format step (%v):\n%s", err, out)
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "conf", "hdfs-site.xml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var conf struct {
+		Property []struct {
+			Name  string `xml:"name"`
+			Value string `xml:"value"`
+		} `xml:"property"`
+	}
+	if err := xml.Unmarshal(b, &conf); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{
+		"dfs.namenode.name.dir": filepath.Join(dir, "name"),
+		"dfs.datanode.data.dir": filepath.Join(dir, "data"),
+	}
+	values := map[string]string{}
+	for _, p := range conf.Property {
+		if _, ok := want[p.Name]; ok {
+			values[p.Name] = p.Value
+		}
+	}
+	nameDir := values["dfs.namenode.name.dir"]
+	if u, err := url.Parse(nameDir); strings.ContainsAny(nameDir, " \t") || err != nil || u.Scheme != "file" || u.Host != "" ||
+		u.Path != want["dfs.namenode.name.dir"] {
+		t.Errorf("dfs.namenode.name.dir = %q, want the file URI of %q", nameDir, want["dfs.namenode.name.dir"])
+	}
+	if got, dataDir := values["dfs.datanode.data.dir"], want["dfs.datanode.data.dir"]; got != dataDir && got != "file://"+dataDir {
+		t.Errorf("dfs.datanode.data.dir = %q, want %q (not percent-encoded)", got, dataDir)
+	}
+
+	// What Hadoop itself makes of them, when its jars are cached.
+	realCache := os.Getenv("FLOE_CACHE")
+	if realCache == "" {
+		realCache = filepath.Join(os.Getenv("HOME"), ".cache", "floe")
+	}
+	lib := filepath.Join(realCache, name, "lib")
+	if _, err := os.Stat(filepath.Join(realCache, name, ".done")); err != nil || javaErr != nil {
+		t.Logf("not checked with Hadoop: no %s jars in %s or no java", name, realCache)
+		return
+	}
+	javac, err := exec.LookPath("javac")
+	if err != nil {
+		t.Logf("not checked with Hadoop: %v", err)
+		return
+	}
+	src := t.TempDir()
+	if err := os.WriteFile(filepath.Join(src, "StorageDirs.java"), []byte(`
+import java.io.File;
+import java.net.URI;
+import org.apache.hadoop.conf.Configuration;
+import org.apache.hadoop.hdfs.server.datanode.DataNode;
+import org.apache.hadoop.hdfs.server.datanode.StorageLocation;
+import org.apache.hadoop.hdfs.server.namenode.FSNamesystem;
+
+public class StorageDirs {
+  public static void main(String[] a) throws Exception {
+    Configuration c = new Configuration(false);
+    c.addResource(new File(a[0]).toURI().toURL());
+    for (URI u : FSNamesystem.getNamespaceDirs(c)) System.out.println("name " + new File(u).getPath());
+    for (StorageLocation l : DataNode.getStorageLocations(c)) System.out.println("data " + new File(l.getUri()).getPath());
+  }
+}
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command(javac, "-nowarn", "-cp", lib+"/*", "-d", src, filepath.Join(src, "StorageDirs.java")).CombinedOutput(); err != nil {
+		t.Fatalf("javac: %v\n%s", err, out)
+	}
+	check := exec.Command(realJava, "-XX:TieredStopAtLevel=1", "-cp", src+string(os.PathListSeparator)+lib+"/*",
+		"StorageDirs", filepath.Join(dir, "conf", "hdfs-site.xml"))
+	check.Dir = t.TempDir() // a relative path would resolve here
+	out, err := check.Output()
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	if got, want := strings.TrimSpace(string(out)), "name "+want["dfs.namenode.name.dir"]+"\ndata "+want["dfs.datanode.data.dir"]; got != want {
+		t.Errorf("Hadoop resolves the storage directories of DIR %q to\n%s\nwant\n%s", dir, got, want)
 	}
 }

@@ -50,6 +50,7 @@ fi
 hadoop_version=$(sed -n 's:.*<hadoop.version>\(.*\)</hadoop.version>.*:\1:p' "$here/pom.xml")
 command -v java >/dev/null || { echo "hdfs: java not found (Java 17 is needed)" >&2; exit 1; }
 command -v curl >/dev/null || { echo "hdfs: curl not found" >&2; exit 1; }
+command -v python3 >/dev/null || { echo "hdfs: python3 not found" >&2; exit 1; }
 # The cache is keyed by the pom's content, so a changed pom fetches anew.
 name="hadoop-$hadoop_version-$(sha1sum "$here/pom.xml" | cut -c1-8)"
 lib=$(fetch_jars "$name" "$here/pom.xml")
@@ -61,8 +62,10 @@ fi
 . "$dir/ports.env"
 
 mkdir -p "$dir/conf" "$dir/tmp"
+# DIR as a file URI (file:///a%20b for /a b), for the properties Hadoop reads as URIs.
+dir_uri=$(python3 -c 'import pathlib, sys; print(pathlib.Path(sys.argv[1]).as_uri())' "$dir")
 for f in core-site.xml hdfs-site.xml; do
-	sed -e "s|@DIR@|$dir|g" -e "s|@USER@|$user|g" \
+	sed -e "s|@DIR_URI@|$dir_uri|g" -e "s|@DIR@|$dir|g" -e "s|@USER@|$user|g" \
 		-e "s|@NN_PORT@|$NN_PORT|g" -e "s|@NN_HTTP_PORT@|$NN_HTTP_PORT|g" \
 		-e "s|@NN_HTTPS_PORT@|$NN_HTTPS_PORT|g" -e "s|@DN_PORT@|$DN_PORT|g" \
 		-e "s|@DN_HTTP_PORT@|$DN_HTTP_PORT|g" -e "s|@DN_HTTPS_PORT@|$DN_HTTPS_PORT|g" \
