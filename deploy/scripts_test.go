@@ -294,3 +294,62 @@ public class StorageDirs {
 		t.Errorf("Hadoop resolves the storage directories of DIR %q to\n%s\nwant\n%s", dir, got, want)
 	}
 }
+
+// TestSparkJarsCacheFollowsPOM: spark/run.sh cached its jars as
+// $FLOE_CACHE/spark-jars whatever spark/pom.xml said, so after the POM moved
+// to a new Iceberg Spark runtime Spark still ran the old one; every other
+// script keys its jar cache by its POM's sha1. Runs a copy of run.sh next to
+// a POM that changes, with stand-ins for mvn, go, floe and pyspark.
+func TestSparkJarsCacheFollowsPOM(t *testing.T) {
+	lookTools(t, "java", "python3", "flock")
+	tree := t.TempDir()
+	for _, f := range []string{"lib.sh", "spark/run.sh"} {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		dst := filepath.Join(tree, "deploy", f)
+		if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(dst, b, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	bin, cache := t.TempDir(), t.TempDir()
+	// mvn "copies" one jar, named after the POM's last <version>.
+	writeTool(t, bin, "mvn", `#!/bin/bash
+pom= out=
+while [ $# -gt 0 ]; do case $1 in -f) pom=$2; shift ;; -DoutputDirectory=*) out=${1#*=} ;; esac; shift; done
+v=$(sed -n 's:.*<version>\(.*\)</version>.*:\1:p' "$pom" | tail -1)
+mkdir -p "$out" && touch "$out/iceberg-spark-runtime-$v.jar"
+`)
+	// go build -o FLOE: a floe whose demo writes nothing.
+	writeTool(t, bin, "go", `#!/bin/bash
+while [ $# -gt 0 ]; do [ "$1" = -o ] && printf '#!/bin/sh\n' >"$2" && chmod +x "$2"; shift; done
+`)
+	// pyspark's virtual environment: its python imports pyspark and runs the queries.
+	venv := filepath.Join(cache, "spark-venv-3.5.8", "bin")
+	if err := os.MkdirAll(venv, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	writeTool(t, venv, "python", "#!/bin/sh\nexit 0\n")
+	pom := filepath.Join(tree, "deploy", "spark", "pom.xml")
+	run := func(version string) string {
+		if err := os.WriteFile(pom, []byte("<project><version>"+version+"</version></project>\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		cmd := exec.Command("bash", filepath.Join(tree, "deploy", "spark", "run.sh"), "10")
+		cmd.Env = append(os.Environ(), "PATH="+bin+string(os.PathListSeparator)+os.Getenv("PATH"), "FLOE_CACHE="+cache)
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("run.sh with the POM at %s: %v\n%s", version, err, out)
+		}
+		return string(out)
+	}
+	for _, version := range []string{"1.10.0", "1.10.1"} {
+		if out, jar := run(version), "iceberg-spark-runtime-"+version+".jar"; !strings.Contains(out, "with "+jar+" reads") {
+			t.Errorf("with the POM at %s, run.sh did not run Spark with %s:\n%s", version, jar, out)
+		}
+	}
+}

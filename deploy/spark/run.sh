@@ -38,7 +38,9 @@ mkdir -p "$FLOE_CACHE"
 	fi
 ) 9>"$FLOE_CACHE/spark-venv.lock"
 
-jars=$(fetch_jars spark-jars "$here/pom.xml")
+# The jar set is keyed by the POM's content, so a changed POM fetches anew.
+name="spark-jars-$(sha1sum "$here/pom.xml" | cut -c1-8)"
+jars=$(fetch_jars "$name" "$here/pom.xml")
 classpath=$(find "$jars" -name '*.jar' | sort | paste -sd, -)
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/floe-spark.XXXXXX")
