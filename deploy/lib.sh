@@ -6,7 +6,8 @@ FLOE_CACHE=${FLOE_CACHE:-$HOME/.cache/floe}
 
 # fetch_jars NAME POM [MVN_ARGS...]: copies POM's runtime dependencies into
 # $FLOE_CACHE/NAME/lib the first time (under a lock, so concurrent starts
-# fetch once) and prints that directory.
+# fetch once) and prints that directory. A jar whose checksum does not match
+# the repository's fails the fetch (mvn --strict-checksums).
 fetch_jars() {
 	local name=$1 pom=$2
 	shift 2
@@ -17,7 +18,7 @@ fetch_jars() {
 		if [ ! -f "$dir/.done" ]; then
 			echo "fetching $name from Maven Central (once; cached in $dir)" >&2
 			rm -rf "$dir/lib"
-			if ! mvn -q -B -f "$pom" "$@" dependency:copy-dependencies \
+			if ! mvn -q -B --strict-checksums -f "$pom" "$@" dependency:copy-dependencies \
 				-DincludeScope=runtime -DoutputDirectory="$dir/lib" >&2; then
 				echo "fetching $name from Maven Central failed (see mvn output above)" >&2
 				exit 1

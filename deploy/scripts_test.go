@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -351,5 +352,31 @@ while [ $# -gt 0 ]; do [ "$1" = -o ] && printf '#!/bin/sh\n' >"$2" && chmod +x "
 		if out, jar := run(version), "iceberg-spark-runtime-"+version+".jar"; !strings.Contains(out, "with "+jar+" reads") {
 			t.Errorf("with the POM at %s, run.sh did not run Spark with %s:\n%s", version, jar, out)
 		}
+	}
+}
+
+// TestFetchJarsStrictChecksums: lib.sh's fetch_jars runs mvn with
+// --strict-checksums, so a jar whose checksum does not match what Maven
+// Central publishes fails the fetch instead of being cached with a warning.
+func TestFetchJarsStrictChecksums(t *testing.T) {
+	lookTools(t, "flock")
+	bin, cache := t.TempDir(), t.TempDir()
+	args := filepath.Join(t.TempDir(), "args")
+	writeTool(t, bin, "mvn", `#!/bin/bash
+printf '%s\n' "$@" >"`+args+`"
+for a; do case $a in -DoutputDirectory=*) mkdir -p "${a#*=}" ;; esac; done
+`)
+	cmd := exec.Command("bash", "-c", `. ./lib.sh && fetch_jars t kafka/pom.xml -Pkafka3`)
+	cmd.Env = append(os.Environ(), "PATH="+bin+string(os.PathListSeparator)+os.Getenv("PATH"), "FLOE_CACHE="+cache)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("fetch_jars: %v\n%s", err, out)
+	}
+	b, err := os.ReadFile(args)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mvnArgs := strings.Fields(string(b))
+	if !slices.Contains(mvnArgs, "--strict-checksums") && !slices.Contains(mvnArgs, "-C") {
+		t.Errorf("fetch_jars ran mvn %s: no --strict-checksums", strings.Join(mvnArgs, " "))
 	}
 }
