@@ -87,6 +87,35 @@ type Part struct {
 	Rows arrow.RecordBatch
 }
 
+// firstOffsets returns the group's first live offsets as tbl holds them,
+// with the From of each part that sets its partition's first watermark:
+// one that resumed from NoWatermark, which the fence has just let through
+// against tbl, so the table holds no watermark of its partition. A
+// partition already recorded keeps its offset.
+func firstOffsets(tbl *table.Table, group string, parts []Part) (Offsets, error) {
+	first, err := FirstOffsetsOf(tbl, group)
+	if err != nil {
+		return nil, err
+	}
+	fresh := Offsets{}
+	for _, p := range parts {
+		if p.Resume != NoWatermark {
+			continue
+		}
+		if from, ok := fresh.Get(p.Range.Topic, p.Range.Partition); !ok || p.Range.From < from {
+			fresh.Set(p.Range.Topic, p.Range.Partition, p.Range.From)
+		}
+	}
+	for topic, ps := range fresh {
+		for p, from := range ps {
+			if _, ok := first.Get(topic, p); !ok {
+				first.Set(topic, p, from)
+			}
+		}
+	}
+	return first, nil
+}
+
 // Result reports what one flush did.
 type Result struct {
 	SnapshotID int64
@@ -260,6 +289,14 @@ func (t *Table) CommitAs(ctx context.Context, commitID string, parts []Part) (re
 			RangesKey:                  string(rangesJSON),
 			RowsKey:                    strconv.FormatInt(res.Rows, 10),
 			DuplicatesKey:              strconv.FormatInt(res.Skipped, 10),
+		}
+		first, err := firstOffsets(tbl, t.group, parts)
+		if err != nil {
+			return res, err
+		}
+		if len(first) > 0 {
+			firstJSON, _ := json.Marshal(first)
+			props[FirstKeyPrefix+t.group] = string(firstJSON)
 		}
 		if spec != nil {
 			props[BusinessDuplicatesKey] = strconv.FormatInt(res.BusinessDuplicates, 10)

@@ -418,9 +418,11 @@ func hasMark(mark string) func(*table.Table) bool {
 	}
 }
 
-// checkMaps fails when the staged metadata of tx would change any group's
-// offset map as WatermarksOf sees it: the guard against a watermark
-// regression, checked before anything is committed.
+// checkMaps fails when the staged metadata of tx would change any carried
+// key (want: offsetMaps of its base), such as a group's offset map as
+// WatermarksOf sees it or its first live offsets as FirstOffsetsOf does:
+// the guard against a watermark regression, checked before anything is
+// committed.
 func checkMaps(tx *table.Transaction, want map[string]string) error {
 	staged, err := tx.StagedTable()
 	if err != nil {
@@ -783,17 +785,18 @@ func underAny(p string, roots []string) bool {
 // base, and expiry keeps the snapshots that hold them. BusinessCarriedKey and
 // AbsentCarriedKey are carried too, but as unions (recordedRuns), not as the
 // newest value.
-var carriedPrefixes = []string{OffsetsKeyPrefix, PartitionsKeyPrefix, RoutingKeyPrefix, RoutingSinceKeyPrefix}
+var carriedPrefixes = []string{OffsetsKeyPrefix, FirstKeyPrefix, PartitionsKeyPrefix, RoutingKeyPrefix, RoutingSinceKeyPrefix}
 
 // offsetMaps returns the newest value of every carried key (every group's
-// floe.offsets.<group> map, every topic's floe.partitions.<topic> count) in
-// the current branch's ancestry, keyed by summary key, and under
-// BusinessCarriedKey and AbsentCarriedKey the unions of the business-key
-// MERGE's skipped offsets and of the offsets absent from the log (each
-// unless there are none, or a record is unreadable: expiry then keeps the
-// recording snapshots, offsetMapDepth). Beyond maxCarriedRuns runs the
-// skipped duplicates are carried truncated, what they no longer record
-// under BusinessDroppedKey, and the absent offsets coarsened.
+// floe.offsets.<group> and floe.first.<group> maps, every topic's
+// floe.partitions.<topic> count) in the current branch's ancestry, keyed
+// by summary key, and under BusinessCarriedKey and AbsentCarriedKey the
+// unions of the business-key MERGE's skipped offsets and of the offsets
+// absent from the log (each unless there are none, or a record is
+// unreadable: expiry then keeps the recording snapshots, offsetMapDepth).
+// Beyond maxCarriedRuns runs the skipped duplicates are carried truncated,
+// what they no longer record under BusinessDroppedKey, and the absent
+// offsets coarsened.
 func offsetMaps(tbl *table.Table) map[string]string {
 	out := newestCarried(tbl)
 	union := map[runKeys]skipRuns{}

@@ -19,6 +19,16 @@ const (
 	// OffsetsKeyPrefix + group holds the group's full offset map as JSON:
 	// {"topic": {"partition": nextOffset}}.
 	OffsetsKeyPrefix = "floe.offsets."
+	// FirstKeyPrefix + group holds, in the offset map's form, the first
+	// offset the group's live commits covered of each partition: the From
+	// of the first commit that set the partition's watermark (a part that
+	// resumed from NoWatermark; never a replay's). Below it the job never
+	// read (retention had trimmed the log, start_offset: latest, a route
+	// that joined later), so verify counts a partition's gaps from it and
+	// takes rows below it for a replay's. Every later commit and every
+	// maintenance snapshot carries it, like the offset map. A partition
+	// whose watermark was set before floe recorded this key has no entry.
+	FirstKeyPrefix = "floe.first."
 	// CommitIDKey holds the unique id of the flush that made the snapshot, so an
 	// ambiguous commit can be recognised after a reload.
 	CommitIDKey = "floe.commit-id"
@@ -170,6 +180,22 @@ func sortRanges(rs []Range) {
 // snapshots (compaction, expiry) carry no map.
 func WatermarksOf(tbl *table.Table, group string) (Offsets, error) {
 	key := OffsetsKeyPrefix + group
+	raw, id, ok := newestProperty(tbl, key)
+	if !ok {
+		return Offsets{}, nil
+	}
+	var o Offsets
+	if err := json.Unmarshal([]byte(raw), &o); err != nil {
+		return nil, fmt.Errorf("snapshot %d: decoding %s: %w", id, key, err)
+	}
+	return o, nil
+}
+
+// FirstOffsetsOf returns the group's first live offsets (FirstKeyPrefix)
+// from the newest snapshot in the current ancestry that carries them, or an
+// empty map when none does (a table written before floe recorded them).
+func FirstOffsetsOf(tbl *table.Table, group string) (Offsets, error) {
+	key := FirstKeyPrefix + group
 	raw, id, ok := newestProperty(tbl, key)
 	if !ok {
 		return Offsets{}, nil

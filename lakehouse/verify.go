@@ -114,16 +114,27 @@ type PartitionReport struct {
 	// DeadLetters counts distinct dead-lettered offsets, or is -1 when the
 	// dead-letter topic was not read.
 	DeadLetters int64 `json:"dead_letters"`
+	// First is the first offset the group's live commits covered
+	// (FirstKeyPrefix), or -1 when the table does not record it (its
+	// watermark was set before floe recorded it). Gaps are counted from it,
+	// not from 0: the job never read below it (the log trimmed by retention
+	// before it first read it, start_offset: latest).
+	First int64 `json:"first"`
+	// BelowFirst counts the distinct offsets below First seen as rows or
+	// dead letters: a replay's backfill, which no watermark claimed.
+	// Information, not checked for gaps.
+	BelowFirst int64 `json:"below_first"`
 	// MinOffset and MaxOffset bound the offsets seen as rows or dead letters
-	// (-1 when none). Gaps are counted from MinOffset, not from 0: the log may
-	// have been trimmed by retention before floe first read it, so offsets
-	// below the first one seen are not evidence of loss. The flip side is that
-	// a loss at the very start of a partition's coverage is not detected.
+	// (-1 when none). Without First, gaps are counted from MinOffset: offsets
+	// below the first one seen are not evidence of loss, and a loss at the
+	// very start of a partition's coverage (or of all of it) is not
+	// detected.
 	MinOffset int64 `json:"min_offset"`
 	MaxOffset int64 `json:"max_offset"`
-	// Coverage: the offsets in [MinOffset, Watermark) that no row or dead
-	// letter covers. When the dead-letter topic was not read its gaps
-	// include the dead-lettered records.
+	// Coverage: the offsets in [First, Watermark) (without First, in
+	// [MinOffset, Watermark)) that no row or dead letter covers. When the
+	// dead-letter topic was not read its gaps include the dead-lettered
+	// records.
 	Coverage
 	// AboveWatermark counts rows at or above the watermark (every row, when
 	// there is no watermark): an invariant violation, since a row becomes
@@ -370,6 +381,10 @@ func (t *Table) Verify(ctx context.Context, topic string, readDL DeadLetterReade
 	if err != nil {
 		return nil, err
 	}
+	first, err := FirstOffsetsOf(tbl, t.group)
+	if err != nil {
+		return nil, err
+	}
 	if known := topicsOf(tbl); len(known) > 0 && !slices.Contains(known, topic) {
 		// Nothing of topic would be found, which reconciles: a misspelt
 		// topic must not pass for a verified one.
@@ -462,7 +477,11 @@ func (t *Table) Verify(ctx context.Context, topic string, readDL DeadLetterReade
 		if !ok {
 			w = NoWatermark
 		}
-		pr := r.reconcile(p, w, prows, dl, ord)
+		f, ok := first.Get(topic, p)
+		if !ok {
+			f = -1
+		}
+		pr := r.reconcile(p, w, f, prows, dl, ord)
 		r.Rows += pr.Rows
 		r.AbsentFromLog += pr.AbsentFromLog
 		r.Unchecked += pr.Unchecked
@@ -698,10 +717,11 @@ func (o *orderChecker) next(v verifyRow) bool {
 	return bad
 }
 
-// reconcile checks one partition: rows holds its rows sorted by offset.
+// reconcile checks one partition: rows holds its rows sorted by offset, w
+// is its watermark and first its first live offset (-1 when unrecorded).
 // It adds to r's distinct ids, duplicate examples and order violations.
-func (r *Report) reconcile(p int32, w int64, rows []verifyRow, dl DeadLetters, ord *orderChecker) PartitionReport {
-	pr := PartitionReport{Partition: p, Watermark: w, Rows: int64(len(rows)), DeadLetters: -1,
+func (r *Report) reconcile(p int32, w, first int64, rows []verifyRow, dl DeadLetters, ord *orderChecker) PartitionReport {
+	pr := PartitionReport{Partition: p, Watermark: w, First: first, Rows: int64(len(rows)), DeadLetters: -1,
 		MinOffset: -1, MaxOffset: -1, Coverage: Coverage{Gaps: []Gap{}}}
 	var dead []int64
 	if dl != nil {
@@ -737,11 +757,15 @@ func (r *Report) reconcile(p int32, w int64, rows []verifyRow, dl DeadLetters, o
 		i = j
 	}
 
-	// Coverage: walk the union of row and dead-letter offsets in order.
-	next := int64(-1) // the next offset expected below the watermark
+	// Coverage: walk the union of row and dead-letter offsets in order,
+	// from first, or the first offset seen when first is unrecorded.
+	next := first // the next offset expected below the watermark
 	mergeOffsets(rows, cover, func(off int64, isRow, isDead bool) {
 		if pr.MinOffset < 0 {
-			pr.MinOffset, next = off, off
+			pr.MinOffset = off
+			if first < 0 {
+				next = off
+			}
 		}
 		pr.MaxOffset = off
 		if isRow && isDead {
@@ -757,12 +781,16 @@ func (r *Report) reconcile(p int32, w int64, rows []verifyRow, dl DeadLetters, o
 		if off >= w {
 			return
 		}
+		if off < first {
+			pr.BelowFirst++
+			return
+		}
 		if off > next {
 			pr.addGap(next, off, r.absent[p], r.dropped[p])
 		}
 		next = off + 1
 	})
-	if pr.MinOffset >= 0 && next < w {
+	if next >= 0 && next < w {
 		pr.addGap(next, w, r.absent[p], r.dropped[p])
 	}
 	return pr
@@ -770,7 +798,8 @@ func (r *Report) reconcile(p int32, w int64, rows []verifyRow, dl DeadLetters, o
 
 // Coverage accounts for the offsets below a partition's watermark that
 // nothing covers (no row, dead letter or recorded skipped duplicate),
-// counted from the first offset seen.
+// counted from the first offset its live commits covered, or from the
+// first offset seen where the table does not record that one.
 type Coverage struct {
 	// Gaps lists the runs of those offsets that are neither absent from
 	// the log nor unchecked.
@@ -947,8 +976,11 @@ func (r *Report) WriteText(w io.Writer) error {
 		if p.Rows > 0 && p.Watermark == NoWatermark {
 			ew.printf("!! partition %d has rows but group %s has no watermark for it\n", p.Partition, r.Group)
 		}
-		if p.Watermark > 0 && (p.MinOffset < 0 || p.MinOffset >= p.Watermark) {
+		if p.First < 0 && p.Watermark > 0 && (p.MinOffset < 0 || p.MinOffset >= p.Watermark) {
 			ew.printf("   partition %d: nothing seen below watermark %d, gaps not checked\n", p.Partition, p.Watermark)
+		}
+		if p.BelowFirst > 0 {
+			ew.belowFirst(p.Partition, p.BelowFirst, p.First)
 		}
 	}
 	if len(r.DuplicateExamples) > 0 {
@@ -1001,6 +1033,13 @@ func (e *errWriter) absent(n int64) {
 		e.printf("  %s absent from the log when the job read it (removed by compaction, or deleted by retention before they were read; counted by floe_offset_gaps_total; not a problem of the table)\n",
 			plural(n, "offset"))
 	}
+}
+
+// belowFirst writes the information line on n offsets of partition p seen
+// below first, where the job's live commits of it started.
+func (e *errWriter) belowFirst(p int32, n, first int64) {
+	e.printf("   partition %d: %s below %d, where the job's first commit of it started: a replay's backfill, no watermark claimed them, not checked for gaps\n",
+		p, plural(n, "offset"), first)
 }
 
 // unchecked writes the information line on n offsets below the recorded

@@ -71,8 +71,15 @@ type RoutesPartition struct {
 	// rows of the table that skipped them.
 	BusinessSkipped int64 `json:"business_duplicates_skipped"`
 	DeadLetters     int64 `json:"dead_letters"`
+	// First is the least of the tables' first live offsets of the
+	// partition (see PartitionReport.First), or -1 when a table does not
+	// record its own; BelowFirst counts the distinct offsets seen below it
+	// (a replay's backfill): information, not checked for gaps.
+	First      int64 `json:"first"`
+	BelowFirst int64 `json:"below_first"`
 	// MinOffset and MaxOffset bound the offsets seen in any table or the
-	// dead-letter topics (-1 when none); gaps are counted from MinOffset.
+	// dead-letter topics (-1 when none); gaps are counted from First, or
+	// from MinOffset without it.
 	MinOffset int64 `json:"min_offset"`
 	MaxOffset int64 `json:"max_offset"`
 	// Coverage: the offsets below Watermark in no table nor dead-letter
@@ -105,6 +112,7 @@ func VerifyRoutes(ctx context.Context, topic string, tables []*Table, readDL Dea
 	r := &RoutesReport{Topic: topic, DeadLetters: -1, Tables: make([]RouteTableReport, len(tables)), Partitions: []RoutesPartition{}}
 	rows := make([][]verifyRow, len(tables))
 	wms := make([]Offsets, len(tables))
+	firsts := make([]Offsets, len(tables))
 	skipped := make([]map[int32][]int64, len(tables))
 	// Every route's job reads the whole log, so an offset any of them found
 	// absent is absent.
@@ -119,6 +127,9 @@ func VerifyRoutes(ctx context.Context, topic string, tables []*Table, readDL Dea
 			return nil, err
 		}
 		if wms[i], err = WatermarksOf(tbl, t.group); err != nil {
+			return nil, err
+		}
+		if firsts[i], err = FirstOffsetsOf(tbl, t.group); err != nil {
 			return nil, err
 		}
 		if skipped[i], err = businessSkipped(tbl, topic); err != nil {
@@ -191,8 +202,20 @@ func VerifyRoutes(ctx context.Context, topic string, tables []*Table, readDL Dea
 	}
 	rest := slices.Clone(rows)
 	for _, p := range slices.Sorted(maps.Keys(parts)) {
-		pr := RoutesPartition{Partition: p, Watermark: -1, Rows: make([]int64, len(tables)), MinOffset: -1, MaxOffset: -1,
+		pr := RoutesPartition{Partition: p, Watermark: -1, First: -1, Rows: make([]int64, len(tables)), MinOffset: -1, MaxOffset: -1,
 			Coverage: Coverage{Gaps: []Gap{}}, InSeveralExamples: []string{}}
+		// Below the least first offset no route's job read; a route that
+		// joined later is covered below its own by the others' tables.
+		for i := range tables {
+			f, ok := firsts[i].Get(topic, p)
+			if !ok {
+				pr.First = -1
+				break
+			}
+			if i == 0 || f < pr.First {
+				pr.First = f
+			}
+		}
 		// Every distinct offset of the partition once per place it is in,
 		// and whether that place has passed it: a row or skipped business
 		// duplicate of a table whose own watermark is above it, or a dead
@@ -233,7 +256,7 @@ func VerifyRoutes(ctx context.Context, topic string, tables []*Table, readDL Dea
 			pr.DeadLetters = -1
 		}
 		slices.SortFunc(offs, func(a, b placed) int { return cmp.Compare(a.off, b.off) })
-		next := int64(-1)
+		next := pr.First // the next offset expected below the watermark
 		for k := 0; k < len(offs); {
 			off, n, passed := offs[k].off, k, 0
 			for ; n < len(offs) && offs[n].off == off; n++ {
@@ -243,7 +266,10 @@ func VerifyRoutes(ctx context.Context, topic string, tables []*Table, readDL Dea
 			}
 			k = n
 			if pr.MinOffset < 0 {
-				pr.MinOffset, next = off, off
+				pr.MinOffset = off
+				if pr.First < 0 {
+					next = off
+				}
 			}
 			pr.MaxOffset = off
 			// In several places is checked wherever the places have passed
@@ -260,8 +286,12 @@ func VerifyRoutes(ctx context.Context, topic string, tables []*Table, readDL Dea
 				}
 			}
 			// Coverage only below the least watermark, where every table has
-			// decided every offset.
+			// decided every offset, and from the least first offset.
 			if pr.Watermark == NoWatermark || off >= pr.Watermark {
+				continue
+			}
+			if off < pr.First {
+				pr.BelowFirst++
 				continue
 			}
 			if off > next {
@@ -269,7 +299,7 @@ func VerifyRoutes(ctx context.Context, topic string, tables []*Table, readDL Dea
 			}
 			next = off + 1
 		}
-		if pr.MinOffset >= 0 && pr.Watermark != NoWatermark && next < pr.Watermark {
+		if next >= 0 && pr.Watermark != NoWatermark && next < pr.Watermark {
 			pr.addGap(next, pr.Watermark, absent[topic][strconv.Itoa(int(p))], dropped[topic][strconv.Itoa(int(p))])
 		}
 		r.Partitions = append(r.Partitions, pr)
@@ -421,6 +451,9 @@ func (r *RoutesReport) WriteText(w io.Writer) error {
 		}
 		if p.Watermark == NoWatermark && p.MaxOffset >= 0 {
 			ew.printf("   partition %d: a table has no watermark for it, so coverage is not checked\n", p.Partition)
+		}
+		if p.BelowFirst > 0 {
+			ew.belowFirst(p.Partition, p.BelowFirst, p.First)
 		}
 	}
 	for _, t := range r.Tables {

@@ -174,7 +174,7 @@ func TestVerifyCleanTable(t *testing.T) {
 	if len(r.Partitions) != 2 {
 		t.Fatalf("%d partitions, want 2: %+v", len(r.Partitions), r.Partitions)
 	}
-	want := lakehouse.PartitionReport{Partition: 1, Watermark: 1050, Rows: 50, DeadLetters: 0, MinOffset: 1000, MaxOffset: 1049, Coverage: lakehouse.Coverage{Gaps: []lakehouse.Gap{}}}
+	want := lakehouse.PartitionReport{Partition: 1, Watermark: 1050, Rows: 50, DeadLetters: 0, First: 1000, MinOffset: 1000, MaxOffset: 1049, Coverage: lakehouse.Coverage{Gaps: []lakehouse.Gap{}}}
 	if got := partitionOf(t, r, 1); fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("partition 1: %+v, want %+v", got, want)
 	}
