@@ -156,6 +156,58 @@ func TestWriterFieldNamedLikeAnEnrichmentColumn(t *testing.T) {
 	}
 }
 
+// TestWriterSchemaThatDoesNotFitDoesNotEvolveTable: a producer's writer
+// schema turns the int column n into a string and adds a field junk. None
+// of its records can be a row, so the table must not gain junk for it:
+// dlq dead-letters the record (incompatible_schema of n), stop holds the
+// partition naming n. Before, the buffer evolved the table (junk added)
+// and only then was every record refused: a bad producer could add any
+// columns it liked without a row landing.
+func TestWriterSchemaThatDoesNotFitDoesNotEvolveTable(t *testing.T) {
+	tbl, sc, reg, cl := registryRig(t, nil)
+	bad := `{"type": "record", "name": "O", "fields": [{"name": "id", "type": "string"}, {"name": "n", "type": "string"},
+	  {"name": "junk", "type": ["null", "string"], "default": null}]}`
+	ss, err := cl.CreateSchema(t.Context(), "o-value", sr.Schema{Schema: bad})
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, err := avro.Marshal(avro.MustParse(bad), map[string]any{"id": "a", "n": "x", "junk": "j"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg := kafka.Message{Offset: 0, Time: time.Now(), Value: append(binary.BigEndian.AppendUint32([]byte{0}, uint32(ss.ID)), body...)}
+	for _, mode := range []string{"dlq", "stop"} {
+		t.Run(mode, func(t *testing.T) {
+			wsc, err := sc.WithFormat(schemas.Format{Kind: schemas.FormatAvro, Registry: &schemas.RegistryConfig{URL: reg.URL(), OnIncompatible: mode}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, _ := evolvingBuffer(t, tbl, wsc)
+			_, _, dead, err := b.appendEnriched(msg, time.Now(), offResult)
+			if mode == "dlq" {
+				if err != nil || !dead || len(b.letters) != 1 {
+					t.Fatalf("dead %v, %d letters, %v; want the record dead-lettered", dead, len(b.letters), err)
+				}
+				if l := b.letters[0]; l.reason != schemas.ReasonIncompatibleSchema || l.field != "n" {
+					t.Fatalf("dead letter %s %q: %s; want incompatible_schema of n", l.reason, l.field, l.detail)
+				}
+			} else {
+				var ie *schemas.IncompatibleSchemaError
+				if !errors.As(err, &ie) || ie.Field != "n" || dead {
+					t.Fatalf("dead %v, %v; want the partition stopped on n", dead, err)
+				}
+			}
+			it, err := tbl.Load(t.Context())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, ok := it.Schema().FindFieldByName("junk"); ok {
+				t.Fatal("the table was evolved (junk) for a writer schema none of whose records it holds")
+			}
+		})
+	}
+}
+
 // registryRig is a table a.o of the schema file {id string, n int} (with
 // enrich's columns, if given) in a SQLite catalog, and a schema registry
 // with its client.

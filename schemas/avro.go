@@ -245,13 +245,7 @@ func (r *avroReader) value(w avro.Schema, t *node, b array.Builder, depth int) *
 	if l := logicalOf(w); l != nil {
 		lt = l.Type()
 	}
-	cannot := func() *DecodeError {
-		wt := string(w.Type())
-		if lt != "" {
-			wt += " (" + string(lt) + ")"
-		}
-		return incompatible("the writer's " + wt + " cannot be stored in a column of type " + t.typ.String())
-	}
+	cannot := func() *DecodeError { return avroCannot(w, lt, t) }
 	switch w.Type() {
 	case avro.Record:
 		if t.kind != kStruct {
@@ -460,6 +454,125 @@ func (r *avroReader) value(w avro.Schema, t *node, b array.Builder, depth int) *
 		return cannot()
 	}
 	put(t, b, &s)
+	return nil
+}
+
+// avroCannot is the error of a writer's type w (of logical type lt) whose
+// values column t cannot hold.
+func avroCannot(w avro.Schema, lt avro.LogicalType, t *node) *DecodeError {
+	wt := string(w.Type())
+	if lt != "" {
+		wt += " (" + string(lt) + ")"
+	}
+	return incompatible("the writer's " + wt + " cannot be stored in a column of type " + t.typ.String())
+}
+
+// avroRecordFits checks the Avro writer record rec against the columns of
+// t without a message, as protoFits does a Protobuf message type: each
+// field a column holds must have a type the column can take (through
+// nested records, array items and map values; a union fits when one of its
+// branches does), and each required column must have its field. It follows
+// the type checks of avroReader.value, which makes them per value; what
+// depends on a value (a null in a required column, a string that is not
+// UUID, a decimal past the column's precision) is left to it.
+func avroRecordFits(rec *avro.RecordSchema, t *node) *DecodeError {
+	for _, wf := range rec.Fields() {
+		if i := t.fieldIndexName(wf.Name()); i >= 0 {
+			if err := avroFits(wf.Type(), t.fields[i]); err != nil {
+				return fieldErr(wf.Name(), err)
+			}
+		}
+	}
+	for _, f := range t.fields {
+		if f.required && !slices.ContainsFunc(rec.Fields(), func(wf *avro.Field) bool { return wf.Name() == f.source }) {
+			return fieldErr(f.source, incompatible("is required, and the writer's schema lacks it"))
+		}
+	}
+	return nil
+}
+
+// avroFits checks writer type w against column t (see avroRecordFits).
+// Every call descends t, which is finite, so a recursive writer type ends.
+func avroFits(w avro.Schema, t *node) *DecodeError {
+	w = deref(w)
+	if u, ok := w.(*avro.UnionSchema); ok {
+		var first *DecodeError
+		for _, b := range u.Types() {
+			if deref(b).Type() == avro.Null && len(u.Types()) > 1 {
+				continue // a null fits an optional column, by value
+			}
+			err := avroFits(b, t)
+			if err == nil {
+				return nil
+			}
+			if first == nil {
+				first = err
+			}
+		}
+		return first
+	}
+	lt := avro.LogicalType("")
+	if l := logicalOf(w); l != nil {
+		lt = l.Type()
+	}
+	fits := false
+	switch w.Type() {
+	case avro.Null:
+		fits = !t.required
+	case avro.Record:
+		if t.kind == kStruct {
+			return avroRecordFits(w.(*avro.RecordSchema), t)
+		}
+	case avro.Array:
+		if t.kind == kList {
+			if err := avroFits(w.(*avro.ArraySchema).Items(), t.elem); err != nil {
+				return fieldErr("[]", err)
+			}
+			return nil
+		}
+	case avro.Map:
+		if t.kind == kMap {
+			if err := avroFits(w.(*avro.MapSchema).Values(), t.val); err != nil {
+				return fieldErr("[]", err)
+			}
+			return nil
+		}
+	case avro.Boolean:
+		fits = t.kind == kBool
+	case avro.Int, avro.Long:
+		var s scalar
+		err := avroInteger(w.Type(), lt, 0, t, &s)
+		fits = err == nil || err.Detail != ""
+	case avro.Float, avro.Double:
+		fits = t.kind == kDouble || t.kind == kFloat && w.Type() == avro.Float
+	case avro.String, avro.Bytes, avro.Fixed, avro.Enum:
+		isText := w.Type() == avro.String || w.Type() == avro.Enum
+		switch {
+		case lt == avro.Decimal:
+			if t.kind != kDecimal {
+				break
+			}
+			if d := logicalOf(w).(*avro.DecimalLogicalSchema); d.Scale() != t.scale {
+				return incompatible("the writer's decimal scale " + strconv.Itoa(d.Scale()) + " differs from the column's " + strconv.Itoa(t.scale))
+			}
+			fits = true
+		case t.kind == kString:
+			fits = w.Type() != avro.Fixed
+		case t.kind == kBinary:
+			fits = w.Type() != avro.Enum
+		case t.kind == kUUID && isText:
+			fits = true
+		case t.kind == kFixed || t.kind == kUUID:
+			size := t.size
+			if t.kind == kUUID {
+				size = 16
+			}
+			fits = !isText && (w.Type() != avro.Fixed || w.(*avro.FixedSchema).Size() == size)
+		}
+	}
+	if !fits {
+		return avroCannot(w, lt, t)
+	}
 	return nil
 }
 

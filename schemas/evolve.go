@@ -103,16 +103,22 @@ func (s *Schema) Evolving() *Schema {
 // writerPlan is what a writer schema needs of the table: changes, or the
 // name of a field the table can never hold because an enrichment column
 // has its name (clash): the writer's value and the enrichment's would share
-// the column.
+// the column; or, with changes, why a field the table holds does not fit
+// its column even once they are made (unfit). The changes are then not
+// made: the decoder would refuse every record of the writer schema, and
+// the table would gain columns for a schema none of whose rows it holds.
 type writerPlan struct {
 	changes []Change
 	clash   string
+	unfit   *DecodeError
 }
 
 // request returns the EvolveRequest of writer schema id (key: the parsed
 // writer schema or message type), nil when the table fits it, or, for a
-// writer field named like an enrichment column, the error that refuses the
-// message as for any change the table cannot make (EvolveRequest.Refuse).
+// writer field named like an enrichment column or a writer schema that
+// needs changes but does not fit the columns it has, the error that
+// refuses the message as for any change the table cannot make
+// (EvolveRequest.Refuse).
 func (d *wireDecoder) request(id int, key any, plan func() writerPlan) error {
 	if !d.evolve {
 		return nil
@@ -129,6 +135,8 @@ func (d *wireDecoder) request(id int, key any, plan func() writerPlan) error {
 	switch {
 	case p.clash != "":
 		return req.Refuse(p.clash, enrichmentClash(p.clash))
+	case p.unfit != nil:
+		return req.Refuse(p.unfit.Field, p.unfit.Detail)
 	case len(p.changes) == 0:
 		return nil
 	}
@@ -155,8 +163,9 @@ func isExtra(extra []Column, name string) bool {
 // skips it), a wider type where the writer's is a promotion of the
 // column's, and an optional column where the writer's field is a union
 // with null. Anything else that does not fit is left to the decoder, which
-// reports it as incompatible. A new field named like one of the extra
-// columns is a clash, not a change.
+// reports it as incompatible; but changes are only asked for a writer
+// whose fields fit their columns once they are made (avroRecordFits). A
+// new field named like one of the extra columns is a clash, not a change.
 func avroPlan(w avro.Schema, record *node, extra []Column) writerPlan {
 	rec, ok := deref(w).(*avro.RecordSchema)
 	if !ok {
@@ -189,7 +198,37 @@ func avroPlan(w avro.Schema, record *node, extra []Column) writerPlan {
 			out = append(out, Change{Kind: WidenColumn, Column: t.name, Type: wide})
 		}
 	}
+	if len(out) > 0 {
+		if err := avroRecordFits(rec, planned(record, out)); err != nil {
+			return writerPlan{unfit: err}
+		}
+	}
 	return writerPlan{changes: out}
+}
+
+// planned returns record as changes leave its columns: widened, made
+// optional. (Added columns are not among its fields: no writer field is
+// checked against them.)
+func planned(record *node, changes []Change) *node {
+	out := *record
+	out.fields = slices.Clone(record.fields)
+	for _, c := range changes {
+		i := slices.IndexFunc(out.fields, func(f *node) bool { return f.name == c.Column })
+		if i < 0 || c.Kind == AddColumn {
+			continue
+		}
+		f := *out.fields[i]
+		switch c.Kind {
+		case WidenColumn:
+			if f.widen(c.Type) != nil {
+				continue
+			}
+		case MakeOptional:
+			f.required = false
+		}
+		out.fields[i] = &f
+	}
+	return &out
 }
 
 // hasColumn reports whether one of n's fields is stored in a column named
@@ -234,6 +273,9 @@ func avroWider(w avro.Schema, t *node) iceberg.Type {
 // optional in proto3, so a new field becomes an optional column; a scalar
 // with presence makes a required column optional; a 64-bit or unsigned
 // integer widens an int column to long, a double a float column to double.
+// As with avroPlan, changes are only asked for a message type that fits
+// the columns once they are made (protoFits, as for a plain Protobuf
+// message type at start).
 func protoPlan(md protoreflect.MessageDescriptor, record *node, extra []Column) writerPlan {
 	var out []Change
 	fields := md.Fields()
@@ -276,6 +318,11 @@ func protoPlan(md protoreflect.MessageDescriptor, record *node, extra []Column) 
 			if t.kind == kFloat {
 				out = append(out, Change{Kind: WidenColumn, Column: t.name, Type: iceberg.PrimitiveTypes.Float64})
 			}
+		}
+	}
+	if len(out) > 0 {
+		if err := protoFits(md, planned(record, out)); err != nil {
+			return writerPlan{unfit: err}
 		}
 	}
 	return writerPlan{changes: out}

@@ -3,6 +3,7 @@ package schemas
 import (
 	"errors"
 	"fmt"
+	"math/big"
 	"slices"
 	"strings"
 	"testing"
@@ -460,6 +461,152 @@ message Order { string id = 1; int32 qty = 2; float price = 3; string segment = 
 				t.Fatalf("append: %v (%d rows), want the writer schema refused (%s) with %q", err, b.Len(), tc.onIncompatible, clash)
 			}
 		})
+	}
+}
+
+// TestEvolveRefusesWriterThatDoesNotFit: a writer schema that turns the
+// qty column's int into a string and adds a field coupon is refused as a
+// whole (on_incompatible decides: dlq or stop, naming qty), with no
+// EvolveRequest: the decoder refuses every one of its records, so the
+// table must not gain coupon for it. Before, the builder asked for coupon
+// first, the table gained the column, and then every record was refused.
+// A writer whose fields fit once its changes are made (qty long, price a
+// double for the float column, a union with null) still evolves.
+func TestEvolveRefusesWriterThatDoesNotFit(t *testing.T) {
+	reg, cl := testRegistry(t)
+	file, err := ParseAvsc("orders", []byte(ordersFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	avroBad := `{"type": "record", "name": "Order", "fields": [
+	  {"name": "id", "type": "string"}, {"name": "qty", "type": "string"}, {"name": "price", "type": "float"},
+	  {"name": "coupon", "type": ["null", "string"], "default": null}]}`
+	avroNested := `{"type": "record", "name": "Order", "fields": [
+	  {"name": "id", "type": "string"}, {"name": "qty", "type": ["null", "int", "string"]}, {"name": "price", "type": ["null", "double"]},
+	  {"name": "coupon", "type": ["null", "string"], "default": null}]}`
+	avroLacks := `{"type": "record", "name": "Order", "fields": [
+	  {"name": "id", "type": "string"}, {"name": "price", "type": "float"},
+	  {"name": "coupon", "type": ["null", "string"], "default": null}]}`
+	protoBad := `syntax = "proto3";
+message Order { string id = 1; string qty = 2; float price = 3; string coupon = 4; }`
+	avroValue := func(text string, v map[string]any) []byte {
+		b, err := avro.Marshal(avro.MustParse(text), v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	protoID := register(t, cl, "p", protoBad, sr.TypeProtobuf)
+	fd, err := compileProto(protoID, protoBad)
+	if err != nil {
+		t.Fatal(err)
+	}
+	md := fd.Messages().ByName("Order")
+	pm := dynamicpb.NewMessage(md)
+	pm.Set(md.Fields().ByName("id"), protoreflect.ValueOfString("o-1"))
+	pm.Set(md.Fields().ByName("qty"), protoreflect.ValueOfString("x"))
+	protoValue, err := proto.Marshal(pm)
+	if err != nil {
+		t.Fatal(err)
+	}
+	badMsg := wire(register(t, cl, "a", avroBad, sr.TypeAvro), nil, avroValue(avroBad, map[string]any{"id": "o-1", "qty": "x", "price": float32(1), "coupon": "c"}))
+	// qty's int branch fits: its records with an int land once the table
+	// has coupon (and price is a double); the string branch is refused per record.
+	okMsg := wire(register(t, cl, "n", avroNested, sr.TypeAvro), nil, avroValue(avroNested, map[string]any{"id": "o-1", "qty": map[string]any{"int": 2}, "price": nil}))
+	lacksMsg := wire(register(t, cl, "l", avroLacks, sr.TypeAvro), nil, avroValue(avroLacks, map[string]any{"id": "o-1", "price": float32(1)}))
+	for _, tc := range []struct {
+		name, kind, onIncompatible string
+		msg                        []byte
+		field                      string // refused field; "" when the writer evolves the table
+	}{
+		{"avro/dlq", FormatAvro, "dlq", badMsg, "qty"},
+		{"avro/stop", FormatAvro, "stop", badMsg, "qty"},
+		{"avro/required column missing", FormatAvro, "dlq", lacksMsg, "qty"},
+		{"protobuf/dlq", FormatProtobuf, "dlq", wire(protoID, []int{0}, protoValue), "qty"},
+		{"protobuf/stop", FormatProtobuf, "stop", wire(protoID, []int{0}, protoValue), "qty"},
+		{"avro/a union branch fits", FormatAvro, "dlq", okMsg, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			sc, err := file.WithFormat(Format{Kind: tc.kind, Registry: &RegistryConfig{URL: reg.URL(), OnIncompatible: tc.onIncompatible}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			b := sc.Evolving().NewRecordBuilder(memory.DefaultAllocator, 0)
+			defer b.Release()
+			err = b.Append(tc.msg, Meta{Topic: "o"}, time.Time{}, "")
+			if tc.field == "" {
+				var req *EvolveRequest
+				if !errors.As(err, &req) {
+					t.Fatalf("append: %v, want an EvolveRequest", err)
+				}
+				return
+			}
+			var ie *IncompatibleSchemaError
+			var de *DecodeError
+			var field, detail string
+			switch {
+			case tc.onIncompatible == "stop" && errors.As(err, &ie):
+				field, detail = ie.Field, ie.Detail
+			case tc.onIncompatible == "dlq" && errors.As(err, &de) && de.Reason == ReasonIncompatibleSchema:
+				field, detail = de.Field, de.Detail
+			}
+			if field != tc.field || b.Len() != 0 {
+				t.Fatalf("append: %v (%d rows), want the writer schema refused (%s) on %s, not a table change", err, b.Len(), tc.onIncompatible, tc.field)
+			}
+			t.Logf("%s: %s", field, detail)
+		})
+	}
+}
+
+// TestAvroFitsAgreesWithTheDecoder: for every pair of a writer type and a
+// column type, avroFits refuses the writer type exactly when the decoder
+// refuses a value of it as incompatible_schema: the plan must not refuse
+// a writer schema whose records the decoder would store, nor let one
+// through whose records it refuses all.
+func TestAvroFitsAgreesWithTheDecoder(t *testing.T) {
+	epoch := time.Unix(0, 0).UTC()
+	types := []struct {
+		avsc  string
+		value any
+	}{
+		{`"int"`, 1}, {`"long"`, int64(1)}, {`"float"`, float32(1)}, {`"double"`, float64(1)},
+		{`"string"`, "x"}, {`"boolean"`, true}, {`"bytes"`, []byte{1}},
+		{`{"type": "fixed", "name": "F16", "size": 16}`, [16]byte{}},
+		{`{"type": "fixed", "name": "F4", "size": 4}`, [4]byte{}},
+		{`{"type": "enum", "name": "E", "symbols": ["x"]}`, "x"},
+		{`{"type": "string", "logicalType": "uuid"}`, "6ba7b810-9dad-11d1-80b4-00c04fd430c8"},
+		{`{"type": "int", "logicalType": "date"}`, epoch},
+		{`{"type": "int", "logicalType": "time-millis"}`, time.Second},
+		{`{"type": "long", "logicalType": "timestamp-micros"}`, epoch},
+		{`{"type": "long", "logicalType": "local-timestamp-micros"}`, epoch},
+		{`{"type": "bytes", "logicalType": "decimal", "precision": 9, "scale": 2}`, big.NewRat(1, 4)},
+		{`{"type": "bytes", "logicalType": "decimal", "precision": 9, "scale": 3}`, big.NewRat(1, 4)},
+		{`{"type": "array", "items": "int"}`, []int{1}},
+		{`{"type": "array", "items": "string"}`, []string{"x"}},
+		{`{"type": "map", "values": "string"}`, map[string]string{"k": "x"}},
+		{`{"type": "record", "name": "R", "fields": [{"name": "a", "type": "int"}]}`, map[string]any{"a": 1}},
+		{`{"type": "record", "name": "S", "fields": [{"name": "a", "type": "string"}]}`, map[string]any{"a": "x"}},
+		{`["null", "string"]`, "x"},
+	}
+	for _, col := range types {
+		file, err := ParseAvsc("c", []byte(`{"type": "record", "name": "C", "fields": [{"name": "f", "type": `+col.avsc+`}]}`))
+		if err != nil {
+			t.Fatalf("column %s: %v", col.avsc, err)
+		}
+		for _, w := range types {
+			ws := avro.MustParse(`{"type": "record", "name": "W", "fields": [{"name": "f", "type": ` + w.avsc + `}]}`)
+			body, err := avro.Marshal(ws, map[string]any{"f": w.value})
+			if err != nil {
+				t.Fatalf("writer %s: %v", w.avsc, err)
+			}
+			r := avroReader{buf: body}
+			derr := r.record(ws, file.user.record, nil, nil, 0)
+			decoderRefuses := derr != nil && derr.Reason == ReasonIncompatibleSchema
+			fits := avroRecordFits(ws.(*avro.RecordSchema), file.user.record)
+			if decoderRefuses != (fits != nil) {
+				t.Errorf("writer %s, column %s: the decoder says %v, avroRecordFits %v", w.avsc, col.avsc, derr, fits)
+			}
+		}
 	}
 }
 
