@@ -155,7 +155,9 @@ func planEvolution(cur *iceberg.Schema, changes []schemas.Change, upd *table.Upd
 // columns are made optional), since the table was created: it applies
 // those changes (logged) and returns sc adapted to the table's
 // resulting schema (schemas.Schema.WithTable), the schema to build rows
-// with. A change Iceberg cannot make (a narrowing, a type change that is
+// with. A field sc adds as required, or makes required, gets an optional
+// column, but the result still refuses plain values without it. A change
+// Iceberg cannot make (a narrowing, a type change that is
 // not a promotion) is refused with an error naming the column and both
 // types, before anything is consumed.
 func (t *Table) EvolveTo(ctx context.Context, sc *schemas.Schema) (*schemas.Schema, error) {

@@ -1,6 +1,7 @@
 package lakehouse_test
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"os"
@@ -15,6 +16,9 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/memory"
 	"github.com/apache/iceberg-go"
 	"github.com/apache/iceberg-go/table"
+	"github.com/hamba/avro/v2"
+	"github.com/twmb/franz-go/pkg/sr"
+	"github.com/twmb/franz-go/pkg/sr/srfake"
 
 	"github.com/floe-dev/floe/lakehouse"
 	"github.com/floe-dev/floe/schemas"
@@ -249,6 +253,101 @@ func TestEvolveSchemaFileDropsARequiredField(t *testing.T) {
 		if got := rows[int64(i)]["qty"]; got != want {
 			t.Errorf("row %d: qty %s, want %s", i, got, want)
 		}
+	}
+}
+
+// TestEvolveSchemaFileRequiresAField: a schema file that, since the table
+// was created, added a required field (coupon) and made an optional one
+// required (note) still enforces both on plain values, as a table created
+// from it does: a record without either is a missing_field dead letter,
+// though the columns are optional (Iceberg adds columns to a table with
+// rows only optional, and does not make an optional column required). A
+// record with both is a row. Before, the decoder took the table's
+// optionality and wrote such records as rows with nulls. A registry's
+// writer schemas follow the table instead: a writer without coupon gives
+// it null.
+func TestEvolveSchemaFileRequiresAField(t *testing.T) {
+	dir := t.TempDir()
+	cfg := lakehouse.Config{Table: "shop.orders", Group: "g", Catalog: map[string]string{
+		"type": "sql", "uri": "file:" + filepath.Join(dir, "catalog.db"), "sql.dialect": "sqlite", "sql.driver": "sqlite",
+		"warehouse": "file://" + filepath.Join(dir, "warehouse"),
+	}}
+	v1 := orderSchema(t, dir, `"int"`, `"float"`, `, {"name": "note", "type": ["null", "string"], "default": null}`)
+	tbl, err := lakehouse.Open(t.Context(), cfg, v1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { tbl.Close() })
+	commitOrders(t, tbl, v1, 0, 1, lakehouse.NoWatermark, func(i int64) string {
+		return fmt.Sprintf(`{"order_id":"o-%d","qty":1,"price":1.5}`, i)
+	})
+	v2 := orderSchema(t, dir, `"int"`, `"float"`, `, {"name": "note", "type": "string"}, {"name": "coupon", "type": "string"}`)
+	sc, err := tbl.EvolveTo(t.Context(), v2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []string{"note", "coupon"} {
+		if f, ok := sc.Iceberg.FindFieldByName(c); !ok || f.Required {
+			t.Fatalf("column %s: %v, want it in the table, optional", c, f)
+		}
+		if f, ok := sc.Arrow.FieldsByName(c); !ok || !f[0].Nullable {
+			t.Fatalf("Arrow field %s: %v, want nullable, as the table's", c, f)
+		}
+	}
+	b := sc.NewRecordBuilder(memory.DefaultAllocator, 0)
+	defer b.Release()
+	for _, tc := range []struct{ value, field string }{
+		{`{"order_id":"o-1","qty":1,"price":1.5,"note":"n"}`, "coupon"},
+		{`{"order_id":"o-1","qty":1,"price":1.5,"note":null,"coupon":"c"}`, "note"},
+		{`{"order_id":"o-1","qty":1,"price":1.5,"coupon":"c"}`, "note"},
+	} {
+		var de *schemas.DecodeError
+		err := b.Append([]byte(tc.value), schemas.Meta{Topic: "orders", Offset: 1}, time.Now(), "")
+		if !errors.As(err, &de) || de.Reason != schemas.ReasonMissingField || de.Field != tc.field {
+			t.Errorf("%s: %v, want a missing_field dead letter of %s", tc.value, err, tc.field)
+		}
+	}
+	if b.Len() != 0 {
+		t.Fatalf("%d rows built from records the file refuses", b.Len())
+	}
+	commitOrders(t, tbl, sc, 1, 2, 1, func(i int64) string {
+		return fmt.Sprintf(`{"order_id":"o-%d","qty":1,"price":1.5,"note":"n","coupon":"c"}`, i)
+	})
+	rows, _ := scanOrders(t, tbl)
+	if r := rows[0]; r["note"] != "null" || r["coupon"] != "null" {
+		t.Errorf("row 0 = %v, want note and coupon null", r)
+	}
+	if r := rows[1]; r["note"] != "n" || r["coupon"] != "c" {
+		t.Errorf("row 1 = %v, want note n, coupon c", r)
+	}
+
+	// With a registry, the writer's schema is the contract: a writer
+	// without coupon (and with note a union with null) gives nulls.
+	reg := srfake.New()
+	t.Cleanup(reg.Close)
+	cl, err := sr.NewClient(sr.URLs(reg.URL()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	writer := `{"type": "record", "name": "Order", "fields": [{"name": "order_id", "type": "string"}, {"name": "qty", "type": "int"},
+	  {"name": "price", "type": "float"}, {"name": "note", "type": ["null", "string"], "default": null}]}`
+	ss, err := cl.CreateSchema(t.Context(), "orders-value", sr.Schema{Schema: writer})
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, err := avro.Marshal(avro.MustParse(writer), map[string]any{"order_id": "o-2", "qty": 1, "price": float32(1.5)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wsc, err := sc.WithFormat(schemas.Format{Kind: schemas.FormatAvro, Registry: &schemas.RegistryConfig{URL: reg.URL()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wb := wsc.NewRecordBuilder(memory.DefaultAllocator, 0)
+	defer wb.Release()
+	value := append(binary.BigEndian.AppendUint32([]byte{0}, uint32(ss.ID)), body...)
+	if err := wb.Append(value, schemas.Meta{Topic: "orders", Offset: 2}, time.Now(), ""); err != nil || wb.Len() != 1 {
+		t.Fatalf("registry writer without coupon: %v (%d rows), want a row with nulls", err, wb.Len())
 	}
 }
 

@@ -137,7 +137,14 @@ func jsonPosition(data []byte, offset int64) (line, col int) {
 // schema that plain Avro values are written with.
 type userSchema struct {
 	record *node // the message: a kStruct whose fields are the top-level columns
-	avro   avro.Schema
+	// table is record with the table's optionality where the table holds
+	// optional a column the file declares required (nil when it holds none
+	// so): Iceberg adds columns optional to a table with rows, and a
+	// registry's writer schema may have made a column optional. A
+	// registry's writer schemas are decoded against it; without a registry
+	// the file is the contract, and record keeps its required fields.
+	table *node
+	avro  avro.Schema
 }
 
 // LoadFile reads an Avro schema file (.avsc) with floe properties and

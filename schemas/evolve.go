@@ -505,15 +505,23 @@ func PlanTable(ts *iceberg.Schema, s *Schema) ([]Change, error) {
 // run): its columns take the table's field ids, wider types and
 // optionality, and the table's columns that s lacks become columns of s
 // too, filled by field name from messages. Rows the result builds are
-// written to the table exactly. It fails, naming the column, when a column
-// of s is missing from the table or the table's type cannot hold its
-// values.
+// written to the table exactly. A field s declares required stays required
+// to the decoders of plain values (JSON, Avro or Protobuf without a
+// registry: the file is the contract) though its column is optional — a
+// field added to the file, or made required in it, since the table was
+// created, which Iceberg can only add optional —: a record without it is
+// refused (missing_field) as on a table created from the file. A
+// registry's writer schemas follow the table's optionality (userSchema's
+// table). It fails, naming the column, when a column of s is missing from
+// the table or the table's type cannot hold its values.
 func (s *Schema) WithTable(ts *iceberg.Schema) (*Schema, error) {
 	if s.user == nil {
 		return nil, fmt.Errorf("schema %s: only a schema file can follow an evolved table", s.Name)
 	}
 	byName := map[string]bool{}
 	rec := &node{kind: kStruct, required: true}
+	// optional is rec with the table's optionality, if it differs.
+	var optional []*node
 	var user, meta, extra []iceberg.NestedField
 	same := true
 	for _, n := range s.user.record.fields {
@@ -523,7 +531,6 @@ func (s *Schema) WithTable(ts *iceberg.Schema) (*Schema, error) {
 			return nil, fmt.Errorf("schema %s: column %q is missing from the table", s.Name, n.name)
 		}
 		c := *n
-		c.required = n.required && tf.Required
 		switch {
 		case SameShape(n.typ, tf.Type):
 			c.typ = tf.Type
@@ -535,10 +542,18 @@ func (s *Schema) WithTable(ts *iceberg.Schema) (*Schema, error) {
 		default:
 			return nil, fmt.Errorf("schema %s: column %q is %s in the table but %s in the schema, which cannot be promoted to it", s.Name, n.name, tf.Type, n.typ)
 		}
-		if c.required != n.required {
-			same = false
-		}
 		rec.fields = append(rec.fields, &c)
+		if c.required && !tf.Required {
+			same = false // the fast Builder writes the file's required columns as such
+			if optional == nil {
+				optional = slices.Clone(rec.fields[:len(rec.fields)-1])
+			}
+			o := c
+			o.required = false
+			optional = append(optional, &o)
+		} else if optional != nil {
+			optional = append(optional, &c)
+		}
 		user = append(user, tf)
 	}
 	extraNames := map[string]bool{}
@@ -559,6 +574,9 @@ func (s *Schema) WithTable(ts *iceberg.Schema) (*Schema, error) {
 			}
 			same = false
 			rec.fields = append(rec.fields, n)
+			if optional != nil {
+				optional = append(optional, n)
+			}
 			user = append(user, tf)
 		}
 	}
@@ -573,6 +591,11 @@ func (s *Schema) WithTable(ts *iceberg.Schema) (*Schema, error) {
 	meta = orderLike(meta, s.Iceberg.Fields()[len(s.user.record.fields):len(s.user.record.fields)+len(meta)])
 	extra = orderLike(extra, s.Iceberg.Fields()[len(s.Iceberg.Fields())-len(extra):])
 	rec.indexFields()
+	var tableRec *node
+	if optional != nil {
+		tableRec = &node{kind: kStruct, required: true, fields: optional}
+		tableRec.indexFields()
+	}
 	fields := append(append(user, meta...), extra...)
 	sc := iceberg.NewSchemaWithIdentifiers(ts.ID, ts.IdentifierFieldIDs, fields...)
 	as, err := table.SchemaToArrowSchema(sc, nil, true, false)
@@ -581,7 +604,7 @@ func (s *Schema) WithTable(ts *iceberg.Schema) (*Schema, error) {
 	}
 	out := *s
 	out.Iceberg, out.Arrow = sc, as
-	out.user = &userSchema{record: rec, avro: s.user.avro}
+	out.user = &userSchema{record: rec, table: tableRec, avro: s.user.avro}
 	out.fast = s.fast && same
 	return &out, nil
 }

@@ -152,6 +152,9 @@ func (s *Schema) newDecoder() valueDecoder {
 	record := s.user.record
 	switch {
 	case s.reg != nil:
+		if s.user.table != nil {
+			record = s.user.table // the writer schemas' contract, not the file's
+		}
 		return &wireDecoder{reg: s.reg, kind: s.kind, record: record, extra: s.Extra, evolve: s.evolve}
 	case s.kind == FormatAvro:
 		return &avroDecoder{writer: s.user.avro, record: record}
