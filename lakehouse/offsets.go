@@ -179,23 +179,19 @@ func sortRanges(rs []Range) {
 // Walking the ancestry (not just the head) matters because maintenance
 // snapshots (compaction, expiry) carry no map.
 func WatermarksOf(tbl *table.Table, group string) (Offsets, error) {
-	key := OffsetsKeyPrefix + group
-	raw, id, ok := newestProperty(tbl, key)
-	if !ok {
-		return Offsets{}, nil
-	}
-	var o Offsets
-	if err := json.Unmarshal([]byte(raw), &o); err != nil {
-		return nil, fmt.Errorf("snapshot %d: decoding %s: %w", id, key, err)
-	}
-	return o, nil
+	return newestOffsets(tbl, OffsetsKeyPrefix+group)
 }
 
 // FirstOffsetsOf returns the group's first live offsets (FirstKeyPrefix)
 // from the newest snapshot in the current ancestry that carries them, or an
 // empty map when none does (a table written before floe recorded them).
 func FirstOffsetsOf(tbl *table.Table, group string) (Offsets, error) {
-	key := FirstKeyPrefix + group
+	return newestOffsets(tbl, FirstKeyPrefix+group)
+}
+
+// newestOffsets decodes the offset map under key of the newest snapshot in
+// the current ancestry that carries one, or returns an empty map.
+func newestOffsets(tbl *table.Table, key string) (Offsets, error) {
 	raw, id, ok := newestProperty(tbl, key)
 	if !ok {
 		return Offsets{}, nil
