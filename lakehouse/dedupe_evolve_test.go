@@ -65,14 +65,27 @@ func TestDedupeFollowsAWidenedKey(t *testing.T) {
 // as the MERGE and verify count them, and the bounded search left them out,
 // the duplicate committed.
 func TestDedupeFollowsAnOptionalEventTime(t *testing.T) {
-	tbl, sc := payTable(t, `{"type": "record", "name": "Pay", "floe.key": "id", "floe.dedupe-key": "id",
+	tbl, _ := payTable(t, `{"type": "record", "name": "Pay", "floe.key": "id", "floe.dedupe-key": "id",
 	  "floe.event-time": "created_at",
 	  "fields": [{"name": "id", "type": "string"}, {"name": "created_at", "type": {"type": "long", "logicalType": "timestamp-micros"}}]}`)
 	ts, err := tbl.Evolve(t.Context(), []schemas.Change{{Kind: schemas.MakeOptional, Column: "created_at"}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	opt, err := sc.WithTable(ts)
+	// The rows as a writer schema with ["null", timestamp] has them: a
+	// schema file with the field required still requires it of plain
+	// values, so the test's records come through one that does not.
+	path := filepath.Join(t.TempDir(), "pay-opt.avsc")
+	if err := os.WriteFile(path, []byte(`{"type": "record", "name": "Pay", "floe.key": "id", "floe.dedupe-key": "id",
+	  "floe.event-time": "created_at",
+	  "fields": [{"name": "id", "type": "string"}, {"name": "created_at", "type": ["null", {"type": "long", "logicalType": "timestamp-micros"}]}]}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	writer, err := schemas.LoadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opt, err := writer.WithTable(ts)
 	if err != nil {
 		t.Fatal(err)
 	}
