@@ -276,23 +276,6 @@ func (t *Table) Maintain(ctx context.Context, opts MaintainOptions) (*MaintainRe
 		}
 	}
 	rep.Contended = contended
-
-	tbl, err = t.Load(ctx)
-	if err == nil {
-		rep.After, err = statsOf(ctx, tbl)
-	}
-	if err != nil {
-		return rep, fmt.Errorf("maintaining %s: %w", t.Name(), errors.Join(stopped, err))
-	}
-	rep.Elapsed = time.Since(started)
-	t.log.Info("table maintained", "table", t.Name(), "dry_run", opts.DryRun,
-		"data_files_before", rep.Before.DataFiles, "data_files_after", rep.After.DataFiles,
-		"manifests_before", rep.Before.Manifests, "manifests_after", rep.After.Manifests,
-		"snapshots_before", rep.Before.Snapshots, "snapshots_after", rep.After.Snapshots,
-		"files_rewritten", rep.FilesRewritten, "files_written", rep.FilesWritten,
-		"snapshots_expired", rep.SnapshotsExpired, "orphans_removed", rep.OrphansRemoved,
-		"failed_groups", rep.FailedGroups, "conflicts", rep.Conflicts, "contended", contended,
-		"elapsed", rep.Elapsed.Round(time.Millisecond))
 	var errs []error
 	if stopped != nil {
 		errs = append(errs, stopped)
@@ -303,6 +286,25 @@ func (t *Table) Maintain(ctx context.Context, opts MaintainOptions) (*MaintainRe
 	if len(contended) > 0 {
 		errs = append(errs, fmt.Errorf("%w: %s skipped", ErrContended, strings.Join(contended, ", ")))
 	}
+
+	tbl, err = t.Load(ctx)
+	if err == nil {
+		rep.After, err = statsOf(ctx, tbl)
+	}
+	if err != nil {
+		// No report without the table after it: its zeros would read
+		// as a table emptied. The error still names what failed.
+		return nil, fmt.Errorf("maintaining %s: %w", t.Name(), errors.Join(append(errs, err)...))
+	}
+	rep.Elapsed = time.Since(started)
+	t.log.Info("table maintained", "table", t.Name(), "dry_run", opts.DryRun,
+		"data_files_before", rep.Before.DataFiles, "data_files_after", rep.After.DataFiles,
+		"manifests_before", rep.Before.Manifests, "manifests_after", rep.After.Manifests,
+		"snapshots_before", rep.Before.Snapshots, "snapshots_after", rep.After.Snapshots,
+		"files_rewritten", rep.FilesRewritten, "files_written", rep.FilesWritten,
+		"snapshots_expired", rep.SnapshotsExpired, "orphans_removed", rep.OrphansRemoved,
+		"failed_groups", rep.FailedGroups, "conflicts", rep.Conflicts, "contended", contended,
+		"elapsed", rep.Elapsed.Round(time.Millisecond))
 	if len(errs) > 0 {
 		return rep, fmt.Errorf("maintaining %s: %w", t.Name(), errors.Join(errs...))
 	}

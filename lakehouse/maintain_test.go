@@ -418,6 +418,29 @@ func TestMaintainReportsFailedGroupsWhenALaterStepFails(t *testing.T) {
 	}
 }
 
+// TestMaintainWithoutTheTableAfterReportsNothing: a catalog outage after
+// Maintain's first load fails a step and the reload after it; Maintain
+// returns no report, only its error. It returned one whose table after was
+// all zeros, which floe maintain printed (and --json gave) as a table
+// emptied.
+func TestMaintainWithoutTheTableAfterReportsNothing(t *testing.T) {
+	f := newFixture(t)
+	tbl, fc := f.openFaulty(t, "g")
+	commitRounds(t, f, tbl, []int32{0}, 0, 4, 20)
+	loads := []faultcat.Fault{faultcat.None}
+	for range 100 {
+		loads = append(loads, faultcat.Unavailable)
+	}
+	fc.InjectLoads(loads...)
+	rep, err := tbl.Maintain(t.Context(), lakehouse.MaintainOptions{MinInputFiles: 2})
+	if err == nil || !strings.Contains(err.Error(), "compacting data files") {
+		t.Fatalf("maintain: %v; want the failed step's error", err)
+	}
+	if rep != nil {
+		t.Fatalf("a report without the table after: before %+v, after %+v", rep.Before, rep.After)
+	}
+}
+
 // TestMaintainCompactsExpiresAndCleans: many small commits, then Maintain:
 // fewer files holding the same ids, every group's watermarks unchanged (also
 // a group whose map is deep in the history), old snapshots expired but the
