@@ -46,27 +46,8 @@ func TestTopicRecreatedWhileRunning(t *testing.T) {
 	if err := j.cl.CreateTopic(t.Context(), "clicks", 4); err != nil {
 		t.Fatalf("creating the topic again: %v (did floe's metadata requests create it?)", err)
 	}
-	// A new producer: the broker's client knows the old topic's id.
-	pcl, err := kgo.NewClient(kgo.SeedBrokers(j.cl.Addrs()...), kgo.DefaultProduceTopic("clicks"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pcl.Close()
-	g := clickgen.New(clickgen.Config{Sessions: 100, Seed: 9})
-	for range 40 {
-		msg := g.Next()
-		if err := pcl.ProduceSync(t.Context(), &kgo.Record{Key: msg.Key, Value: msg.Value}).FirstErr(); err != nil {
-			t.Fatal(err)
-		}
-	}
-	select {
-	case err := <-done:
-		if err == nil || !strings.Contains(err.Error(), "recreated or truncated") {
-			t.Fatalf("Run returned %v, want the recreated topic's error", err)
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("the member read the recreated topic for 30 s without an error")
-	}
+	produceToRecreated(t, j, 40)
+	wantRecreatedError(t, done, 30*time.Second)
 	after, err := j.tbl.Watermarks(t.Context())
 	if err != nil {
 		t.Fatal(err)
@@ -110,24 +91,38 @@ func TestTopicDeletedWhileRunning(t *testing.T) {
 	if err := j.cl.CreateTopic(t.Context(), "clicks", 4); err != nil {
 		t.Fatal(err)
 	}
+	produceToRecreated(t, j, 4)
+	wantRecreatedError(t, done, 60*time.Second)
+}
+
+// produceToRecreated produces n records to j's topic created again, with a
+// new producer: the broker's client knows the old topic's id.
+func produceToRecreated(t *testing.T, j *job, n int) {
+	t.Helper()
 	pcl, err := kgo.NewClient(kgo.SeedBrokers(j.cl.Addrs()...), kgo.DefaultProduceTopic("clicks"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer pcl.Close()
 	g := clickgen.New(clickgen.Config{Sessions: 100, Seed: 9})
-	for range 4 {
+	for range n {
 		msg := g.Next()
 		if err := pcl.ProduceSync(t.Context(), &kgo.Record{Key: msg.Key, Value: msg.Value}).FirstErr(); err != nil {
 			t.Fatal(err)
 		}
 	}
+}
+
+// wantRecreatedError waits within for Run (done) to end with the error of
+// a recreated topic.
+func wantRecreatedError(t *testing.T, done <-chan error, within time.Duration) {
+	t.Helper()
 	select {
 	case err := <-done:
 		if err == nil || !strings.Contains(err.Error(), "recreated or truncated") {
 			t.Fatalf("Run returned %v, want the recreated topic's error", err)
 		}
-	case <-time.After(60 * time.Second):
-		t.Fatal("the member read the recreated topic for 60 s without an error")
+	case <-time.After(within):
+		t.Fatalf("the member read the recreated topic for %s without an error", within)
 	}
 }
