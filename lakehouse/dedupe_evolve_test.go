@@ -33,24 +33,8 @@ func TestDedupeFollowsAWidenedKey(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	commit := func(from, to, resume int64) lakehouse.Result {
-		b := wide.NewRecordBuilder(memory.DefaultAllocator, 0)
-		defer b.Release()
-		for i := from; i < to; i++ {
-			v := fmt.Sprintf(`{"id":%d,"note":"n-%d"}`, int64(1)<<32+i%3, i)
-			if err := b.Append([]byte(v), schemas.Meta{Topic: "pay", Partition: 0, Offset: i}, time.Now(), ""); err != nil {
-				t.Fatal(err)
-			}
-		}
-		res, err := tbl.Commit(t.Context(), []lakehouse.Part{{
-			Range: lakehouse.Range{Topic: "pay", Partition: 0, From: from, To: to}, Resume: resume, Rows: b.NewRecord()}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return res
-	}
-	r1 := commit(0, 3, lakehouse.NoWatermark)
-	r2 := commit(3, 6, 3) // the same three ids again
+	r1 := commitPays(t, tbl, wide, 0, 3, lakehouse.NoWatermark, int64(1)<<32)
+	r2 := commitPays(t, tbl, wide, 3, 6, 3, int64(1)<<32) // the same three ids again
 	if r1.Rows != 3 || r1.BusinessDuplicates != 0 {
 		t.Fatalf("first flush: %d rows, %d business duplicates; want 3 and 0", r1.Rows, r1.BusinessDuplicates)
 	}
@@ -147,24 +131,7 @@ func payTable(t *testing.T, avsc string) (*lakehouse.Table, *schemas.Schema) {
 func TestDedupeKeyWidenedAfterRows(t *testing.T) {
 	tbl, sc := payTable(t, `{"type": "record", "name": "Pay", "floe.key": "note", "floe.dedupe-key": "id",
 	  "fields": [{"name": "id", "type": "int"}, {"name": "note", "type": "string"}]}`)
-	commit := func(s *schemas.Schema, from, to, resume int64) lakehouse.Result {
-		t.Helper()
-		b := s.NewRecordBuilder(memory.DefaultAllocator, 0)
-		defer b.Release()
-		for i := from; i < to; i++ {
-			v := fmt.Sprintf(`{"id":%d,"note":"n-%d"}`, 100+i%3, i)
-			if err := b.Append([]byte(v), schemas.Meta{Topic: "pay", Partition: 0, Offset: i}, time.Now(), ""); err != nil {
-				t.Fatal(err)
-			}
-		}
-		res, err := tbl.Commit(t.Context(), []lakehouse.Part{{
-			Range: lakehouse.Range{Topic: "pay", Partition: 0, From: from, To: to}, Resume: resume, Rows: b.NewRecord()}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return res
-	}
-	r1 := commit(sc, 0, 3, lakehouse.NoWatermark)
+	r1 := commitPays(t, tbl, sc, 0, 3, lakehouse.NoWatermark, 100)
 	ts, err := tbl.Evolve(t.Context(), []schemas.Change{{Kind: schemas.WidenColumn, Column: "id", Type: iceberg.PrimitiveTypes.Int64}})
 	if err != nil {
 		t.Fatal(err)
@@ -173,9 +140,29 @@ func TestDedupeKeyWidenedAfterRows(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r2 := commit(wide, 3, 6, 3)
-	r3 := commit(wide, 6, 7, 6) // key 100 again, from a file written after the widening
+	r2 := commitPays(t, tbl, wide, 3, 6, 3, 100)
+	r3 := commitPays(t, tbl, wide, 6, 7, 6, 100) // key 100 again, from a file written after the widening
 	if r1.Rows != 3 || r2.Rows != 0 || r2.BusinessDuplicates != 3 || r3.BusinessDuplicates != 1 {
 		t.Fatalf("rows %d, %d, %d; business duplicates %d, %d; want 3, 0, 0 and 3, 1", r1.Rows, r2.Rows, r3.Rows, r2.BusinessDuplicates, r3.BusinessDuplicates)
 	}
+}
+
+// commitPays commits offsets [from, to) of partition 0 of "pay" built with
+// s, the record at offset i with id base+i%3, resuming from resume.
+func commitPays(t *testing.T, tbl *lakehouse.Table, s *schemas.Schema, from, to, resume, base int64) lakehouse.Result {
+	t.Helper()
+	b := s.NewRecordBuilder(memory.DefaultAllocator, 0)
+	defer b.Release()
+	for i := from; i < to; i++ {
+		v := fmt.Sprintf(`{"id":%d,"note":"n-%d"}`, base+i%3, i)
+		if err := b.Append([]byte(v), schemas.Meta{Topic: "pay", Partition: 0, Offset: i}, time.Now(), ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	res, err := tbl.Commit(t.Context(), []lakehouse.Part{{
+		Range: lakehouse.Range{Topic: "pay", Partition: 0, From: from, To: to}, Resume: resume, Rows: b.NewRecord()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res
 }

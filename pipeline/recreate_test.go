@@ -22,26 +22,13 @@ import (
 // broker's default partition count).
 func TestTopicRecreatedWhileRunning(t *testing.T) {
 	j := newJob(t, 400, fastCommit, nil)
-	m, err := pipeline.NewMember(j.cfg, j.tbl, j.sc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	done, stop := startRun(m)
-	defer stop()
-	waitCaughtUp(t, j.tbl, j.end, 60*time.Second)
+	_, done := runCaughtUp(t, j)
 	before, err := j.tbl.Watermarks(t.Context())
 	if err != nil {
 		t.Fatal(err)
 	}
 
-	admin, err := kgo.NewClient(kgo.SeedBrokers(j.cl.Addrs()...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer admin.Close()
-	if _, err := kadm.NewClient(admin).DeleteTopics(t.Context(), "clicks"); err != nil {
-		t.Fatal(err)
-	}
+	deleteTopic(t, j)
 	time.Sleep(500 * time.Millisecond) // the readers find it gone
 	if err := j.cl.CreateTopic(t.Context(), "clicks", 4); err != nil {
 		t.Fatalf("creating the topic again: %v (did floe's metadata requests create it?)", err)
@@ -67,21 +54,8 @@ func TestTopicRecreatedWhileRunning(t *testing.T) {
 // the member refuses it.
 func TestTopicDeletedWhileRunning(t *testing.T) {
 	j := newJob(t, 40, fastCommit, nil)
-	m, err := pipeline.NewMember(j.cfg, j.tbl, j.sc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	done, stop := startRun(m)
-	defer stop()
-	waitCaughtUp(t, j.tbl, j.end, 60*time.Second)
-	admin, err := kgo.NewClient(kgo.SeedBrokers(j.cl.Addrs()...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer admin.Close()
-	if _, err := kadm.NewClient(admin).DeleteTopics(t.Context(), "clicks"); err != nil {
-		t.Fatal(err)
-	}
+	m, done := runCaughtUp(t, j)
+	deleteTopic(t, j)
 	time.Sleep(13 * time.Second) // past the partition watch
 	g0 := m.Stats().Generations.Load()
 	time.Sleep(3 * time.Second)
@@ -124,5 +98,33 @@ func wantRecreatedError(t *testing.T, done <-chan error, within time.Duration) {
 		}
 	case <-time.After(within):
 		t.Fatalf("the member read the recreated topic for %s without an error", within)
+	}
+}
+
+// runCaughtUp runs a long-running member of j until its table holds every
+// record produced, and returns it and its Run's outcome; it is stopped when
+// the test ends.
+func runCaughtUp(t *testing.T, j *job) (*pipeline.Member, <-chan error) {
+	t.Helper()
+	m, err := pipeline.NewMember(j.cfg, j.tbl, j.sc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done, stop := startRun(m)
+	t.Cleanup(stop)
+	waitCaughtUp(t, j.tbl, j.end, 60*time.Second)
+	return m, done
+}
+
+// deleteTopic deletes j's topic.
+func deleteTopic(t *testing.T, j *job) {
+	t.Helper()
+	admin, err := kgo.NewClient(kgo.SeedBrokers(j.cl.Addrs()...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close()
+	if _, err := kadm.NewClient(admin).DeleteTopics(t.Context(), "clicks"); err != nil {
+		t.Fatal(err)
 	}
 }
