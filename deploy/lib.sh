@@ -29,6 +29,24 @@ fetch_jars() {
 	echo "$dir/lib"
 }
 
+# render TEMPLATE NAME=VALUE...: prints TEMPLATE (a Hadoop or Hive site
+# file) with each @NAME@ replaced by VALUE, escaped for XML. Unlike sed with
+# the values in its script, a VALUE may hold any character (a directory
+# named "a|b & c" among them).
+render() {
+	local text kv v
+	text=$(<"$1") || return 1
+	shift
+	for kv; do
+		v=${kv#*=}
+		v=${v//"&"/"&amp;"}
+		v=${v//"<"/"&lt;"}
+		v=${v//">"/"&gt;"}
+		text=${text//"@${kv%%=*}@"/"$v"}
+	done
+	printf '%s\n' "$text"
+}
+
 # free_port [N]: prints N (default 1) distinct TCP ports, one a line, that
 # were free on 127.0.0.1 a moment ago. They are drawn below the kernel's
 # ephemeral range, not from it (as binding port 0 would): a port stays

@@ -191,7 +191,9 @@ func TestKafkaStopWithoutProcps(t *testing.T) {
 // the DataNode's, which Hadoop reads as a Path and encodes itself, DIR/data
 // not encoded (an encoded one names a directory with a literal %20); and
 // (when the Hadoop jars are cached) Hadoop must resolve them to those
-// directories.
+// directories. DIR also holds the characters that broke the sed script
+// start.sh used to fill its templates with ('|' and '&') and one XML
+// escapes.
 func TestHDFSStorageDirsWithSpace(t *testing.T) {
 	lookTools(t, "curl", "python3", "flock")
 	pom, err := os.ReadFile("hdfs/pom.xml")
@@ -208,7 +210,7 @@ func TestHDFSStorageDirsWithSpace(t *testing.T) {
 	// The NameNode format fails: start.sh stops after writing DIR/conf.
 	writeTool(t, bin, "java", "#!/bin/sh\necho simulated java failure >&2\nexit 1\n")
 	fakeFetched(t, cache, name)
-	dir := filepath.Join(t.TempDir(), "with space")
+	dir := filepath.Join(t.TempDir(), "with space, a|b & <c>")
 	cmd := exec.Command("bash", "hdfs/start.sh", dir)
 	cmd.Env = append(os.Environ(), "PATH="+bin+string(os.PathListSeparator)+os.Getenv("PATH"), "FLOE_CACHE="+cache)
 	if out, err := cmd.CombinedOutput(); err == nil || !strings.Contains(string(out), "simulated java failure") {
@@ -293,6 +295,42 @@ public class StorageDirs {
 	}
 	if got, want := strings.TrimSpace(string(out)), "name "+want["dfs.namenode.name.dir"]+"\ndata "+want["dfs.datanode.data.dir"]; got != want {
 		t.Errorf("Hadoop resolves the storage directories of DIR %q to\n%s\nwant\n%s", dir, got, want)
+	}
+}
+
+// TestRenderAnyValue: lib.sh's render fills a site file's placeholders with
+// values holding the characters sed's replacement and XML give a meaning
+// to, and the file parses back to those values.
+func TestRenderAnyValue(t *testing.T) {
+	tmpl := filepath.Join(t.TempDir(), "site.xml.in")
+	if err := os.WriteFile(tmpl, []byte("<configuration>\n"+
+		"  <property><name>a</name><value>@A@/x</value></property>\n"+
+		"  <property><name>b</name><value>jdbc:@B@;create=true</value></property>\n"+
+		"</configuration>\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	a, b := `/tmp/a|b & c\1 <d> "e" 'f'`, "x&amp;y @A@ \\&"
+	out, err := exec.Command("bash", "-c", `. ./lib.sh && render "$1" A="$2" B="$3"`, "render", tmpl, a, b).Output()
+	if err != nil {
+		t.Fatalf("render: %v", err)
+	}
+	var conf struct {
+		Property []struct {
+			Name  string `xml:"name"`
+			Value string `xml:"value"`
+		} `xml:"property"`
+	}
+	if err := xml.Unmarshal(out, &conf); err != nil {
+		t.Fatalf("render's output is no XML: %v\n%s", err, out)
+	}
+	want := map[string]string{"a": a + "/x", "b": "jdbc:" + b + ";create=true"}
+	if len(conf.Property) != len(want) {
+		t.Fatalf("render wrote %d properties, want %d:\n%s", len(conf.Property), len(want), out)
+	}
+	for _, p := range conf.Property {
+		if p.Value != want[p.Name] {
+			t.Errorf("property %s = %q, want %q", p.Name, p.Value, want[p.Name])
+		}
 	}
 }
 

@@ -65,11 +65,9 @@ mkdir -p "$dir/conf" "$dir/tmp"
 # DIR as a file URI (file:///a%20b for /a b), for the properties Hadoop reads as URIs.
 dir_uri=$(python3 -c 'import pathlib, sys; print(pathlib.Path(sys.argv[1]).as_uri())' "$dir")
 for f in core-site.xml hdfs-site.xml; do
-	sed -e "s|@DIR_URI@|$dir_uri|g" -e "s|@DIR@|$dir|g" -e "s|@USER@|$user|g" \
-		-e "s|@NN_PORT@|$NN_PORT|g" -e "s|@NN_HTTP_PORT@|$NN_HTTP_PORT|g" \
-		-e "s|@NN_HTTPS_PORT@|$NN_HTTPS_PORT|g" -e "s|@DN_PORT@|$DN_PORT|g" \
-		-e "s|@DN_HTTP_PORT@|$DN_HTTP_PORT|g" -e "s|@DN_HTTPS_PORT@|$DN_HTTPS_PORT|g" \
-		-e "s|@DN_IPC_PORT@|$DN_IPC_PORT|g" "$here/$f.in" >"$dir/conf/$f"
+	render "$here/$f.in" DIR_URI="$dir_uri" DIR="$dir" USER="$user" NN_PORT="$NN_PORT" \
+		NN_HTTP_PORT="$NN_HTTP_PORT" NN_HTTPS_PORT="$NN_HTTPS_PORT" DN_PORT="$DN_PORT" \
+		DN_HTTP_PORT="$DN_HTTP_PORT" DN_HTTPS_PORT="$DN_HTTPS_PORT" DN_IPC_PORT="$DN_IPC_PORT" >"$dir/conf/$f"
 done
 cp "$here/log4j.properties" "$dir/conf/"
 krb_jvm=()

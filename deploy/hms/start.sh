@@ -17,6 +17,9 @@ here=$(cd "$(dirname "$0")" && pwd)
 [ $# -ge 1 ] && [ $# -le 2 ] || { echo "usage: $0 DIR [WAREHOUSE]" >&2; exit 2; }
 mkdir -p "$1"
 dir=$(cd "$1" && pwd)
+case $dir in
+*";"*) echo "hms: DIR $dir: Derby's database URL cannot hold a ';'" >&2; exit 2 ;;
+esac
 warehouse=${2:-file://$dir/warehouse}
 case $warehouse in
 file://*) mkdir -p "${warehouse#file://}"; default_fs=file:/// ;;
@@ -50,8 +53,8 @@ fi
 [ -f "$dir/port" ] || free_port >"$dir/port"
 port=$(cat "$dir/port")
 mkdir -p "$dir/conf"
-sed -e "s|@DIR@|$dir|g" -e "s|@PORT@|$port|g" -e "s|@WAREHOUSE@|$warehouse|g" -e "s|@DEFAULT_FS@|$default_fs|g" \
-	"$here/metastore-site.xml.in" >"$dir/conf/metastore-site.xml"
+render "$here/metastore-site.xml.in" DIR="$dir" PORT="$port" WAREHOUSE="$warehouse" DEFAULT_FS="$default_fs" \
+	>"$dir/conf/metastore-site.xml"
 cp "$here/log4j2.properties" "$dir/conf/"
 
 export HADOOP_USER_NAME=${HADOOP_USER_NAME:-$(id -un)}
