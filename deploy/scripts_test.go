@@ -418,3 +418,53 @@ for a; do case $a in -DoutputDirectory=*) mkdir -p "${a#*=}" ;; esac; done
 		t.Errorf("fetch_jars ran mvn %s: no --strict-checksums", strings.Join(mvnArgs, " "))
 	}
 }
+
+// TestPythonVenvFullyPinned: setup-python.sh pins every package its venv
+// holds, not only the three it asks for, so a new release of a dependency
+// cannot change what the interop tests run on. It makes the venv (make test
+// has, before this test) and compares pip freeze with the script's pins.
+func TestPythonVenvFullyPinned(t *testing.T) {
+	lookTools(t, "python3", "flock")
+	out, err := exec.Command("bash", "setup-python.sh").Output()
+	if err != nil {
+		t.Fatalf("setup-python.sh: %v", err)
+	}
+	venv, ok := strings.CutPrefix(strings.TrimSpace(string(out)), "VENV=")
+	if !ok {
+		t.Fatalf("setup-python.sh printed %q, want VENV=<dir>", out)
+	}
+	script, err := os.ReadFile("setup-python.sh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pins := map[string]string{}
+	for _, m := range regexp.MustCompile(`(?m)^(?:[A-Z]+=)?'?([A-Za-z0-9_.-]+)(?:\[[^\]]*\])?==([^\s']+)'?$`).FindAllStringSubmatch(string(script), -1) {
+		pins[normalizePackage(m[1])] = m[2]
+	}
+	freeze, err := exec.Command(filepath.Join(venv, "bin", "pip"), "freeze", "--all", "--exclude", "pip", "--exclude", "setuptools").Output()
+	if err != nil {
+		t.Fatalf("pip freeze: %v", err)
+	}
+	n := 0
+	for _, line := range strings.Fields(string(freeze)) {
+		name, version, ok := strings.Cut(line, "==")
+		if !ok {
+			t.Errorf("pip freeze: %q is not name==version", line)
+			continue
+		}
+		n++
+		if want, ok := pins[normalizePackage(name)]; !ok {
+			t.Errorf("the venv holds %s, which setup-python.sh does not pin", line)
+		} else if version != want {
+			t.Errorf("the venv holds %s, setup-python.sh pins %s", line, want)
+		}
+	}
+	if n < len(pins) {
+		t.Errorf("the venv holds %d packages, setup-python.sh pins %d:\n%s", n, len(pins), freeze)
+	}
+}
+
+// normalizePackage is a Python package name as PyPI compares them (PEP 503).
+func normalizePackage(name string) string {
+	return strings.ToLower(regexp.MustCompile(`[-_.]+`).ReplaceAllString(name, "-"))
+}
