@@ -41,8 +41,7 @@ type cacheShard struct {
 	cur, old map[string]cached
 	gen      int // entries per generation: half the shard's share of the size
 	// genBytes bounds a generation's bytes (half the shard's share of the
-	// byte bound); curBytes is what cur holds, by entryBytes, an entry
-	// replaced in cur counted again until the next rotation.
+	// byte bound); curBytes is what cur holds, by entryBytes.
 	genBytes, curBytes int
 }
 
@@ -109,9 +108,10 @@ func (c *cache) get(key []byte, n int64) (cached, freshness) {
 	sh := c.shard(key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	v, ok := sh.cur[string(key)] // no allocation for the lookup
-	if !ok {
-		if v, ok = sh.old[string(key)]; !ok {
+	v, inCur := sh.cur[string(key)] // no allocation for the lookup
+	if !inCur {
+		var inOld bool
+		if v, inOld = sh.old[string(key)]; !inOld {
 			return cached{}, absent
 		}
 		delete(sh.old, string(key))
@@ -121,7 +121,10 @@ func (c *cache) get(key []byte, n int64) (cached, freshness) {
 	}
 	switch {
 	case n >= v.expires:
-		delete(sh.cur, string(key))
+		if inCur { // one found in old was not put back expired
+			delete(sh.cur, string(key))
+			sh.curBytes -= entryBytes(string(key), v)
+		}
 		return cached{}, absent
 	case n >= v.refresh:
 		v.refresh = n + int64(c.retryRefresh)
@@ -160,17 +163,21 @@ func (c *cache) store(key string, v cached) {
 // addLocked stores v in cur (key is not in old), rotating the generations
 // first when cur is full, by count or by bytes: cur becomes old, and the
 // previous old, whose entries nobody read during a whole generation, goes.
-// An entry larger than a generation may hold is not stored (and what cur
-// held for key goes): stored after a rotation all the same, one in each
-// generation of each shard, such entries held 32 times that share
-// whatever the bound.
+// What cur held for key is taken out first: replaced in place without that
+// check, misses refreshed with long answers grew cur past the bound.
+// An entry larger than a generation may hold is not stored: stored after a
+// rotation all the same, one in each generation of each shard, such entries
+// held 32 times that share whatever the bound.
 func (sh *cacheShard) addLocked(key string, v cached) {
+	if prev, ok := sh.cur[key]; ok {
+		delete(sh.cur, key)
+		sh.curBytes -= entryBytes(key, prev)
+	}
 	n := entryBytes(key, v)
 	if n > sh.genBytes {
-		delete(sh.cur, key)
 		return
 	}
-	if _, ok := sh.cur[key]; !ok && len(sh.cur) > 0 && (len(sh.cur) >= sh.gen || sh.curBytes+n > sh.genBytes) {
+	if len(sh.cur) > 0 && (len(sh.cur) >= sh.gen || sh.curBytes+n > sh.genBytes) {
 		// The new generation is sized by the one just filled: by sh.gen
 		// it would reserve room for the count bound, far beyond the byte
 		// bound when cache_size is large.
@@ -179,6 +186,28 @@ func (sh *cacheShard) addLocked(key string, v cached) {
 	}
 	sh.cur[key] = v
 	sh.curBytes += n
+}
+
+// emptyCopy is a cache with c's bounds and nothing in it.
+func (c *cache) emptyCopy() *cache {
+	e := &cache{refreshAfter: c.refreshAfter, retryRefresh: c.retryRefresh}
+	for i := range e.shards {
+		sh := &c.shards[i]
+		e.shards[i] = cacheShard{cur: map[string]cached{}, old: map[string]cached{}, gen: sh.gen, genBytes: sh.genBytes}
+	}
+	return e
+}
+
+// storeAll stores in c what from holds, its older generation first. from
+// must not be in use.
+func (c *cache) storeAll(from *cache) {
+	for i := range from.shards {
+		for _, gen := range []map[string]cached{from.shards[i].old, from.shards[i].cur} {
+			for k, v := range gen {
+				c.store(k, v)
+			}
+		}
+	}
 }
 
 // len is the number of entries, expired ones included.

@@ -283,8 +283,8 @@ func (c *cache) save(w io.Writer, h cacheFileHeader, now time.Time, mono int64, 
 // lookup, nor from now: the settings may have been lowered since it was
 // saved, or the clock was wrong then. A string that is not UTF-8 is a
 // null, and the others are shared through interns (by field; nil for
-// none), as the response decoder's are. It returns how many entries it
-// added.
+// none), as the response decoder's are. It returns how many live entries
+// the file held (the cache's bounds may keep fewer).
 func (c *cache) load(r io.Reader, want cacheFileHeader, now time.Time, mono int64, ttl, negTTL time.Duration, interns []*interner) (int, error) {
 	sr := &summingReader{r: bufio.NewReader(r)}
 	dec := gob.NewDecoder(sr)
@@ -301,30 +301,28 @@ func (c *cache) load(r io.Reader, want cacheFileHeader, now time.Time, mono int6
 		return 0, errors.New("it was saved for another key or other fields")
 	}
 	monoOf := func(w int64) int64 { return mono + w - now.UnixNano() }
-	var entries []cacheFileEntry
+	// The entries go to a cache of c's bounds as they are read, and to c
+	// once the file is known whole: a file saved under larger bounds than
+	// c's takes no more memory to load than c may hold, not all of it.
+	read := c.emptyCopy()
+	entries, n := 0, 0
 	for {
 		var e cacheFileEntry
 		sum := sr.sum
 		err := dec.Decode(&e)
 		if errors.Is(err, io.EOF) {
-			return 0, fmt.Errorf("it ends after %d entries, without its end mark: cut short", len(entries))
+			return 0, fmt.Errorf("it ends after %d entries, without its end mark: cut short", entries)
 		}
 		if err != nil {
-			return 0, fmt.Errorf("reading entry %d: %w", len(entries)+1, err)
+			return 0, fmt.Errorf("reading entry %d: %w", entries+1, err)
 		}
 		if e.End {
 			if e.Sum != sum {
-				return 0, fmt.Errorf("its checksum does not match its %d entries: it was damaged", len(entries))
+				return 0, fmt.Errorf("its checksum does not match its %d entries: it was damaged", entries)
 			}
 			break
 		}
-		entries = append(entries, e)
-	}
-	if err := dec.Decode(new(cacheFileEntry)); !errors.Is(err, io.EOF) {
-		return 0, errors.New("it goes on after its end mark")
-	}
-	n := 0
-	for _, e := range entries {
+		entries++
 		life := ttl
 		if e.Miss {
 			life = negTTL
@@ -350,8 +348,12 @@ func (c *cache) load(r io.Reader, want cacheFileHeader, now time.Time, mono int6
 				a.Str = interns[i].share(a.Str)
 			}
 		}
-		c.store(e.Key, newCached(e.Values, e.Miss, expires, refresh))
+		read.store(e.Key, newCached(e.Values, e.Miss, expires, refresh))
 		n++
 	}
+	if err := dec.Decode(new(cacheFileEntry)); !errors.Is(err, io.EOF) {
+		return 0, errors.New("it goes on after its end mark")
+	}
+	c.storeAll(read)
 	return n, nil
 }
