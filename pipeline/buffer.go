@@ -205,7 +205,7 @@ func (b *partitionBuffer) appendEnriched(msg kafka.Message, now time.Time, res e
 		}
 		b.next = msg.Offset + 1
 		b.letters = append(b.letters, deadLetter{msg: msg, reason: ReasonEnrichFailed, detail: detail})
-		return 1, len(msg.Value), true, nil
+		return 1, recordBytes(&msg), true, nil
 	}
 	before := b.builder.SizeBytes()
 	meta := schemas.Meta{Topic: b.topic, Partition: b.partition, Offset: msg.Offset, Timestamp: msg.Time}
@@ -234,6 +234,18 @@ func (b *partitionBuffer) appendEnriched(msg kafka.Message, now time.Time, res e
 	return 1, b.builder.SizeBytes() - before, false, nil
 }
 
+// recordBytes is the size of a record's key, value and headers (names and
+// values): what a dead letter, which holds the record until its flush,
+// counts towards the window's bytes (commit.max_bytes), and an enrichment
+// lane towards its budget.
+func recordBytes(m *kafka.Message) int {
+	n := len(m.Key) + len(m.Value)
+	for _, h := range m.Headers {
+		n += len(h.Key) + len(h.Value)
+	}
+	return n
+}
+
 // refuse is appendEnriched for msg, which cannot be appended for err: a
 // *DecodeError makes it a dead letter; any other error is not the record's
 // fault (commit.max_bytes keeps the builder far from full), and its offset
@@ -243,7 +255,7 @@ func (b *partitionBuffer) refuse(msg kafka.Message, err error) (rowsDelta, bytes
 	if errors.As(err, &de) {
 		b.next = msg.Offset + 1
 		b.letters = append(b.letters, deadLetter{msg: msg, reason: de.Reason, field: de.Field, detail: de.Detail})
-		return 1, len(msg.Value), true, nil
+		return 1, recordBytes(&msg), true, nil
 	}
 	return 0, 0, false, fmt.Errorf("buffering %s/%d@%d: %w", b.topic, b.partition, msg.Offset, err)
 }

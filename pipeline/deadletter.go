@@ -485,8 +485,8 @@ func readDeadLetterPartition(ctx context.Context, dialer *kafka.Dialer, k KafkaC
 	if log != nil {
 		errLog = readErrorLogger(log, rk.Topic, int32(partition))
 	}
-	r, err := newPausingReader(first, func(seek int64, queue int) (*kafka.Reader, error) {
-		return openReader(rk, int32(partition), dialer, seek, queue, errLog)
+	r, err := newPausingReader(first, func(seek int64) (*kafka.Reader, error) {
+		return openReader(rk, int32(partition), dialer, seek, errLog)
 	})
 	if err != nil {
 		return err

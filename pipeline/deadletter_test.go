@@ -285,3 +285,22 @@ func TestDeadLetterTopicCreatedAfterAnUnknownAnswerStarts(t *testing.T) {
 		t.Fatal("the broker never answered UNKNOWN_TOPIC_OR_PARTITION: the test tested nothing")
 	}
 }
+
+// TestDeadLettersKeysCountInTheWindow: a dead letter holds its whole record
+// (key, value, headers) until its flush, but the window counted only its
+// value: 20 undecodable records with 512 KiB keys (10 MiB held) and
+// commit.max_bytes 1 MiB made no flush, and nothing stopped fetching.
+func TestDeadLettersKeysCountInTheWindow(t *testing.T) {
+	j := newJob(t, 0, pipeline.CommitConfig{Interval: pipeline.Duration(time.Hour), MaxBytes: 1 << 20}, nil)
+	var msgs []clickgen.Message
+	for i := range 20 {
+		msgs = append(msgs, clickgen.Message{Key: bytes.Repeat([]byte{byte('a' + i)}, 512<<10), Value: []byte("x")})
+	}
+	if _, err := j.cl.Produce(t.Context(), "clicks", msgs); err != nil {
+		t.Fatal(err)
+	}
+	m := runMember(t, j.cfg, j.tbl, j.sc)
+	waitFor(t, 30*time.Second, "not all consumed", func() bool { return m.Stats().Consumed.Load() == 20 })
+	waitFor(t, 10*time.Second, "20 dead letters holding 10 MiB of keys, commit.max_bytes 1 MiB: no flush",
+		func() bool { return m.Stats().Commits.Load() > 0 })
+}

@@ -388,15 +388,6 @@ func newLaneRecord(m *kafka.Message) laneRecord {
 	return laneRecord{key: m.Key, value: m.Value, headers: m.Headers, time: m.Time, offset: m.Offset, highWater: m.HighWaterMark}
 }
 
-// headerBytes is the size of a record's headers, names and values.
-func headerBytes(hs []kafka.Header) int {
-	n := 0
-	for _, h := range hs {
-		n += len(h.Key) + len(h.Value)
-	}
-	return n
-}
-
 // message is the record as buffering takes it.
 func (r *laneRecord) message(topic string, partition int32) kafka.Message {
 	return kafka.Message{Topic: topic, Partition: int(partition), Offset: r.offset, HighWaterMark: r.highWater,
@@ -509,7 +500,7 @@ func (m *Member) fetchEnriched(ctx context.Context, b *partitionBuffer, seek int
 			rec.slab = slab
 		}
 		if takes {
-			err = lane.SubmitSized(ctx, key, rec, len(msg.Key)+len(msg.Value)+headerBytes(msg.Headers)+laneOverhead)
+			err = lane.SubmitSized(ctx, key, rec, recordBytes(&msg)+laneOverhead)
 		} else {
 			// Another route's record, or a skipped batch, is not looked
 			// up; it keeps its place in the lane, which covers its

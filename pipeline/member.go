@@ -959,18 +959,16 @@ func (m *Member) appended(b *partitionBuffer, msg kafka.Message, rows, bytes int
 // readers it opens for p share one readErrorLogger.
 func (m *Member) partitionReader(p int32, seek int64) (*pausingReader, error) {
 	errLog := readErrorLogger(m.log, m.cfg.Kafka.Topic, p)
-	return newPausingReader(seek, func(seek int64, queue int) (*kafka.Reader, error) {
-		return openReader(m.cfg.Kafka, p, m.dialer, seek, queue, errLog)
+	return newPausingReader(seek, func(seek int64) (*kafka.Reader, error) {
+		return openReader(m.cfg.Kafka, p, m.dialer, seek, errLog)
 	})
 }
 
 // openReader returns a Reader of one partition positioned at seek (an
-// offset, kafka.FirstOffset or kafka.LastOffset), fetching ahead up to
-// queue records, that reports the read errors it retries to errLog (nil:
-// nowhere).
-func openReader(k KafkaConfig, partition int32, dialer *kafka.Dialer, seek int64, queue int, errLog kafka.Logger) (*kafka.Reader, error) {
+// offset, kafka.FirstOffset or kafka.LastOffset) that reports the read
+// errors it retries to errLog (nil: nowhere).
+func openReader(k KafkaConfig, partition int32, dialer *kafka.Dialer, seek int64, errLog kafka.Logger) (*kafka.Reader, error) {
 	rc := ReaderConfig(k, partition, dialer)
-	rc.QueueCapacity = queue
 	rc.ErrorLogger = errLog
 	r := kafka.NewReader(rc)
 	if err := r.SetOffset(seek); err != nil {
@@ -992,6 +990,7 @@ func ReaderConfig(k KafkaConfig, partition int32, dialer *kafka.Dialer) kafka.Re
 		MaxBytes:       int(k.FetchMaxBytes),
 		MaxWait:        250 * time.Millisecond,
 		QueueCapacity:  readAheadRecords,
+		QueueBytes:     readAheadBytes,
 		ReadBackoffMin: 50 * time.Millisecond,
 		ReadBackoffMax: time.Second,
 		MaxAttempts:    10,

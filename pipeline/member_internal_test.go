@@ -216,7 +216,7 @@ func TestRetriedReadErrorIsLogged(t *testing.T) {
 	// read returns what the reader logged while read, and once closed.
 	read := func(k KafkaConfig, records int) (reading, closed []slog.Record) {
 		log := &recorded{}
-		r, err := openReader(k, 0, &kafka.Dialer{Timeout: 10 * time.Second}, kafka.FirstOffset, readAheadRecords, readErrorLogger(slog.New(log), k.Topic, 0))
+		r, err := openReader(k, 0, &kafka.Dialer{Timeout: 10 * time.Second}, kafka.FirstOffset, readErrorLogger(slog.New(log), k.Topic, 0))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -940,6 +940,65 @@ func TestLargeRecordsAreNotFetchedFarAhead(t *testing.T) {
 	}
 }
 
+// TestReadAheadCountsBytesAfterSmallRecords: a partition whose first records
+// are small and whose next ones are large (900 KB), read while the window is
+// full (its flush stalled on a catalog that does not answer). The reader's
+// queue was sized in records by the first records it returned (1000 for
+// small ones) and shrunk only once a large one was returned: meanwhile it
+// fetched up to 1000 large records ahead, ≈ 130 MiB here instead of the
+// documented 4 MiB.
+func TestReadAheadCountsBytesAfterSmallRecords(t *testing.T) {
+	const small, large = 40, 150
+	j := newJob(t, 0, pipeline.CommitConfig{Interval: pipeline.Duration(time.Hour), MaxRecords: 20}, nil)
+	gen := clickgen.New(clickgen.Config{Sessions: 1, Seed: 8})
+	pad := strings.Repeat("x", 900<<10)
+	var msgs []clickgen.Message
+	for range small {
+		msgs = append(msgs, gen.Next())
+	}
+	for range large {
+		m := gen.Next()
+		m.Value = bytes.Replace(m.Value, []byte(`"user_agent":"`), []byte(`"user_agent":"`+pad), 1)
+		msgs = append(msgs, m)
+	}
+	if got, err := j.cl.Produce(t.Context(), "clicks", msgs); err != nil || len(got) != 1 {
+		t.Fatalf("produced to %d partitions (%v), want one", len(got), err)
+	}
+	msgs = nil
+	tbl, fc := faultyTable(t, j)
+	fc.Inject(faultcat.Stall) // the first flush does not return until the stop
+	runtime.GC()
+	live := []metrics.Sample{{Name: "/gc/heap/live:bytes"}}
+	metrics.Read(live)
+	base := live[0].Value.Uint64()
+	m, err := pipeline.NewMember(j.cfg, tbl, j.sc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done, stop := startRun(m)
+	defer stop()
+	waitFor(t, 30*time.Second, "nothing consumed", func() bool { return m.Stats().Consumed.Load() >= 20 })
+	time.Sleep(time.Second) // the window is full: the worker waits
+	var peak uint64
+	// Sampled within pauseAfter (5 s) of the stall, while the reader is open.
+	for deadline := time.Now().Add(4 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		runtime.GC()
+		metrics.Read(live)
+		peak = max(peak, live[0].Value.Uint64())
+	}
+	over := int64(peak) - int64(base)
+	consumed := m.Stats().Consumed.Load()
+	t.Logf("consumed %d records; live heap peaked %d MiB over the base", consumed, over>>20)
+	// What the member consumed (its window and the stalled flush), 4 MiB
+	// fetched ahead, and slack.
+	if allowed := max(0, consumed-small)*(900<<10) + 32<<20; over > allowed {
+		t.Errorf("a member that consumed %d records (%d of them large) held %d MiB live, over the %d MiB its records and 4 MiB fetched ahead explain",
+			consumed, max(0, consumed-small), over>>20, allowed>>20)
+	}
+	stop()
+	waitRun(t, done, 60*time.Second, "the member did not stop")
+}
+
 // TestNotReadyWhileWatermarksAreUnreadable: a generation that cannot read
 // its watermarks (the catalog down) fetches and commits nothing, and
 // /readyz says so, then ready once the catalog is back and commits land,

@@ -14,40 +14,31 @@ import (
 var pauseAfter = 5 * time.Second
 
 // readAheadRecords and readAheadBytes bound what kafka-go's reader of a
-// partition fetches ahead into its queue, which holds a number of records
-// whatever their size: readAheadRecords, or readAheadBytes' worth of the
-// largest record the reader returned (see readAhead). At 900 KB a record a
-// queue of 1000 held the whole backlog, far beyond commit.max_bytes.
+// partition fetches ahead into its queue: readAheadRecords records holding
+// at most readAheadBytes (the patched reader's QueueBytes; a record larger
+// than that alone). kafka-go's queue counts records whatever their size:
+// at 900 KB a record a queue of 1000 held the whole backlog, far beyond
+// commit.max_bytes.
 const (
 	readAheadRecords = 1000
 	readAheadBytes   = 4 << 20
 )
-
-// readAhead is the queue, in records, that holds readAheadBytes of records
-// of size bytes: readAheadRecords for records up to 4 KiB, at least 1.
-func readAhead(size int) int {
-	return max(1, min(readAheadRecords, readAheadBytes/max(size, 1)))
-}
 
 // pausingReader reads one partition through a kafka-go Reader that it
 // closes when nobody has asked it for a record for pauseAfter — the window
 // or the enrichment lanes full: a stall — and opens again at the next
 // offset when asked. kafka-go's reader keeps fetching into its queue
 // whatever floe holds: a stalled member held that much beyond its window in
-// every partition, 200 MB a partition at 200 KB a record. The queue is
-// readAheadRecords long until a record shows it too long for its size
-// (readAhead): the reader is then opened again at the next offset with a
-// shorter one, dropping what it fetched ahead.
+// every partition, 200 MB a partition at 200 KB a record.
 // Until a first record is read the seek may be symbolic (kafka.FirstOffset),
 // which could resolve elsewhere the next time, so the reader stays open
 // until then. A reader waiting for new records is not closed.
 type pausingReader struct {
-	open func(seek int64, queue int) (*kafka.Reader, error)
+	open func(seek int64) (*kafka.Reader, error)
 
 	mu      sync.Mutex
 	r       *kafka.Reader // nil while paused
 	next    int64         // where a new reader starts
-	queue   int           // the reader's queue, in records (readAhead)
 	reading bool
 	closed  bool
 	// calls counts FetchMessage calls; seen is the count at the
@@ -56,14 +47,13 @@ type pausingReader struct {
 	watch       *time.Timer // from the first record on
 }
 
-// newPausingReader opens a reader at seek with open, its queue
-// readAheadRecords long.
-func newPausingReader(seek int64, open func(seek int64, queue int) (*kafka.Reader, error)) (*pausingReader, error) {
-	r, err := open(seek, readAheadRecords)
+// newPausingReader opens a reader at seek with open.
+func newPausingReader(seek int64, open func(seek int64) (*kafka.Reader, error)) (*pausingReader, error) {
+	r, err := open(seek)
 	if err != nil {
 		return nil, err
 	}
-	return &pausingReader{open: open, r: r, next: seek, queue: readAheadRecords}, nil
+	return &pausingReader{open: open, r: r, next: seek}, nil
 }
 
 // FetchMessage returns the partition's next record, opening a reader if
@@ -71,7 +61,7 @@ func newPausingReader(seek int64, open func(seek int64, queue int) (*kafka.Reade
 func (p *pausingReader) FetchMessage(ctx context.Context) (kafka.Message, error) {
 	p.mu.Lock()
 	if p.r == nil {
-		r, err := p.open(p.next, p.queue)
+		r, err := p.open(p.next)
 		if err != nil {
 			p.mu.Unlock()
 			return kafka.Message{}, err
@@ -91,11 +81,6 @@ func (p *pausingReader) FetchMessage(ctx context.Context) (kafka.Message, error)
 	p.reading = false
 	if err == nil {
 		p.next = msg.Offset + 1
-		if q := readAhead(len(msg.Key) + len(msg.Value)); q < p.queue && p.r == r {
-			p.queue = q
-			r.Close()
-			p.r = nil // opened again at the next call
-		}
 		if p.watch == nil {
 			p.watch = time.AfterFunc(pauseAfter, p.check)
 		}

@@ -230,8 +230,8 @@ type replayer struct {
 func (rp *replayer) replay(ctx context.Context, r ReplayRange) error {
 	k := rp.cfg.Kafka
 	errLog := readErrorLogger(rp.log, k.Topic, r.Partition)
-	reader, err := newPausingReader(r.From, func(seek int64, queue int) (*kafka.Reader, error) {
-		return openReader(k, r.Partition, rp.dialer, seek, queue, errLog)
+	reader, err := newPausingReader(r.From, func(seek int64) (*kafka.Reader, error) {
+		return openReader(k, r.Partition, rp.dialer, seek, errLog)
 	})
 	if err != nil {
 		return err
@@ -348,7 +348,7 @@ func (rp *replayer) replay(ctx context.Context, r ReplayRange) error {
 				// only to be counted in order, without its bytes.
 				return lane.Pass(fctx, replayItem{msg: kafka.Message{Offset: msg.Offset}}, laneOverhead)
 			}
-			return lane.SubmitSized(fctx, ex.key(msg.Value), replayItem{msg: msg, taken: true}, len(msg.Key)+len(msg.Value)+laneOverhead)
+			return lane.SubmitSized(fctx, ex.key(msg.Value), replayItem{msg: msg, taken: true}, recordBytes(&msg)+laneOverhead)
 		})
 		lane.Close()
 		fetched <- err

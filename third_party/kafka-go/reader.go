@@ -62,6 +62,9 @@ type Reader struct {
 
 	// communication channels between the parent reader and its subreaders
 	msgs chan readerMessage
+	// queued bounds the bytes in msgs (ReaderConfig.QueueBytes); nil
+	// when unbounded. (floe patch)
+	queued *queueBytes
 
 	// mutable fields of the reader (synchronized on the mutex)
 	mutex   sync.Mutex
@@ -376,6 +379,14 @@ type ReaderConfig struct {
 	// The capacity of the internal message queue, defaults to 100 if none is
 	// set.
 	QueueCapacity int
+
+	// QueueBytes, when positive, bounds the internal message queue by the
+	// bytes of its messages (keys, values and headers) as well: a message
+	// waits to be queued while the ones queued hold QueueBytes or more
+	// with it, unless the queue is empty (a message larger than QueueBytes
+	// is queued alone). QueueCapacity counts messages whatever their size.
+	// (floe patch)
+	QueueBytes int
 
 	// MinBytes indicates to the broker the minimum batch size that the consumer
 	// will accept. Setting a high minimum when consuming from a low-volume topic
@@ -701,6 +712,7 @@ func NewReader(config ReaderConfig) *Reader {
 	r := &Reader{
 		config:  config,
 		msgs:    make(chan readerMessage, config.QueueCapacity),
+		queued:  newQueueBytes(config.QueueBytes),
 		cancel:  func() {},
 		commits: make(chan commitRequest, config.QueueCapacity),
 		stop:    stop,
@@ -836,6 +848,7 @@ func (r *Reader) FetchMessage(ctx context.Context) (Message, error) {
 			if !ok {
 				return Message{}, io.EOF
 			}
+			r.queued.release(m.bytes)
 
 			if m.version >= version {
 				r.mutex.Lock()
@@ -1210,6 +1223,7 @@ func (r *Reader) start(offsetsByPartition map[topicPartition]int64) {
 				backoffDelayMax:  r.config.ReadBackoffMax,
 				version:          r.version,
 				msgs:             r.msgs,
+				queued:           r.queued,
 				stats:            r.stats,
 				isolationLevel:   r.config.IsolationLevel,
 				maxAttempts:      r.config.MaxAttempts,
@@ -1239,6 +1253,7 @@ type reader struct {
 	backoffDelayMax  time.Duration
 	version          int64
 	msgs             chan<- readerMessage
+	queued           *queueBytes
 	stats            *readerStats
 	isolationLevel   IsolationLevel
 	maxAttempts      int
@@ -1251,6 +1266,66 @@ type readerMessage struct {
 	message   Message
 	watermark int64
 	error     error
+	bytes     int64 // what message holds of queueBytes (floe patch)
+}
+
+// queueBytes bounds the bytes of the messages in a Reader's queue
+// (ReaderConfig.QueueBytes). A nil *queueBytes bounds nothing. (floe patch)
+type queueBytes struct {
+	limit int64
+	mu    sync.Mutex
+	held  int64
+	freed chan struct{} // closed, and replaced, when bytes are released
+}
+
+func newQueueBytes(limit int) *queueBytes {
+	if limit <= 0 {
+		return nil
+	}
+	return &queueBytes{limit: int64(limit), freed: make(chan struct{})}
+}
+
+// messageBytes is what msg counts for in the queue's bytes.
+func messageBytes(msg Message) int64 {
+	n := len(msg.Key) + len(msg.Value)
+	for _, h := range msg.Headers {
+		n += len(h.Key) + len(h.Value)
+	}
+	return int64(n)
+}
+
+// acquire waits until n more bytes fit (or nothing is held) and takes them.
+func (q *queueBytes) acquire(ctx context.Context, n int64) error {
+	if q == nil {
+		return nil
+	}
+	for {
+		q.mu.Lock()
+		if q.held == 0 || q.held+n <= q.limit {
+			q.held += n
+			q.mu.Unlock()
+			return nil
+		}
+		freed := q.freed
+		q.mu.Unlock()
+		select {
+		case <-freed:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// release gives back n bytes taken by acquire.
+func (q *queueBytes) release(n int64) {
+	if q == nil || n == 0 {
+		return
+	}
+	q.mu.Lock()
+	q.held -= n
+	close(q.freed)
+	q.freed = make(chan struct{})
+	q.mu.Unlock()
 }
 
 func (r *reader) run(ctx context.Context, offset int64) {
@@ -1594,10 +1669,18 @@ func (r *reader) readOffsets(conn *Conn) (first, last int64, err error) {
 }
 
 func (r *reader) sendMessage(ctx context.Context, msg Message, watermark int64) error {
+	var n int64
+	if r.queued != nil {
+		n = messageBytes(msg)
+		if err := r.queued.acquire(ctx, n); err != nil {
+			return err
+		}
+	}
 	select {
-	case r.msgs <- readerMessage{version: r.version, message: msg, watermark: watermark}:
+	case r.msgs <- readerMessage{version: r.version, message: msg, watermark: watermark, bytes: n}:
 		return nil
 	case <-ctx.Done():
+		r.queued.release(n)
 		return ctx.Err()
 	}
 }
