@@ -30,7 +30,8 @@ const DefaultDedupeWindow = 7 * 24 * time.Hour
 
 // Dedupe configures the business-key MERGE, the second line of dedupe after
 // the always-on (topic, partition, offset) anti-join: a row whose Key is
-// already in the table, or earlier in the same flush, is skipped. It catches
+// already in the table, or earlier in the same flush, within Window of its
+// own event time, is skipped. It catches
 // what offsets cannot: a producer that retried a send (the same payment at
 // two offsets, or in two partitions under different message keys).
 type Dedupe struct {
@@ -40,11 +41,13 @@ type Dedupe struct {
 	// int or long key must be a required column (and, for Protobuf, a
 	// field with presence), since an unset number decodes as 0.
 	Key string
-	// Window bounds the search of the table in event time: only rows whose
-	// event time lies within [min − Window, max + Window] of the flush's
-	// rows are compared, so only those day partitions and files are read.
-	// It needs the schema's event-time column. 0 searches every file whose
-	// statistics may hold the keys.
+	// Window bounds the search in event time: a row is skipped only for a
+	// copy within Window of its own event time (or a copy or row without
+	// one), and only the day partitions and files within [min − Window,
+	// max + Window] of the flush's rows are read. A copy farther away is a
+	// key reused beyond the window: both are kept. It needs the schema's
+	// event-time column. 0 matches every copy and searches every file
+	// whose statistics may hold the keys.
 	Window time.Duration
 }
 
@@ -179,12 +182,13 @@ type keySearch struct {
 }
 
 // dedupeKeys is the business-key MERGE of one flush: run on the rows the
-// offset anti-join kept, it drops, with inFlush, every repeat of a key after
-// its first occurrence in (partition, offset) order across the parts, then
-// every row whose key tbl already holds within the window. Parts' Rows are
-// replaced by their filtered copies; changed[i] reports which were. Dropped
-// rows' offsets stay covered by their parts' ranges: they are duplicates of
-// rows the table keeps, not lost records.
+// offset anti-join kept, it goes through them in (partition, offset) order
+// across the parts and drops every row that has a copy within the window
+// of its own event time (near): one tbl already holds, or, with inFlush,
+// one kept earlier in the flush. Parts' Rows are replaced by their filtered
+// copies; changed[i] reports which were. Dropped rows' offsets stay covered
+// by their parts' ranges: they are duplicates of rows the table keeps, not
+// lost records.
 func (t *Table) dedupeKeys(ctx context.Context, tbl *table.Table, spec *dedupeSpec, parts []Part, how keySearch) (st keyStats, changed []bool, err error) {
 	debug := t.log.Enabled(ctx, slog.LevelDebug)
 	order := make([]int, 0, len(parts))
@@ -225,10 +229,10 @@ func (t *Table) dedupeKeys(ctx context.Context, tbl *table.Table, spec *dedupeSp
 		}
 	}
 
-	// The flush's own keys: the first occurrence wins.
-	keys := map[string]coord{}
-	var lo, hi int64
-	haveTime, nullTime := false, false
+	// The flush's keys, and the span of its rows' event times: every row
+	// of a key may be kept, each is searched within the window of its own.
+	keys := map[string]struct{}{}
+	var span timeSpan
 	for _, i := range order {
 		pk := cols[i]
 		for r := range int(parts[i].Rows.NumRows()) {
@@ -236,50 +240,59 @@ func (t *Table) dedupeKeys(ctx context.Context, tbl *table.Table, spec *dedupeSp
 			if !ok {
 				continue // a null or empty key identifies nothing
 			}
-			if first, dup := keys[k]; dup {
-				if how.inFlush {
-					drop(i, r, "flush", first)
-				}
-				continue
+			if _, seen := keys[k]; !seen {
+				keys[strings.Clone(k)] = struct{}{}
 			}
-			keys[strings.Clone(k)] = coord{parts[i].Range.Topic, parts[i].Range.Partition, pk.offs.Value(r)}
-			if pk.times == nil {
-				continue
+			if pk.times != nil {
+				span.add(pk.stamp(r))
 			}
-			if pk.times.IsNull(r) {
-				nullTime = true
-				continue
-			}
-			us := pk.micros(r)
-			if !haveTime || us < lo {
-				lo = us
-			}
-			if !haveTime || us > hi {
-				hi = us
-			}
-			haveTime = true
 		}
 	}
 
-	// The table's keys.
+	// The table's copies of those keys.
+	var found map[string][]stamp
 	if len(keys) > 0 && (how.incremental || tbl.CurrentSnapshot() != nil) {
-		bounded := spec.window > 0 && haveTime && !nullTime
-		found, scanned, pruned, err := searchKeys(ctx, tbl, spec, slices.Collect(maps.Keys(keys)), bounded, lo, hi, how)
+		var scanned, pruned int
+		found, scanned, pruned, err = searchKeys(ctx, tbl, spec, slices.Collect(maps.Keys(keys)), span, how)
 		if err != nil {
 			return st, nil, err
 		}
 		st.scanned, st.pruned = scanned, pruned
-		if len(found) > 0 {
-			for _, i := range order {
-				for r := range int(parts[i].Rows.NumRows()) {
-					if masks[i] != nil && !masks[i][r] {
-						continue
+	}
+
+	// Each row against the table's copies of its key, then against the
+	// flush's rows of the key kept before it.
+	w := spec.window.Microseconds()
+	var kept map[string][]keyCopy
+	if how.inFlush {
+		kept = map[string][]keyCopy{}
+	}
+	if len(found) > 0 || kept != nil {
+		for _, i := range order {
+			pk := cols[i]
+			for r := range int(parts[i].Rows.NumRows()) {
+				k, ok := pk.key(r)
+				if !ok {
+					continue
+				}
+				var s stamp
+				if pk.times != nil {
+					s = pk.stamp(r)
+				}
+				if j := slices.IndexFunc(kept[k], func(c keyCopy) bool { return c.near(s, w) }); j >= 0 {
+					drop(i, r, "flush", kept[k][j].at)
+					continue
+				}
+				if slices.ContainsFunc(found[k], func(c stamp) bool { return c.near(s, w) }) {
+					drop(i, r, "table", coord{})
+					continue
+				}
+				if kept != nil {
+					cs, seen := kept[k]
+					if !seen {
+						k = strings.Clone(k)
 					}
-					if k, ok := cols[i].key(r); ok {
-						if _, dup := found[k]; dup {
-							drop(i, r, "table", coord{})
-						}
-					}
+					kept[k] = append(cs, keyCopy{at: coord{parts[i].Range.Topic, parts[i].Range.Partition, pk.offs.Value(r)}, stamp: s})
 				}
 			}
 		}
@@ -309,7 +322,56 @@ type partKeys struct {
 	unit  arrow.TimeUnit
 }
 
-func (p partKeys) micros(i int) int64 { return p.times.Value(i).ToTime(p.unit).UnixMicro() }
+// stamp is row i's event time (p.times must be set).
+func (p partKeys) stamp(i int) stamp { return stampOf(p.times, p.unit, i) }
+
+// stampOf is row i's event time in times, of unit unit.
+func stampOf(times *array.Timestamp, unit arrow.TimeUnit, i int) stamp {
+	if times.IsNull(i) {
+		return stamp{}
+	}
+	return stamp{us: times.Value(i).ToTime(unit).UnixMicro(), timed: true}
+}
+
+// stamp is a copy's event time in microseconds; timed is false when it has
+// none.
+type stamp struct {
+	us    int64
+	timed bool
+}
+
+// near reports whether two copies of a business key are one record to a
+// MERGE (and to verify) with window w in microseconds: they lie within w
+// of each other in event time, or either has no event time (any copy may
+// match it); without a window (w 0) any two copies are. Copies farther
+// apart are a key reused beyond the window: both are kept.
+func (s stamp) near(o stamp, w int64) bool {
+	if w <= 0 || !s.timed || !o.timed {
+		return true
+	}
+	// The gap is at most 2^64-1: unsigned, it cannot wrap (signed, copies
+	// near both ends of the long range came out negative, within any
+	// window).
+	return uint64(max(s.us, o.us)-min(s.us, o.us)) <= uint64(w)
+}
+
+// timeSpan is the span of a flush's event times in microseconds: [lo, hi]
+// of the rows that have one (timed), and whether a row has none.
+type timeSpan struct {
+	lo, hi         int64
+	timed, untimed bool
+}
+
+func (s *timeSpan) add(t stamp) {
+	switch {
+	case !t.timed:
+		s.untimed = true
+	case !s.timed:
+		s.lo, s.hi, s.timed = t.us, t.us, true
+	default:
+		s.lo, s.hi = min(s.lo, t.us), max(s.hi, t.us)
+	}
+}
 
 func readPartKeys(rows arrow.RecordBatch, spec *dedupeSpec) (partKeys, error) {
 	var pk partKeys
@@ -481,21 +543,28 @@ func inBetween[T interface {
 	return iceberg.NewAnd(iceberg.GreaterThanEqual(ref, slices.Min(vals)), iceberg.LessThanEqual(ref, slices.Max(vals)))
 }
 
-// timeFilter selects rows whose event time lies within the window around
-// [lo, hi] (microseconds), and rows without an event time, which any copy
-// may match. The bounds stop at the int64 limits: an event time is any
-// long, and one near a limit wrapped the bound around, a filter that
-// matched no file (the flush's keys went unsearched).
-func (s *dedupeSpec) timeFilter(lo, hi int64) iceberg.BooleanExpression {
-	ref := iceberg.Reference(s.eventTime)
+// around returns [lo − window, hi + window], stopped at the int64 limits:
+// an event time is any long, and one near a limit wrapped the bound
+// around.
+func (s *dedupeSpec) around(lo, hi int64) (from, to int64) {
 	w := s.window.Microseconds()
-	from, to := int64(math.MinInt64), int64(math.MaxInt64)
+	from, to = math.MinInt64, math.MaxInt64
 	if lo >= math.MinInt64+w {
 		from = lo - w
 	}
 	if hi <= math.MaxInt64-w {
 		to = hi + w
 	}
+	return from, to
+}
+
+// timeFilter selects rows whose event time lies within the window around
+// [lo, hi] (microseconds, around: a wrapped bound matched no file, and the
+// flush's keys went unsearched), and rows without an event time, which any
+// copy may match.
+func (s *dedupeSpec) timeFilter(lo, hi int64) iceberg.BooleanExpression {
+	ref := iceberg.Reference(s.eventTime)
+	from, to := s.around(lo, hi)
 	f := iceberg.NewAnd(
 		iceberg.GreaterThanEqual(ref, iceberg.Timestamp(from)),
 		iceberg.LessThanEqual(ref, iceberg.Timestamp(to)))
@@ -505,12 +574,16 @@ func (s *dedupeSpec) timeFilter(lo, hi int64) iceberg.BooleanExpression {
 	return f
 }
 
-// searchKeys returns which of keys tbl holds, reading only the key column of
-// the files whose partition summaries and column statistics may hold them
-// (within the window around [lo, hi] when bounded), and how many data files
-// it read and pruned. how.incremental restricts it to the files appended
-// after how.since.
-func searchKeys(ctx context.Context, tbl *table.Table, spec *dedupeSpec, keys []string, bounded bool, lo, hi int64, how keySearch) (map[string]struct{}, int, int, error) {
+// searchKeys returns the event times of tbl's copies of keys, reading only
+// the key and event-time columns of the files whose partition summaries and
+// column statistics may hold them (within the window around the flush's
+// span when every row of the flush has an event time), and how many data
+// files it read and pruned. The window bounds only which files are read:
+// each row is then matched with the copies within the window of its own
+// event time (near). Of the copies beyond the window of every row of the
+// flush it keeps one per key, enough for a row without an event time.
+// how.incremental restricts it to the files appended after how.since.
+func searchKeys(ctx context.Context, tbl *table.Table, spec *dedupeSpec, keys []string, span timeSpan, how keySearch) (map[string][]stamp, int, int, error) {
 	spec = spec.on(tbl.Schema())
 	var filter iceberg.BooleanExpression = iceberg.AlwaysTrue{}
 	var err error
@@ -519,10 +592,15 @@ func searchKeys(ctx context.Context, tbl *table.Table, spec *dedupeSpec, keys []
 			return nil, 0, 0, err
 		}
 	}
-	if bounded {
-		filter = iceberg.NewAnd(filter, spec.timeFilter(lo, hi))
+	selected := []string{spec.key}
+	if spec.window > 0 {
+		selected = append(selected, spec.eventTime)
+		if span.timed && !span.untimed {
+			filter = iceberg.NewAnd(filter, spec.timeFilter(span.lo, span.hi))
+		}
 	}
-	scan := tbl.Scan(table.WithRowFilter(filter), table.WithSelectedFields(withNested(tbl.Schema(), []string{spec.key}, spec.eventTime)...))
+	from, to := spec.around(span.lo, span.hi)
+	scan := tbl.Scan(table.WithRowFilter(filter), table.WithSelectedFields(withNested(tbl.Schema(), selected, spec.eventTime)...))
 	defer scan.Close()
 	var tasks []table.FileScanTask
 	total := 0
@@ -546,7 +624,7 @@ func searchKeys(ctx context.Context, tbl *table.Table, spec *dedupeSpec, keys []
 		return nil, 0, 0, fmt.Errorf("planning the business-key search: %w", err)
 	}
 	pruned := max(total-len(tasks), 0)
-	found := map[string]struct{}{}
+	found := map[string][]stamp{}
 	if len(tasks) == 0 {
 		return found, 0, pruned, nil
 	}
@@ -567,13 +645,44 @@ func searchKeys(ctx context.Context, tbl *table.Table, spec *dedupeSpec, keys []
 			b.Release()
 			return nil, len(tasks), pruned, fmt.Errorf("dedupe key %s: %w", spec.key, kerr)
 		}
+		var times *array.Timestamp
+		var unit arrow.TimeUnit
+		if spec.window > 0 {
+			idx := b.Schema().FieldIndices(spec.eventTime)
+			ok := len(idx) == 1
+			if ok {
+				times, ok = b.Column(idx[0]).(*array.Timestamp)
+			}
+			if !ok {
+				b.Release()
+				return nil, len(tasks), pruned, fmt.Errorf("reading keys: no timestamp column %s", spec.eventTime)
+			}
+			unit = times.DataType().(*arrow.TimestampType).Unit
+		}
 		for i := range int(b.NumRows()) {
 			// The row filter may only prune files: keep wanted keys.
-			if k, ok := read(i); ok {
-				if _, w := want[k]; w {
-					found[strings.Clone(k)] = struct{}{}
-				}
+			k, ok := read(i)
+			if !ok {
+				continue
 			}
+			if _, w := want[k]; !w {
+				continue
+			}
+			var s stamp
+			if times != nil {
+				s = stampOf(times, unit, i)
+			}
+			cs, seen := found[k]
+			// A copy that no row's own window can reach matches only rows
+			// without an event time, as any copy of the key does.
+			reach := spec.window > 0 && span.timed && (!s.timed || (s.us >= from && s.us <= to))
+			if seen && !reach {
+				continue
+			}
+			if !seen {
+				k = strings.Clone(k)
+			}
+			found[k] = append(cs, s)
 		}
 		b.Release()
 	}

@@ -2,6 +2,7 @@ package lakehouse_test
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -242,6 +243,56 @@ func TestVerifyKeyRepeatedBeyondWindow(t *testing.T) {
 	}
 	if want := "B (payments/0@1, payments/0@3)"; len(rep.DuplicateKeyExamples) != 1 || rep.DuplicateKeyExamples[0] != want {
 		t.Fatalf("examples %v, want [%s]", rep.DuplicateKeyExamples, want)
+	}
+}
+
+// TestDedupeWindowWithRowsWithoutEventTime: a row without an event time
+// matches any copy of its key, and makes the flush's search read every file
+// of its keys; the other rows are still matched within the window of their
+// own event time. p-1 of day 1 reused on day 20 was skipped when its flush
+// also held a record without created_at: the search was unbounded, and any
+// copy found skipped the row.
+func TestDedupeWindowWithRowsWithoutEventTime(t *testing.T) {
+	tbl, sc := payTable(t, `{"type": "record", "name": "Pay", "floe.key": "id", "floe.dedupe-key": "id",
+	  "floe.event-time": "created_at",
+	  "fields": [{"name": "id", "type": "string"}, {"name": "created_at", "type": ["null", {"type": "long", "logicalType": "timestamp-micros"}]}]}`)
+	if err := tbl.SetDedupe(lakehouse.Dedupe{Key: "id", Window: 72 * time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	day := func(d int) string {
+		return fmt.Sprint(time.Date(2024, 11, d, 10, 0, 0, 0, time.UTC).UnixMicro())
+	}
+	commit := func(from, resume int64, values ...string) lakehouse.Result {
+		b := sc.NewRecordBuilder(memory.DefaultAllocator, 0)
+		defer b.Release()
+		for i, v := range values {
+			if err := b.Append([]byte(v), schemas.Meta{Topic: "pay", Partition: 0, Offset: from + int64(i)}, time.Now(), ""); err != nil {
+				t.Fatal(err)
+			}
+		}
+		res, err := tbl.Commit(t.Context(), []lakehouse.Part{{
+			Range: lakehouse.Range{Topic: "pay", Partition: 0, From: from, To: from + int64(len(values))}, Resume: resume, Rows: b.NewRecord()}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+	commit(0, lakehouse.NoWatermark, `{"id":"p-1","created_at":`+day(1)+`}`, `{"id":"p-2","created_at":`+day(1)+`}`)
+	res := commit(2, 2,
+		`{"id":"p-1","created_at":`+day(20)+`}`, // beyond the window of day 1: kept
+		`{"id":"p-2","created_at":null}`,        // no event time: a copy of day 1's
+		`{"id":"q","created_at":null}`,          // no copy: kept
+		`{"id":"q","created_at":`+day(20)+`}`)   // matches q without an event time
+	if res.Rows != 2 || res.BusinessDuplicates != 2 {
+		t.Fatalf("rows %d, business duplicates %d; want 2 (p-1 of day 20, q), 2 (p-2 and q without and with an event time)", res.Rows, res.BusinessDuplicates)
+	}
+	rep, err := tbl.Verify(t.Context(), "pay", lakehouse.DeadLetters{}.Read)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !rep.OK() || rep.DistinctKeys != 3 || rep.KeysBeyondWindow != 1 || rep.DuplicateKeys != 0 || rep.BusinessSkipped != 2 {
+		t.Fatalf("verify OK %v, distinct keys %d, beyond window %d, duplicate keys %d, skipped %d; want true, 3, 1, 0, 2",
+			rep.OK(), rep.DistinctKeys, rep.KeysBeyondWindow, rep.DuplicateKeys, rep.BusinessSkipped)
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -328,6 +329,80 @@ func TestDedupeSearchIsBounded(t *testing.T) {
 	}
 }
 
+// TestDedupeWindowAroundEachRow: the window is matched around each row's
+// own event time, not the flush's. payment_id p-old, committed on day 1, is
+// reused on day 20: beyond the 72h window, a distinct payment, kept when
+// its flush held only recent rows. A flush that also held an unrelated
+// late record of day 2 searched [day 2 − 72h, day 20 + 72h], found day 1's
+// copy and skipped the reuse as a duplicate: a lost payment that verify,
+// counting its offset as a skipped duplicate, reported OK. A reuse within
+// the window (p-mid, days 18 and 20) is still skipped.
+func TestDedupeWindowAroundEachRow(t *testing.T) {
+	for _, withLate := range []bool{false, true} {
+		f := newPayFixture(t)
+		tbl := f.open(t)
+		if err := tbl.SetDedupe(lakehouse.Dedupe{Key: "payment_id", Window: 72 * time.Hour}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tbl.Commit(t.Context(), []lakehouse.Part{
+			f.part(t, 0, 0, 2, lakehouse.NoWatermark, pay{0, "p-old", 1}, pay{1, "p-mid", 18}),
+		}); err != nil {
+			t.Fatal(err)
+		}
+		pays := []pay{{2, "p-old", 20}, {3, "p-mid", 20}}
+		if withLate {
+			pays = append(pays, pay{4, "late-unrelated", 2})
+		}
+		res, err := tbl.Commit(t.Context(), []lakehouse.Part{f.part(t, 0, 2, 2+int64(len(pays)), 2, pays...)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := payments(t, tbl)
+		if len(got["p-old"]) != 2 || len(got["p-mid"]) != 1 || res.BusinessDuplicates != 1 {
+			t.Errorf("with a late row in the flush %v: p-old at %v (day 1, reused on day 20), p-mid at %v (days 18 and 20), business duplicates %d; want p-old twice, p-mid once, 1",
+				withLate, got["p-old"], got["p-mid"], res.BusinessDuplicates)
+		}
+		rep := verifyPay(t, tbl)
+		if !rep.OK() || rep.KeysBeyondWindow != 1 || rep.DuplicateKeys != 0 || rep.BusinessSkipped != 1 {
+			t.Errorf("with a late row in the flush %v: verify OK %v, beyond window %d, duplicate keys %d, skipped %d; want true, 1, 0, 1",
+				withLate, rep.OK(), rep.KeysBeyondWindow, rep.DuplicateKeys, rep.BusinessSkipped)
+		}
+	}
+}
+
+// TestDedupeWindowWithinFlush: repeats of a key in one flush follow the
+// window too: a repeat is skipped only for a copy kept earlier in the flush
+// within the window of its own event time. The first occurrence won
+// whatever the distance: A of day 20 and 21 were skipped for A of day 1, a
+// reuse beyond the window lost.
+func TestDedupeWindowWithinFlush(t *testing.T) {
+	f := newPayFixture(t)
+	tbl := f.open(t)
+	if err := tbl.SetDedupe(lakehouse.Dedupe{Key: "payment_id", Window: 72 * time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	res, err := tbl.Commit(t.Context(), []lakehouse.Part{
+		f.part(t, 1, 0, 2, lakehouse.NoWatermark, pay{0, "A", 21}, pay{1, "B", 7}),
+		f.part(t, 0, 0, 3, lakehouse.NoWatermark, pay{0, "A", 1}, pay{1, "B", 5}, pay{2, "A", 20}),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// In (partition, offset) order: A of day 1 and of day 20 (19 days
+	// apart) kept, A of day 21 skipped for day 20's; B of day 7 skipped for
+	// day 5's.
+	got := payments(t, tbl)
+	if fmt.Sprint(slices.Sorted(slices.Values(got["A"]))) != "[0@0 0@2]" || fmt.Sprint(got["B"]) != "[0@1]" || res.Rows != 3 || res.BusinessDuplicates != 2 {
+		t.Fatalf("A at %v, B at %v, rows %d, business duplicates %d; want A at [0@0 0@2], B at [0@1], 3, 2",
+			got["A"], got["B"], res.Rows, res.BusinessDuplicates)
+	}
+	rep := verifyPay(t, tbl)
+	if !rep.OK() || rep.KeysBeyondWindow != 1 || rep.DuplicateKeys != 0 || rep.BusinessSkipped != 2 {
+		t.Fatalf("verify OK %v, beyond window %d, duplicate keys %d, skipped %d; want true, 1, 0, 2",
+			rep.OK(), rep.KeysBeyondWindow, rep.DuplicateKeys, rep.BusinessSkipped)
+	}
+}
+
 type localIO interface {
 	iceio.WriteFileIO
 	iceio.ReadFileIO
@@ -441,6 +516,46 @@ func TestDedupeConcurrentCommitRace(t *testing.T) {
 	}
 	if !rep.OK() || rep.DuplicateKeys != 0 {
 		t.Fatalf("verify: %+v", rep)
+	}
+}
+
+// TestDedupeRecheckWindowAroundEachRow: the re-check after a conflict
+// matches the window around each row's own event time, as the MERGE does.
+// Member b commits K and L of day 1 between member a's MERGE and its
+// commit; a's flush holds K of day 20 (a reuse beyond the 72h window) and
+// L of day 2 (a retry). The re-check searched [day 2 − 72h, day 20 + 72h]
+// and skipped K as well.
+func TestDedupeRecheckWindowAroundEachRow(t *testing.T) {
+	f := newPayFixture(t)
+	b := f.open(t)
+	cat, err := lakehouse.OpenCatalog(t.Context(), f.props)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var berr error
+	hc := &hookCatalog{Catalog: cat, before: func() {
+		_, berr = b.Commit(context.Background(), []lakehouse.Part{
+			f.part(t, 1, 0, 2, lakehouse.NoWatermark, pay{0, "K", 1}, pay{1, "L", 1}),
+		})
+	}}
+	a, err := lakehouse.OpenIn(t.Context(), hc, lakehouse.Config{Table: "fin.payments", Group: "g"}, f.schema)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.Close() })
+	if err := a.SetDedupe(lakehouse.Dedupe{Key: "payment_id", Window: 72 * time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	ares, err := a.Commit(t.Context(), []lakehouse.Part{
+		f.part(t, 0, 0, 2, lakehouse.NoWatermark, pay{0, "K", 20}, pay{1, "L", 2}),
+	})
+	if err != nil || berr != nil {
+		t.Fatalf("a: %v, b: %v", err, berr)
+	}
+	got := payments(t, a)
+	if ares.Attempts != 2 || ares.Rows != 1 || ares.BusinessDuplicates != 1 || fmt.Sprint(slices.Sorted(slices.Values(got["K"]))) != "[0@0 1@0]" || fmt.Sprint(got["L"]) != "[1@1]" {
+		t.Fatalf("a: attempts %d, rows %d, business duplicates %d, K at %v, L at %v; want 2, 1, 1, [0@0 1@0], [1@1]",
+			ares.Attempts, ares.Rows, ares.BusinessDuplicates, got["K"], got["L"])
 	}
 }
 

@@ -35,9 +35,8 @@ type keyIndex struct {
 // microseconds (timed false when it has none: the MERGE matches such a
 // row with any copy).
 type keyCopy struct {
-	at    coord
-	us    int64
-	timed bool
+	at coord
+	stamp
 }
 
 // newKeyIndex returns the index of the business keys t's MERGE dedupes on,
@@ -115,8 +114,8 @@ func (k *keyIndex) add(b arrow.RecordBatch, topic string) error {
 			continue
 		}
 		c := keyCopy{at: coord{topic: topic, partition: parts.Value(i), offset: offs.Value(i)}}
-		if times != nil && !times.IsNull(i) {
-			c.us, c.timed = times.Value(i).ToTime(unit).UnixMicro(), true
+		if times != nil {
+			c.stamp = stampOf(times, unit, i)
 		}
 		first, seen := k.first[v]
 		if !seen {
@@ -157,10 +156,8 @@ func (k *keyIndex) finish() {
 		})
 		dups := int64(0)
 		for i := 1; i < len(cs); i++ {
-			// In order, the gap is at most 2^64-1: unsigned, it cannot wrap
-			// (signed, copies near both ends of the long range came out
-			// negative, within any window).
-			if k.timeColumn == "" || !cs[i].timed || !cs[i-1].timed || uint64(cs[i].us-cs[i-1].us) <= uint64(k.window) {
+			// The MERGE's own rule (window 0 without a time column).
+			if cs[i].near(cs[i-1].stamp, k.window) {
 				dups++
 			}
 		}
