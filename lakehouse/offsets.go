@@ -176,8 +176,10 @@ func sortRanges(rs []Range) {
 
 // WatermarksOf returns the group's offset map from the newest snapshot in the
 // current branch's ancestry that carries one, or an empty map when none does.
-// Walking the ancestry (not just the head) matters because maintenance
-// snapshots (compaction, expiry) carry no map.
+// Maintenance snapshots carry every group's map (offsetMaps), but walking
+// the ancestry (not just the head) still matters: another group's commits
+// carry only their own map, and snapshots written by other engines (or by
+// an earlier floe's maintenance) carry none.
 func WatermarksOf(tbl *table.Table, group string) (Offsets, error) {
 	return newestOffsets(tbl, OffsetsKeyPrefix+group)
 }

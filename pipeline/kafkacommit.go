@@ -2,7 +2,6 @@ package pipeline
 
 import (
 	"context"
-	"maps"
 	"sync"
 
 	"github.com/segmentio/kafka-go"
@@ -16,24 +15,39 @@ import (
 // for up to its timeout (rebalance timeout + 5 s), and the final flush
 // past commit.grace.
 type offsetCommitter struct {
-	commit  func(map[string]map[int]int64) error // Generation.CommitOffsets
+	// commit is Generation.CommitOffsetsMetadata.
+	commit  func(offsets map[string]map[int]int64, metadata map[string]map[int]string) error
 	topic   string
 	failed  func(error) // counts and logs a failed commit
 	mu      sync.Mutex
-	pending map[int]int64 // partition → offset not yet sent
-	wake    chan struct{} // a send is pending
-	stopped chan struct{} // closed when run returns
+	pending map[int]int64  // partition → offset not yet sent
+	meta    map[int]string // partition → metadata of its pending offset (a pin's)
+	wake    chan struct{}  // a send is pending
+	stopped chan struct{}  // closed when run returns
 }
 
 func newOffsetCommitter(gen *kafka.Generation, topic string, failed func(error)) *offsetCommitter {
-	return &offsetCommitter{commit: gen.CommitOffsets, topic: topic, failed: failed,
-		pending: map[int]int64{}, wake: make(chan struct{}, 1), stopped: make(chan struct{})}
+	return &offsetCommitter{commit: gen.CommitOffsetsMetadata, topic: topic, failed: failed,
+		pending: map[int]int64{}, meta: map[int]string{}, wake: make(chan struct{}, 1), stopped: make(chan struct{})}
 }
 
 // add queues offsets (partition → next offset to read) after a flush.
 func (c *offsetCommitter) add(offsets map[int]int64) {
+	c.addWith(offsets, "")
+}
+
+// addWith queues offsets with metadata, which goes with each of them
+// (pins: see pinMetadata); a later add of a partition replaces both.
+func (c *offsetCommitter) addWith(offsets map[int]int64, metadata string) {
 	c.mu.Lock()
-	maps.Copy(c.pending, offsets)
+	for p, o := range offsets {
+		c.pending[p] = o
+		if metadata == "" {
+			delete(c.meta, p)
+		} else {
+			c.meta[p] = metadata
+		}
+	}
 	c.mu.Unlock()
 	select {
 	case c.wake <- struct{}{}:
@@ -58,13 +72,13 @@ func (c *offsetCommitter) run(stop context.Context) {
 
 func (c *offsetCommitter) send() {
 	c.mu.Lock()
-	offsets := c.pending
-	c.pending = map[int]int64{}
+	offsets, meta := c.pending, c.meta
+	c.pending, c.meta = map[int]int64{}, map[int]string{}
 	c.mu.Unlock()
 	if len(offsets) == 0 {
 		return
 	}
-	if err := c.commit(map[string]map[int]int64{c.topic: offsets}); err != nil {
+	if err := c.commit(map[string]map[int]int64{c.topic: offsets}, map[string]map[int]string{c.topic: meta}); err != nil {
 		c.failed(err)
 		// Sent again with the next: a start_offset "latest" pinned at
 		// the generation's start has no flush to carry it otherwise.
@@ -72,6 +86,9 @@ func (c *offsetCommitter) send() {
 		for p, o := range offsets {
 			if _, newer := c.pending[p]; !newer {
 				c.pending[p] = o
+				if m, ok := meta[p]; ok {
+					c.meta[p] = m
+				}
 			}
 		}
 		c.mu.Unlock()

@@ -15,18 +15,20 @@ import (
 // start at the next generation.
 func TestOffsetCommitterRetriesFailedOffsets(t *testing.T) {
 	var sent []map[int]int64
+	var sentMeta []map[int]string
 	fail := true
-	c := &offsetCommitter{topic: "t", failed: func(error) {}, pending: map[int]int64{},
+	c := &offsetCommitter{topic: "t", failed: func(error) {}, pending: map[int]int64{}, meta: map[int]string{},
 		wake: make(chan struct{}, 1), stopped: make(chan struct{})}
-	c.commit = func(o map[string]map[int]int64) error {
+	c.commit = func(o map[string]map[int]int64, meta map[string]map[int]string) error {
 		sent = append(sent, maps.Clone(o["t"]))
+		sentMeta = append(sentMeta, maps.Clone(meta["t"]))
 		if fail {
 			fail = false
 			return errors.New("coordinator moved")
 		}
 		return nil
 	}
-	c.add(map[int]int64{0: 100, 1: 5}) // the pins
+	c.addWith(map[int]int64{0: 100, 1: 5}, "pin") // the pins
 	c.send()
 	c.add(map[int]int64{1: 9}) // a flush of partition 1
 	stop, cancel := context.WithCancel(context.Background())
@@ -35,5 +37,11 @@ func TestOffsetCommitterRetriesFailedOffsets(t *testing.T) {
 	want := []map[int]int64{{0: 100, 1: 5}, {0: 100, 1: 9}}
 	if len(sent) != len(want) || !maps.Equal(sent[0], want[0]) || !maps.Equal(sent[1], want[1]) {
 		t.Fatalf("sent %v, want %v", sent, want)
+	}
+	// The pins' metadata goes with them, again when retried; not with the
+	// flush that replaced one.
+	wantMeta := []map[int]string{{0: "pin", 1: "pin"}, {0: "pin"}}
+	if !maps.Equal(sentMeta[0], wantMeta[0]) || !maps.Equal(sentMeta[1], wantMeta[1]) {
+		t.Fatalf("sent metadata %v, want %v", sentMeta, wantMeta)
 	}
 }

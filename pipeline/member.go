@@ -435,28 +435,47 @@ func (m *Member) generation(ctx, genCtx context.Context, gen *kafka.Generation, 
 	// firsts: the log start offsets, read at most once per generation, for
 	// the lag gauges of partitions read from the log start.
 	var firsts map[int32]int64
-	// stable: the last stable offsets, read at most once per generation,
-	// where start_offset "latest" starts (see below).
+	// stable: the last stable offsets, where start_offset "latest" starts,
+	// and started: how many partitions the topic had when the job first
+	// started; both read (by jobStart) only when a partition has neither a
+	// watermark nor a group offset while the table has no offset of the
+	// topic.
 	var stable map[int32]int64
+	started := 0
+	for _, a := range assigned {
+		if _, ok := wm.Get(k.Topic, int32(a.ID)); !ok && a.Offset == kafka.LastOffset && len(wm[k.Topic]) == 0 {
+			if started, stable, err = m.jobStart(stopCtx); err != nil {
+				if ctx.Err() != nil {
+					return nil // stopped before anything was fetched
+				}
+				return err
+			}
+			break
+		}
+	}
+	// fromStart: partitions read from their log start for want of a
+	// watermark and a group offset, where start_offset "latest" would
+	// skip records (logged).
+	var fromStart []int32
 	for i, a := range assigned {
 		p := int32(a.ID)
 		resume, ok := wm.Get(k.Topic, p)
 		seek := resume
 		if !ok {
 			resume, seek = lakehouse.NoWatermark, a.Offset
-			if seek == kafka.LastOffset && len(wm[k.Topic]) > 0 {
-				// A partition added while the job runs: start_offset
-				// "latest" would skip what producers wrote to it before
-				// this rebalance. (The table has offsets for the topic, so
-				// the job started long ago.)
+			if seek == kafka.LastOffset && (len(wm[k.Topic]) > 0 || int(p) >= started) {
+				// A partition added to the topic since the job first
+				// started: start_offset "latest" would skip what
+				// producers wrote to it before this rebalance. The table
+				// has offsets for the topic, so the job started long ago
+				// (and a partition without a group offset was added, or
+				// its pin below expired); or it has none yet, and the
+				// group's pins say how many partitions the topic had
+				// when the job first started (jobStart). That the group
+				// has pins is not enough: members of the job's first
+				// generation pin their partitions each at its own pace.
 				seek = kafka.FirstOffset
-			}
-			if seek == kafka.LastOffset && stable == nil {
-				var serr error
-				if stable, serr = EndOffsets(stopCtx, k); serr != nil {
-					m.log.Warn("reading last stable offsets for start_offset latest; kafka-go resolves it, to the high watermark", "err", serr)
-					stable = map[int32]int64{}
-				}
+				fromStart = append(fromStart, p)
 			}
 			if e, ok := stable[p]; ok && seek == kafka.LastOffset {
 				// "latest" is where the job first started, not where
@@ -469,7 +488,9 @@ func (m *Member) generation(ctx, genCtx context.Context, gen *kafka.Generation, 
 				// was written since the last. The last stable offset,
 				// not the high watermark: a transaction open at the start
 				// commits its records below the latter, as does what
-				// others wrote after it began.
+				// others wrote after it began. The pin's metadata
+				// records how many partitions the topic had when the job
+				// first started (pinMetadata).
 				seek = e
 				pinned[int(p)] = e
 			}
@@ -550,6 +571,11 @@ func (m *Member) generation(ctx, genCtx context.Context, gen *kafka.Generation, 
 			b.release()
 		}
 	}()
+	if len(fromStart) > 0 {
+		m.log.Info("partitions without a watermark or a group offset read from their log start, whatever start_offset says: "+
+			"added to the topic since the job first started (or their start_offset latest pin expired)",
+			"topic", k.Topic, "partitions", fromStart)
+	}
 
 	go func() {
 		// A failed worker (only in scheduled mode: see work) ends the
@@ -578,7 +604,7 @@ func (m *Member) generation(ctx, genCtx context.Context, gen *kafka.Generation, 
 	flushed, flushesDone := context.WithCancel(context.WithoutCancel(ctx))
 	go kafkaOffsets.run(flushed)
 	if len(pinned) > 0 {
-		kafkaOffsets.add(pinned)
+		kafkaOffsets.addWith(pinned, pinMetadata(started))
 	}
 	defer func() {
 		flushesDone()
@@ -760,6 +786,55 @@ func joinRefused(err error, k KafkaConfig) error {
 		return fmt.Errorf("joining group %s: its members use another protocol (a client other than floe in kafka.group?): %w", k.Group, err)
 	}
 	return nil
+}
+
+// jobStart returns how many partitions the topic had when the job first
+// started and the topic's last stable offsets (where start_offset "latest"
+// starts), for a generation assigned a partition that has neither a
+// watermark nor a group offset while the table has no offset of the topic:
+// before the job's first commit, a partition added to the topic since is
+// read from its start, the others start at "latest". The count is the one
+// the group's pins record (startPartitions), or, when the group has no
+// offset of the topic, the topic's partition count now: this is the job's
+// first start. Retried while the brokers do not answer (a partition
+// pinned at its end for want of an answer would skip what was written to
+// it before this rebalance), until ctx ends.
+func (m *Member) jobStart(ctx context.Context) (int, map[int32]int64, error) {
+	k := m.cfg.Kafka
+	backoff := 200 * time.Millisecond
+	// Nothing is fetched meanwhile: not ready.
+	defer m.stats.Stalled.Store(false)
+	for {
+		stable, err := EndOffsets(ctx, k)
+		var commits map[int32]groupCommit
+		if err == nil {
+			partitions := make([]int, 0, len(stable))
+			for p := range stable {
+				partitions = append(partitions, int(p))
+			}
+			commits, err = groupCommits(ctx, k, partitions)
+		}
+		if err == nil {
+			n, ok := startPartitions(commits)
+			if !ok {
+				for p := range stable {
+					n = max(n, int(p)+1)
+				}
+			}
+			return n, stable, nil
+		}
+		if ctx.Err() != nil {
+			return 0, nil, ctx.Err()
+		}
+		m.stats.Stalled.Store(true)
+		m.log.Warn("reading the topic's last stable offsets and the group's offsets, for start_offset latest; retrying", "err", err)
+		select {
+		case <-ctx.Done():
+			return 0, nil, ctx.Err()
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 10*time.Second)
+	}
 }
 
 // markPinned marks idle, for a scheduled run of a start_offset "latest"

@@ -326,3 +326,27 @@ func TestIdleScheduledTickEndsWithItsGeneration(t *testing.T) {
 		t.Fatal("the idle generation still waits on the catalog 5 s after the rebalance ended it")
 	}
 }
+
+// TestStartPartitions: how many partitions the topic had when the job
+// first started, as the group's offsets tell: the least count its pins
+// recorded (a pin committed after partitions were added records the count
+// it found), else one past the highest partition with an offset (pins of
+// an earlier floe, without the count), else nothing (the first start).
+func TestStartPartitions(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		commits map[int32]groupCommit
+		want    int
+		ok      bool
+	}{
+		{"no offsets", map[int32]groupCommit{}, 0, false},
+		{"pins", map[int32]groupCommit{0: {5, pinMetadata(4)}, 1: {7, pinMetadata(4)}}, 4, true},
+		{"a later pin", map[int32]groupCommit{0: {5, pinMetadata(4)}, 2: {7, pinMetadata(6)}}, 4, true},
+		{"without the count", map[int32]groupCommit{0: {5, ""}, 2: {7, "other"}}, 3, true},
+		{"a bad count", map[int32]groupCommit{1: {5, pinPrefix + "x"}}, 2, true},
+	} {
+		if got, ok := startPartitions(tc.commits); got != tc.want || ok != tc.ok {
+			t.Errorf("%s: startPartitions = %d, %v; want %d, %v", tc.name, got, ok, tc.want, tc.ok)
+		}
+	}
+}

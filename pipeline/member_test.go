@@ -29,6 +29,7 @@ import (
 	"github.com/apache/iceberg-go/table"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
@@ -396,6 +397,70 @@ func TestPartitionsAdded(t *testing.T) {
 	}
 	if n, _, _ := j.tbl.PartitionCount(ctx, "clicks"); n != 6 {
 		t.Fatalf("recorded partition count = %d, want 6", n)
+	}
+}
+
+// TestPartitionsAddedBeforeTheFirstCommitAreReadFromTheirStart: partitions
+// added to the topic of a start_offset "latest" job whose table holds
+// nothing yet are read from their start, as those added later are. An
+// added partition used to be recognised only by the table's watermarks for
+// the topic: before the job's first commit it was taken for one of a job
+// starting, pinned at its end when the rebalance assigned it, and what
+// producers wrote to it meanwhile was skipped (verify saw nothing: the pin
+// is where its coverage began). The group's pins now record how many
+// partitions the topic had when the job first started.
+func TestPartitionsAddedBeforeTheFirstCommitAreReadFromTheirStart(t *testing.T) {
+	j := newJob(t, 0, pipeline.CommitConfig{Interval: pipeline.Duration(200 * time.Millisecond)}, nil)
+	j.cfg.Kafka.StartOffset = "latest"
+	ctx := t.Context()
+	m := runMember(t, j.cfg, j.tbl, j.sc)
+	waitFor(t, 30*time.Second, "4 partitions assigned", func() bool { return m.Stats().Assigned.Load() == 4 })
+	waitFor(t, 30*time.Second, "the job's start pinned", func() bool {
+		at, err := pipeline.GroupOffsets(ctx, j.cfg.Kafka, []int{0, 1, 2, 3})
+		return err == nil && len(at) == 4
+	})
+
+	if err := j.cl.AddPartitions(ctx, "clicks", 6); err != nil {
+		t.Fatal(err)
+	}
+	gen := clickgen.New(clickgen.Config{Sessions: 100, Seed: 5})
+	cl, err := kgo.NewClient(kgo.SeedBrokers(j.cl.Addrs()...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	produced := 0
+	// Records to the added partitions only, before kafka-go notices them
+	// (it looks every 10 s).
+	for _, p := range []int32{4, 5} {
+		for range 50 {
+			msg := gen.Next()
+			if err := cl.ProduceSync(ctx, &kgo.Record{Topic: "clicks", Partition: p, Key: msg.Key, Value: msg.Value}).FirstErr(); err != nil {
+				t.Fatal(err)
+			}
+			produced++
+		}
+	}
+	end, err := j.cl.EndOffsets(ctx, "clicks")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.Stats().Assigned.Load() != 4 {
+		t.Fatalf("rebalanced before the records were written; the test proves nothing")
+	}
+	t.Logf("written before the rebalance: end offsets %v", end)
+	waitFor(t, 60*time.Second, "6 partitions assigned", func() bool { return m.Stats().Assigned.Load() == 6 })
+	// A few more, after the rebalance, so that every partition commits.
+	if _, err := j.cl.ProduceRate(ctx, "clicks", gen, 300, 0); err != nil {
+		t.Fatal(err)
+	}
+	produced += 300
+	if end, err = j.cl.EndOffsets(ctx, "clicks"); err != nil {
+		t.Fatal(err)
+	}
+	waitCaughtUp(t, j.tbl, end, 60*time.Second)
+	if n := distinctIDs(t, j.tbl); n != produced {
+		t.Fatalf("%d distinct ids, want %d: records written to the added partitions before the rebalance were skipped", n, produced)
 	}
 }
 
@@ -772,6 +837,96 @@ func TestLatestIsWhereTheJobFirstStarted(t *testing.T) {
 	want := 50 + int(end[keyPart[quiet]]-j.end[keyPart[quiet]]) + int(end[keyPart["hot"]]-j.end[keyPart["hot"]]) - 50
 	if n := distinctIDs(t, j.tbl); n != want {
 		t.Fatalf("after the third run: %d rows, want %d (none of the history written before the job started)", n, want)
+	}
+}
+
+// TestAddedPartitionsWaitForTheGroupsOffsets: the group's offsets that
+// tell a partition added since a start_offset "latest" job first started
+// (before its first commit) from one to pin are asked again while the
+// coordinator fails to answer, not taken for none: the added partition
+// would be pinned at its end, skipping what was written to it.
+func TestAddedPartitionsWaitForTheGroupsOffsets(t *testing.T) {
+	j := newJob(t, 400, fastCommit, nil) // history on all 4 partitions
+	j.cfg.Kafka.StartOffset = "latest"
+	ctx := t.Context()
+	runScheduled(t, j, "the first run") // nothing to read: it pins the job's start
+	if err := j.cl.AddPartitions(ctx, "clicks", 6); err != nil {
+		t.Fatal(err)
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(j.cl.Addrs()...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	gen := clickgen.New(clickgen.Config{Sessions: 100, Seed: 5})
+	for _, p := range []int32{4, 5} {
+		for range 50 {
+			msg := gen.Next()
+			if err := cl.ProduceSync(ctx, &kgo.Record{Topic: "clicks", Partition: p, Key: msg.Key, Value: msg.Value}).FirstErr(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	// floe's own OffsetFetch (kafka-go's consumer group sends version 1)
+	// fails three times.
+	var failed atomic.Int32
+	kf := j.cl.Kfake()
+	kf.ControlKey(kmsg.OffsetFetch.Int16(), func(r kmsg.Request) (kmsg.Response, error, bool) {
+		kf.KeepControl()
+		if r.GetVersion() < 2 || failed.Load() >= 3 {
+			return nil, nil, false
+		}
+		failed.Add(1)
+		resp := r.ResponseKind().(*kmsg.OffsetFetchResponse)
+		resp.ErrorCode = kerr.CoordinatorLoadInProgress.Code
+		return resp, nil, true
+	})
+	runScheduled(t, j, "the second run")
+	if n := distinctIDs(t, j.tbl); n != 100 {
+		t.Fatalf("%d rows, want the 100 written to the added partitions", n)
+	}
+	if failed.Load() != 3 {
+		t.Fatalf("%d group offset reads failed, want 3", failed.Load())
+	}
+}
+
+// TestLatestPinsOfConcurrentFirstStarts: members of a start_offset
+// "latest" job's first generation pin their partitions each at its own
+// pace; a member that finds another's pins before its own, the table still
+// empty, pins its partitions at their end too rather than take them for
+// partitions added since the job started and read their history. The
+// other member's pins (partitions 0 and 1, committed with the metadata
+// floe gives them) are committed here before this one starts.
+func TestLatestPinsOfConcurrentFirstStarts(t *testing.T) {
+	j := newJob(t, 400, fastCommit, nil) // history on all 4 partitions
+	j.cfg.Kafka.StartOffset = "latest"
+	cl, err := kgo.NewClient(kgo.SeedBrokers(j.cl.Addrs()...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	var pins kadm.Offsets
+	for _, p := range []int32{0, 1} {
+		pins.Add(kadm.Offset{Topic: "clicks", Partition: p, At: j.end[p], LeaderEpoch: -1, Metadata: "floe.start_partitions=4"})
+	}
+	if err := adm.CommitAllOffsets(t.Context(), "g", pins); err != nil {
+		t.Fatal(err)
+	}
+
+	runScheduled(t, j, "the run") // nothing to read: it pins partitions 2 and 3
+	if n := distinctIDs(t, j.tbl); n != 0 {
+		t.Fatalf("%d rows: the history of partitions the other member had not pinned yet was read", n)
+	}
+	got, err := adm.FetchOffsets(t.Context(), "g")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for p := range int32(4) {
+		o, ok := got.Lookup("clicks", p)
+		if !ok || o.At != j.end[p] || o.Metadata != "floe.start_partitions=4" {
+			t.Errorf("partition %d: group offset %+v (found %v), want %d with metadata floe.start_partitions=4", p, o, ok, j.end[p])
+		}
 	}
 }
 

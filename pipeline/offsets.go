@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -108,6 +109,26 @@ func CheckSourceTopic(ctx context.Context, k KafkaConfig) error {
 // k.Topic; a partition without one is absent, as every one is for a group
 // the broker does not know.
 func GroupOffsets(ctx context.Context, k KafkaConfig, partitions []int) (map[int32]int64, error) {
+	commits, err := groupCommits(ctx, k, partitions)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[int32]int64, len(commits))
+	for p, c := range commits {
+		out[p] = c.offset
+	}
+	return out, nil
+}
+
+// groupCommit is a partition's committed offset and the metadata committed
+// with it.
+type groupCommit struct {
+	offset   int64
+	metadata string
+}
+
+// groupCommits is GroupOffsets with each offset's metadata.
+func groupCommits(ctx context.Context, k KafkaConfig, partitions []int) (map[int32]groupCommit, error) {
 	c, done, err := k.Client()
 	if err != nil {
 		return nil, err
@@ -118,12 +139,12 @@ func GroupOffsets(ctx context.Context, k KafkaConfig, partitions []int) (map[int
 		err = res.Error
 	}
 	if errors.Is(err, kafka.GroupIdNotFound) {
-		return map[int32]int64{}, nil // not yet: kfake says so where Kafka answers no offsets
+		return map[int32]groupCommit{}, nil // not yet: kfake says so where Kafka answers no offsets
 	}
 	if err != nil {
 		return nil, fmt.Errorf("offsets of group %s: %w", k.Group, err)
 	}
-	out := make(map[int32]int64, len(partitions))
+	out := make(map[int32]groupCommit, len(partitions))
 	for _, p := range res.Topics[k.Topic] {
 		if errors.Is(p.Error, kafka.GroupIdNotFound) {
 			continue
@@ -132,10 +153,44 @@ func GroupOffsets(ctx context.Context, k KafkaConfig, partitions []int) (map[int
 			return nil, fmt.Errorf("offset of group %s on %s/%d: %w", k.Group, k.Topic, p.Partition, p.Error)
 		}
 		if p.CommittedOffset >= 0 {
-			out[int32(p.Partition)] = p.CommittedOffset
+			out[int32(p.Partition)] = groupCommit{offset: p.CommittedOffset, metadata: p.Metadata}
 		}
 	}
 	return out, nil
+}
+
+// pinPrefix starts the metadata of a start_offset "latest" pin: the number
+// of partitions the topic had when the job first started follows.
+const pinPrefix = "floe.start_partitions="
+
+// pinMetadata is the metadata committed with the pins of a job that first
+// started when the topic had n partitions.
+func pinMetadata(n int) string { return pinPrefix + strconv.Itoa(n) }
+
+// startPartitions returns how many partitions the topic had when the job
+// first started, as far as the group's committed offsets of the topic
+// (commits) tell, and whether they tell: the least count its pins
+// recorded; else, for offsets committed without one (by a floe before pins
+// recorded it), one past the highest partition with an offset — partition
+// numbers only grow, so every partition below it existed; nothing when the
+// group has no offset of the topic (the job's first start).
+func startPartitions(commits map[int32]groupCommit) (int, bool) {
+	least, highest := -1, -1
+	for p, c := range commits {
+		highest = max(highest, int(p))
+		if n, err := strconv.Atoi(strings.TrimPrefix(c.metadata, pinPrefix)); err == nil && strings.HasPrefix(c.metadata, pinPrefix) && n > 0 {
+			if least < 0 || n < least {
+				least = n
+			}
+		}
+	}
+	switch {
+	case least > 0:
+		return least, true
+	case highest >= 0:
+		return highest + 1, true
+	}
+	return 0, false
 }
 
 // timestampType returns k.Topic's message.timestamp.type: "CreateTime" or

@@ -416,6 +416,13 @@ func (g *Generation) Start(fn func(ctx context.Context)) {
 // consumer group coordinator.  This can be used to reset the consumer to
 // explicit offsets.
 func (g *Generation) CommitOffsets(offsets map[string]map[int]int64) error {
+	return g.CommitOffsetsMetadata(offsets, nil)
+}
+
+// CommitOffsetsMetadata is CommitOffsets with each partition's metadata
+// string (metadata[topic][partition]; empty where absent), which the
+// coordinator keeps with the offset and OffsetFetch returns. floe patch.
+func (g *Generation) CommitOffsetsMetadata(offsets map[string]map[int]int64, metadata map[string]map[int]string) error {
 	if len(offsets) == 0 {
 		return nil
 	}
@@ -427,6 +434,7 @@ func (g *Generation) CommitOffsets(offsets map[string]map[int]int64) error {
 			t.Partitions = append(t.Partitions, offsetCommitRequestV2Partition{
 				Partition: int32(partition),
 				Offset:    offset,
+				Metadata:  metadata[topic][partition],
 			})
 		}
 		topics = append(topics, t)
