@@ -79,9 +79,11 @@ type DedupeConfig struct {
 	// schema's floe.dedupe-key.
 	Key string `yaml:"key"`
 	// Window is how far apart in event time two copies of one key may be:
-	// the search of the table is bounded by it. Default 168h (7 days) when
-	// the schema has an event-time column; it requires one.
-	Window Duration `yaml:"window"`
+	// the search of the table is bounded by it. Default (nil) 168h (7
+	// days) when the schema has an event-time column; any other requires
+	// one, but 0: no window, every copy of a key counts whatever its event
+	// time.
+	Window *Duration `yaml:"window"`
 }
 
 // DedupeFor returns the business-key setting for schema sc: the schema's
@@ -120,13 +122,15 @@ func (c Config) dedupeFor(sc *schemas.Schema) (lakehouse.Dedupe, error) {
 	if _, nested := f.Type.(iceberg.NestedType); nested {
 		return d, fmt.Errorf("dedupe.key: column %q is a %s; want a primitive column", d.Key, f.Type)
 	}
-	switch {
-	case c.Dedupe.Window != 0:
+	switch w := c.Dedupe.Window; {
+	case w != nil && *w == 0:
+		d.Window = 0
+	case w != nil:
 		if sc.EventTime == "" {
-			return d, fmt.Errorf("dedupe.window: %s bounds the search for key %q in event time, but schema %s declares no event-time column (floe.event-time); remove the window to search by key alone",
-				c.Dedupe.Window.D(), d.Key, sc.Name)
+			return d, fmt.Errorf("dedupe.window: %s bounds the search for key %q in event time, but schema %s declares no event-time column (floe.event-time); set the window to 0 (or remove it) to search by key alone",
+				w.D(), d.Key, sc.Name)
 		}
-		d.Window = c.Dedupe.Window.D()
+		d.Window = w.D()
 	case sc.EventTime != "":
 		d.Window = lakehouse.DefaultDedupeWindow
 	default:
@@ -711,8 +715,8 @@ func (c *Config) validate() error {
 	if mt.RetainLast < 1 {
 		bad("maintain.retain_last", "%d: at least 1 snapshot is always kept", mt.RetainLast)
 	}
-	if c.Dedupe != nil && c.Dedupe.Window.D() < 0 {
-		bad("dedupe.window", "must be positive")
+	if c.Dedupe != nil && c.Dedupe.Window != nil && c.Dedupe.Window.D() < 0 {
+		bad("dedupe.window", "must be positive (or 0: no window)")
 	}
 	if mt.OrphanOlderThan.D() < time.Hour {
 		bad("maintain.orphan_older_than", "%s is below 1h: younger unreferenced files may belong to a commit in flight", mt.OrphanOlderThan.D())

@@ -591,6 +591,10 @@ func TestDedupeConfig(t *testing.T) {
 		{schema: payments, section: "dedupe: {window: 72h}", want: lakehouse.Dedupe{Key: "payment_id", Window: 72 * time.Hour}},
 		{schema: payments, section: "dedupe: {key: payment_id, window: 72h}", want: lakehouse.Dedupe{Key: "payment_id", Window: 72 * time.Hour}},
 		{schema: noTime, section: "dedupe: {key: id}", want: lakehouse.Dedupe{Key: "id"}},
+		// 0 is no window (it was the default, 168h, and no window could be
+		// asked for when the schema has an event-time column).
+		{schema: payments, section: "dedupe: {window: 0}", want: lakehouse.Dedupe{Key: "payment_id"}},
+		{schema: noTime, section: "dedupe: {key: id, window: 0s}", want: lakehouse.Dedupe{Key: "id"}},
 		{schema: "clickstream", section: "dedupe: {window: 1h}", err: "dedupe.key: required: schema clickstream declares no floe.dedupe-key"},
 		{schema: "clickstream", section: "dedupe: {key: eventid}", err: `dedupe.key: "eventid" is not a top-level column of schema clickstream`},
 		{schema: payments, section: "dedupe: {key: account.id}", err: `dedupe.key: "account.id" is not a top-level column`},
