@@ -1275,7 +1275,10 @@ type queueBytes struct {
 	limit int64
 	mu    sync.Mutex
 	held  int64
-	freed chan struct{} // closed, and replaced, when bytes are released
+	// freed is closed, and replaced, when bytes are released while acquire
+	// waits (waiting).
+	freed   chan struct{}
+	waiting bool
 }
 
 func newQueueBytes(limit int) *queueBytes {
@@ -1307,6 +1310,7 @@ func (q *queueBytes) acquire(ctx context.Context, n int64) error {
 			return nil
 		}
 		freed := q.freed
+		q.waiting = true
 		q.mu.Unlock()
 		select {
 		case <-freed:
@@ -1323,8 +1327,10 @@ func (q *queueBytes) release(n int64) {
 	}
 	q.mu.Lock()
 	q.held -= n
-	close(q.freed)
-	q.freed = make(chan struct{})
+	if q.waiting {
+		close(q.freed)
+		q.freed, q.waiting = make(chan struct{}), false
+	}
 	q.mu.Unlock()
 }
 
