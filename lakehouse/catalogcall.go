@@ -11,17 +11,31 @@ import (
 	"github.com/apache/iceberg-go/table"
 )
 
-// catalogCallTimeout bounds each table load, commit and creation (a
-// variable for tests). iceberg-go's REST client has no timeout of its own:
+// catalogCallTimeout bounds each table load, commit and creation, the
+// namespace calls of a creation and a REST catalog's opening (a variable
+// for tests). iceberg-go's REST client has no timeout of its own:
 // a catalog that takes requests and never answers held a flush, a replay
 // or maintenance forever, its files growing older than the orphan age. A
 // commit cut off this way is an unknown outcome: looked for by its id, its
 // files kept.
 var catalogCallTimeout = 2 * time.Minute
 
-// boundedCatalog is a catalog whose loads, commits and creations get at
-// most catalogCallTimeout each; the tables it returns commit through it.
+// boundedCatalog is a catalog whose table loads, commits and creations,
+// and the namespace calls a creation makes, get at most catalogCallTimeout
+// each; the tables it returns commit through it.
 type boundedCatalog struct{ catalog.Catalog }
+
+func (c boundedCatalog) CheckNamespaceExists(ctx context.Context, ns table.Identifier) (bool, error) {
+	ctx, cancel := context.WithTimeout(ctx, catalogCallTimeout)
+	defer cancel()
+	return c.Catalog.CheckNamespaceExists(ctx, ns)
+}
+
+func (c boundedCatalog) CreateNamespace(ctx context.Context, ns table.Identifier, props iceberg.Properties) error {
+	ctx, cancel := context.WithTimeout(ctx, catalogCallTimeout)
+	defer cancel()
+	return c.Catalog.CreateNamespace(ctx, ns, props)
+}
 
 func (c boundedCatalog) LoadTable(ctx context.Context, ident table.Identifier) (*table.Table, error) {
 	ctx, cancel := context.WithTimeout(ctx, catalogCallTimeout)

@@ -86,6 +86,9 @@ func openREST(ctx context.Context, name string, p iceberg.Properties) (catalog.C
 		allowed = append(allowed, origin(u))
 		opts = append(opts, rest.WithAuthURI(u))
 	}
+	// Its GET /v1/config has no timeout of its own either.
+	ctx, cancel := context.WithTimeout(ctx, catalogCallTimeout)
+	defer cancel()
 	return rest.NewCatalog(ctx, name, p["uri"], opts...)
 }
 

@@ -15,6 +15,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/apache/iceberg-go/catalog/rest"
 
@@ -257,5 +258,55 @@ func TestRESTCatalogFromIcebergGoConfigFile(t *testing.T) {
 	cmd.Env = append(os.Environ(), "FLOE_TEST_ICEBERG_HOME="+home, "GOICEBERG_HOME="+home)
 	if out, err := cmd.CombinedOutput(); err != nil || asked.Load() == 0 {
 		t.Fatalf("a REST catalog whose uri, credential and warehouse are in .iceberg-go.yaml: %v (%d requests to the catalog)\n%s", err, asked.Load(), out)
+	}
+}
+
+// TestStalledRESTCatalogBoundsTableCreation: a REST catalog that takes a
+// request and never answers it makes Open fail on the call timeout (after
+// its tries to create the table), whether it stalls on the opening GET
+// /v1/config or on the namespace calls a table's creation starts with. Only loads, commits and the table's own
+// creation were bounded: a first run hung at start-up until killed.
+func TestStalledRESTCatalogBoundsTableCreation(t *testing.T) {
+	lakehouse.SetCatalogCallTimeout(t, 300*time.Millisecond)
+	sc, err := schemas.Lookup(schemas.Clickstream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, stall := range []string{"/v1/config", "/v1/namespaces"} {
+		t.Run(stall, func(t *testing.T) {
+			release := make(chan struct{})
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("Content-Type", "application/json")
+				switch {
+				case strings.HasPrefix(r.URL.Path, stall) && !strings.Contains(r.URL.Path, "/tables/"):
+					select {
+					case <-release:
+					case <-r.Context().Done():
+					}
+				case r.URL.Path == "/v1/config":
+					_, _ = w.Write([]byte(`{"defaults":{},"overrides":{}}`))
+				case strings.Contains(r.URL.Path, "/tables/"):
+					w.WriteHeader(http.StatusNotFound)
+					_, _ = w.Write([]byte(`{"error":{"message":"no such table","type":"NoSuchTableException","code":404}}`))
+				default:
+					w.WriteHeader(http.StatusInternalServerError)
+				}
+			}))
+			t.Cleanup(func() { close(release); srv.Close() })
+			done := make(chan error, 1)
+			go func() {
+				_, err := lakehouse.Open(t.Context(), lakehouse.Config{Table: "db.events", Group: "g",
+					Catalog: map[string]string{"type": "rest", "uri": srv.URL}}, sc)
+				done <- err
+			}()
+			select {
+			case err := <-done:
+				if !errors.Is(err, context.DeadlineExceeded) {
+					t.Fatalf("Open: %v, want the call timeout's deadline", err)
+				}
+			case <-time.After(time.Minute):
+				t.Fatalf("Open still waiting for a catalog stalled on %s after a minute; the call timeout is 300 ms", stall)
+			}
+		})
 	}
 }
