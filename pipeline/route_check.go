@@ -179,6 +179,9 @@ type startState struct {
 // watermarks are set there before it runs (join), so that it takes its
 // records from where the routing changes, not from start_offset. When ov
 // accepts a change from uncommon offsets, it joins where joinAccepted says.
+// With start_offset latest, the field routes of a topic that have no
+// offsets of it yet start where its routes started, or all at one offset
+// when none has (startLatest).
 //
 // Each refusal is a warning instead when ov accepts it.
 func CheckStart(ctx context.Context, jobs []StartTable, ov StartOverrides, log *slog.Logger) error {
@@ -232,7 +235,7 @@ func CheckStart(ctx context.Context, jobs []StartTable, ov StartOverrides, log *
 		joining, from, err := checkRoutingChange(st, states)
 		if err == nil {
 			if len(from) == 0 {
-				continue // the others have no offsets either: all start alike
+				continue // the others have no offsets either: all start alike (with start_offset latest, as startLatest sets)
 			}
 			for _, j := range joining {
 				joins[j] = from
@@ -273,7 +276,7 @@ func CheckStart(ctx context.Context, jobs []StartTable, ov StartOverrides, log *
 			return err
 		}
 	}
-	return nil
+	return startLatest(ctx, states, joins, log)
 }
 
 // join makes a route new to its topic's routing start at the offsets from,
@@ -283,16 +286,158 @@ func CheckStart(ctx context.Context, jobs []StartTable, ov StartOverrides, log *
 // tables hold those records, under the old routing.
 func join(ctx context.Context, st *startState, from map[int32]int64, log *slog.Logger) error {
 	topic, name := st.job.Config.Kafka.Topic, st.job.Config.Table.Name
+	st.job.Table.SetRoutingSince(topic, from)
+	if err := startAt(ctx, st, from); err != nil {
+		return fmt.Errorf("table %s, a new route of topic %s: starting it at %s: %w", name, topic, formatWatermarks(from), err)
+	}
+	log.Info("a new route joins its topic's routing where the other routes are", "table", name, "topic", topic, "offsets", formatWatermarks(from))
+	return nil
+}
+
+// startAt sets the watermarks of st's table, which has none of its topic,
+// at the offsets from: an empty commit (recording its routing and, as
+// floe.first.<group>, from as where its coverage starts), fenced like a
+// first flush, so that it fails with lakehouse.ErrFenced when another
+// process set them meanwhile.
+func startAt(ctx context.Context, st *startState, from map[int32]int64) error {
+	topic := st.job.Config.Kafka.Topic
 	parts := make([]lakehouse.Part, 0, len(from))
 	for p, w := range from {
 		parts = append(parts, lakehouse.Part{Range: lakehouse.Range{Topic: topic, Partition: p, From: w, To: w}, Resume: lakehouse.NoWatermark})
 	}
 	st.job.Table.SetRouting(topic, st.config)
-	st.job.Table.SetRoutingSince(topic, from)
-	if _, err := st.job.Table.Commit(ctx, parts); err != nil {
-		return fmt.Errorf("table %s, a new route of topic %s: starting it at %s: %w", name, topic, formatWatermarks(from), err)
+	_, err := st.job.Table.Commit(ctx, parts)
+	return err
+}
+
+// startLatestAttempts bounds how often startLatest reads a topic's routes
+// again after another process started some of them meanwhile.
+const startLatestAttempts = 5
+
+// startLatest makes the field routes of a topic with start_offset latest
+// start each partition at one offset. Each route runs as its own group
+// and resolved "latest" for itself when its member first started: a route
+// that started later than another (floe run --table, or a slower join)
+// started past it, and its records in between were in no table (verify
+// counts gaps from the least of the routes' first offsets). A route whose
+// table has no offsets of the topic under its group (not one that joined
+// under a routing change, placed above) therefore starts where the
+// topic's routes started: per partition, the least of their first offsets
+// (floe.first.<group>) and, for a partition a route has no watermark of,
+// of its group's Kafka offset (the pin of a route that started but has not
+// committed it yet, its own included). When no route has started, the
+// topic's last stable offsets are read once, and every route starts
+// there. The tables are set in table order (startAt), so that two
+// processes starting routes of one topic at once agree: the one fenced
+// reads the routes again.
+func startLatest(ctx context.Context, states []*startState, joins map[*startState]map[int32]int64, log *slog.Logger) error {
+	topics := map[string][]*startState{}
+	for _, st := range states {
+		if c := st.job.Config; c.FieldRouted() && c.Kafka.StartOffset == "latest" {
+			topics[c.Kafka.Topic] = append(topics[c.Kafka.Topic], st)
+		}
 	}
-	log.Info("a new route joins its topic's routing where the other routes are", "table", name, "topic", topic, "offsets", formatWatermarks(from))
+	for _, topic := range slices.Sorted(maps.Keys(topics)) {
+		routes := topics[topic]
+		if len(routes) < 2 || !slices.ContainsFunc(routes, func(st *startState) bool {
+			_, joined := joins[st]
+			return len(st.wm) == 0 && !joined
+		}) {
+			continue // a default route alone, or every route has started
+		}
+		slices.SortFunc(routes, func(a, b *startState) int { return strings.Compare(a.job.Config.Table.Name, b.job.Config.Table.Name) })
+		for attempt := 1; ; attempt++ {
+			err := startRoutesLatest(ctx, topic, routes, log)
+			if !errors.Is(err, lakehouse.ErrFenced) || attempt == startLatestAttempts {
+				if err != nil {
+					return fmt.Errorf("topic %s, start_offset latest: starting its routes at one offset: %w", topic, err)
+				}
+				break
+			}
+			log.Info("another floe started routes of the topic meanwhile; reading their offsets again", "topic", topic, "err", err)
+		}
+	}
+	return nil
+}
+
+// startRoutesLatest is one attempt of startLatest over one topic's field
+// routes, sorted by table.
+func startRoutesLatest(ctx context.Context, topic string, routes []*startState, log *slog.Logger) error {
+	k := routes[0].job.Config.Kafka
+	stable, err := EndOffsets(ctx, k)
+	if err != nil {
+		return fmt.Errorf("kafka %v: %w", k.Brokers, err)
+	}
+	partitions := make([]int, 0, len(stable))
+	for p := range stable {
+		partitions = append(partitions, int(p))
+	}
+	slices.Sort(partitions)
+	from := map[int32]int64{}
+	least := func(p int32, o int64) {
+		if f, ok := from[p]; !ok || o < f {
+			from[p] = o
+		}
+	}
+	var fresh []*startState
+	for _, st := range routes {
+		name, group := st.job.Config.Table.Name, st.job.Config.Kafka.Group
+		tbl, err := st.job.Table.Load(ctx)
+		if err != nil {
+			return fmt.Errorf("table %s: %w", name, err)
+		}
+		wm, err := lakehouse.WatermarksOf(tbl, group)
+		if err != nil {
+			return fmt.Errorf("table %s: %w", name, err)
+		}
+		first, err := lakehouse.FirstOffsetsOf(tbl, group)
+		if err != nil {
+			return fmt.Errorf("table %s: %w", name, err)
+		}
+		own := wm[topic]
+		if len(own) == 0 {
+			fresh = append(fresh, st)
+		}
+		for p, w := range own {
+			f, ok := first.Get(topic, p)
+			if !ok {
+				// Written before floe recorded where coverage starts.
+				log.Warn("a route's first offset of a partition is not recorded: the routes that start now start it at its "+
+					"watermark, and miss their records below it since the route started", "table", name, "topic", topic,
+					"partition", p, "watermark", w)
+				f = w
+			}
+			least(p, f)
+		}
+		pins, err := GroupOffsets(ctx, st.job.Config.Kafka, partitions)
+		if err != nil {
+			return fmt.Errorf("table %s: %w", name, err)
+		}
+		for p, o := range pins {
+			if _, ok := own[p]; !ok {
+				least(p, o)
+			}
+		}
+	}
+	if len(fresh) == 0 {
+		return nil
+	}
+	resolved := len(from) == 0
+	if resolved {
+		from = stable // no route has started: "latest", once for all
+	}
+	for _, st := range fresh {
+		if err := startAt(ctx, st, from); err != nil {
+			return fmt.Errorf("table %s: starting it at %s: %w", st.job.Config.Table.Name, formatWatermarks(from), err)
+		}
+		if resolved {
+			log.Info("start_offset latest: the routes of the topic start where it ends now", "table", st.job.Config.Table.Name,
+				"topic", topic, "offsets", formatWatermarks(from))
+		} else {
+			log.Info("start_offset latest: a route starts where the topic's other routes started", "table", st.job.Config.Table.Name,
+				"topic", topic, "offsets", formatWatermarks(from))
+		}
+	}
 	return nil
 }
 

@@ -584,3 +584,98 @@ func TestRouteDeadLettersByTable(t *testing.T) {
 		t.Error("verify of analytics.clicks with the other route's dead letters is ok; want rows flagged as row and dead letter")
 	}
 }
+
+// TestRouteLatestStartsEveryRouteAtOneOffset: the field routes of a topic
+// with start_offset latest start each partition at one offset, whenever
+// each first runs. Each route resolved "latest" for its own group when its
+// member first got the partitions, so shop.other, started after
+// shop.orders had run (floe run --table, or just a slower join), started
+// past it: the non-purchase records written in between were in no table,
+// CheckStart accepted it and verify failed on a freshly deployed job.
+func TestRouteLatestStartsEveryRouteAtOneOffset(t *testing.T) {
+	r := newRouteRig(t)
+	jobs := r.config(t, "floe", "", "", routesPurchase)
+	for i := range jobs {
+		jobs[i].Kafka.StartOffset = "latest"
+	}
+	end0 := r.produce(t, 200) // history before the job starts
+	if err := r.check(t, jobs, pipeline.StartOverrides{}); err != nil {
+		t.Fatalf("first start: %v", err)
+	}
+	r.run(t, jobs[0], end0) // shop.orders starts
+	end1 := r.produce(t, 600)
+	r.run(t, jobs[0], end1) // shop.orders takes the purchases of [end0, end1)
+	if err := r.check(t, jobs, pipeline.StartOverrides{}); err != nil {
+		t.Fatalf("starting shop.other: %v", err)
+	}
+	r.run(t, jobs[1], end1) // shop.other starts
+	end2 := r.produce(t, 600)
+	r.run(t, jobs[0], end2)
+	r.run(t, jobs[1], end2)
+	verifyLatestRoutes(t, r, jobs, end0, end2)
+}
+
+// TestRouteLatestStartsWhereTheOtherRoutesStarted: a route of a start_offset
+// latest topic that first starts after its siblings started without it
+// (their members resolved "latest" before floe set the routes' start at
+// once: here run without CheckStart) starts where they started — the
+// group offset a sibling pinned, or its first committed offset — not at
+// "latest" anew, which skipped its records in between.
+func TestRouteLatestStartsWhereTheOtherRoutesStarted(t *testing.T) {
+	for _, committed := range []bool{false, true} {
+		t.Run(fmt.Sprintf("committed=%v", committed), func(t *testing.T) {
+			r := newRouteRig(t)
+			jobs := r.config(t, "floe", "", "", routesPurchase)
+			for i := range jobs {
+				jobs[i].Kafka.StartOffset = "latest"
+			}
+			end0 := r.produce(t, 200)
+			r.run(t, jobs[0], end0) // shop.orders pins its partitions at end0
+			end1 := r.produce(t, 600)
+			if committed {
+				r.run(t, jobs[0], end1) // and commits from there
+			}
+			if err := r.check(t, jobs, pipeline.StartOverrides{}); err != nil {
+				t.Fatalf("starting shop.other: %v", err)
+			}
+			r.run(t, jobs[1], end1)
+			end2 := r.produce(t, 300)
+			r.run(t, jobs[1], end2)
+			r.run(t, jobs[0], end2)
+			verifyLatestRoutes(t, r, jobs, end0, end2)
+		})
+	}
+}
+
+// verifyLatestRoutes checks that the routes of jobs (routesPurchase) hold
+// every record of [from, to) once, and verify finds no gap from from on.
+func verifyLatestRoutes(t *testing.T, r *routeRig, jobs []pipeline.Config, from, to map[int32]int64) {
+	t.Helper()
+	orders, _ := r.table(t, jobs[0])
+	other, _ := r.table(t, jobs[1])
+	dl, err := pipeline.ReadDeadLetters(t.Context(), jobs[0].Kafka, nil, "shop.orders", "shop.other")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err := lakehouse.VerifyRoutes(t.Context(), "clicks", []*lakehouse.Table{orders, other}, dl.Read)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rows, want int64
+	for _, p := range rep.Partitions {
+		for _, n := range p.Rows {
+			rows += n
+		}
+		if p.First != from[p.Partition] || p.GapOffsets > 0 || p.InSeveral > 0 {
+			t.Errorf("partition %d: first %d (want %d), %d gap offsets %v, %d in several tables",
+				p.Partition, p.First, from[p.Partition], p.GapOffsets, p.Coverage.Gaps, p.InSeveral)
+		}
+	}
+	for p := range to {
+		want += to[p] - from[p]
+	}
+	if rows+rep.DeadLetters != want || !rep.OK() {
+		t.Errorf("%d rows + %d dead letters of the %d records written after the job started; verify OK: %v",
+			rows, rep.DeadLetters, want, rep.OK())
+	}
+}
