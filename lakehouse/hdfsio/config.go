@@ -117,8 +117,8 @@ func ConfigFromProps(authority string, props map[string]string) (Config, error) 
 		if a == "" {
 			continue
 		}
-		if !strings.Contains(a, ":") {
-			a = net.JoinHostPort(a, defaultNamenodePort)
+		if _, _, err := net.SplitHostPort(a); err != nil && strings.Contains(err.Error(), "missing port") {
+			a = net.JoinHostPort(strings.TrimSuffix(strings.TrimPrefix(a, "["), "]"), defaultNamenodePort)
 		}
 		cfg.Namenodes = append(cfg.Namenodes, a)
 	}

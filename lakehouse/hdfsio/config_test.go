@@ -21,6 +21,11 @@ func TestConfigFromProps(t *testing.T) {
 		{"HA list overrides a nameservice authority", "prod", map[string]string{PropNamenode: "nn1:8020, nn2"},
 			Config{Namenodes: []string{"nn1:8020", "nn2:8020"}}},
 		{"alias", "", map[string]string{PropNamenodes: "nn1:1"}, Config{Namenodes: []string{"nn1:1"}}},
+		// An IPv6 literal holds ':' with no port: it was taken for host:port,
+		// and refused as no host:port, naming hdfs.namenode.
+		{"IPv6 default port", "[::1]", nil, Config{Namenodes: []string{"[::1]:8020"}}},
+		{"IPv6 HA list", "ns", map[string]string{PropNamenode: "[fd00::5], [fd00::6]:9000"},
+			Config{Namenodes: []string{"[fd00::5]:8020", "[fd00::6]:9000"}}},
 		{"user, protection, timeout", "nn:1", map[string]string{PropUser: "floe", PropDataTransferProtection: "privacy", PropDialTimeout: "3s"},
 			Config{Namenodes: []string{"nn:1"}, User: "floe", DataTransferProtection: "privacy", DialTimeout: 3 * time.Second}},
 		{"kerberos", "nn:1", map[string]string{PropKeytab: "/etc/floe.keytab", PropPrincipal: "floe/host@EXAMPLE.COM",

@@ -451,7 +451,7 @@ func (f *FS) Rename(oldpath, newpath string) error {
 // rename; a plain Rename to newpath in that window is replaced by the
 // source; and if this process dies in that window, the empty claim stays and
 // later calls fail with fs.ErrExist until it is removed. If the rename fails
-// the claim is removed.
+// the claim is removed (see settleRename), or the error says it is left.
 func (f *FS) RenameNoReplace(oldpath, newpath string) error {
 	src, dst, err := f.twoPaths(oldpath, newpath)
 	if err != nil {
@@ -475,12 +475,68 @@ func (f *FS) RenameNoReplace(oldpath, newpath string) error {
 		return linkErr(err)
 	}
 	if err := closeWriter(claim); err != nil {
-		_ = f.client.Remove(dst)
-		return linkErr(err)
+		return linkErr(f.settleRename(src, dst, err))
 	}
 	if err := f.client.Rename(src, dst); err != nil {
-		_ = f.client.Remove(dst)
-		return linkErr(err)
+		return linkErr(f.settleRename(src, dst, err))
+	}
+	return nil
+}
+
+// settleAfter is how long settleRename tries to reach the NameNode: past
+// colinmarc/hdfs's 5 s during which it refuses every call to a NameNode
+// that failed one.
+const settleAfter = 12 * time.Second
+
+// settleRename settles a RenameNoReplace of src to dst whose claim or
+// rename failed with err: a rename whose answer was lost may have
+// happened (src gone, dst holding it: nil, it did); else the claim at
+// dst, still empty, is removed and err returned. A failed call usually
+// follows a NameNode that stopped answering, whose next calls colinmarc
+// refuses at once: removing the claim right away left an empty file at
+// dst (for a Hadoop catalog, its newest metadata version, unreadable), so
+// it is tried again for settleAfter; if it cannot be, err says so.
+func (f *FS) settleRename(src, dst string, err error) error {
+	deadline := time.Now().Add(settleAfter)
+	for {
+		serr := f.unclaim(src, dst)
+		if serr == nil {
+			return err
+		}
+		if errors.Is(serr, errRenamed) {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%w; and its empty claim at the target could not be removed: %v", err, f.cause(serr))
+		}
+		time.Sleep(time.Second)
+	}
+}
+
+// errRenamed is unclaim's word that the rename happened after all.
+var errRenamed = errors.New("renamed")
+
+// unclaim removes the claim at dst when src is still there and dst empty;
+// it returns errRenamed when src is gone and dst holds bytes (the rename
+// happened), nil when there is nothing left to remove.
+func (f *FS) unclaim(src, dst string) error {
+	_, serr := f.client.Stat(src)
+	if serr != nil && !errors.Is(serr, fs.ErrNotExist) {
+		return serr
+	}
+	fi, err := f.client.Stat(dst)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return nil
+	case err != nil:
+		return err
+	case serr != nil && fi.Size() > 0:
+		return errRenamed
+	case fi.Size() > 0 || fi.IsDir():
+		return nil // not the claim
+	}
+	if err := f.client.Remove(dst); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
 	}
 	return nil
 }
