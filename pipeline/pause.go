@@ -14,9 +14,10 @@ import (
 var pauseAfter = 5 * time.Second
 
 // readAheadRecords and readAheadBytes bound what kafka-go's reader of a
-// partition fetches ahead into its queue: readAheadRecords records holding
-// at most readAheadBytes (the patched reader's QueueBytes; a record larger
-// than that alone). kafka-go's queue counts records whatever their size:
+// partition fetches ahead into its queue: readAheadRecords records, and
+// readAheadBytes of those over 4 KiB (the patched reader's QueueBytes; a
+// record larger than that alone), so at most twice readAheadBytes.
+// kafka-go's queue counts records whatever their size:
 // at 900 KB a record a queue of 1000 held the whole backlog, far beyond
 // commit.max_bytes.
 const (

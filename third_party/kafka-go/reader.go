@@ -381,11 +381,14 @@ type ReaderConfig struct {
 	QueueCapacity int
 
 	// QueueBytes, when positive, bounds the internal message queue by the
-	// bytes of its messages (keys, values and headers) as well: a message
-	// waits to be queued while the ones queued hold QueueBytes or more
-	// with it, unless the queue is empty (a message larger than QueueBytes
-	// is queued alone). QueueCapacity counts messages whatever their size.
-	// (floe patch)
+	// bytes of its messages (keys, values and headers) as well, to twice
+	// QueueBytes: a message larger than QueueBytes/QueueCapacity waits to
+	// be queued while the large ones queued hold QueueBytes or more with
+	// it, unless none is queued (one larger than QueueBytes is queued
+	// alone). Smaller ones are not counted (QueueCapacity of them hold at
+	// most QueueBytes): counting every message cost the reader and its
+	// consumer a lock each. QueueCapacity counts messages whatever their
+	// size. (floe patch)
 	QueueBytes int
 
 	// MinBytes indicates to the broker the minimum batch size that the consumer
@@ -712,7 +715,7 @@ func NewReader(config ReaderConfig) *Reader {
 	r := &Reader{
 		config:  config,
 		msgs:    make(chan readerMessage, config.QueueCapacity),
-		queued:  newQueueBytes(config.QueueBytes),
+		queued:  newQueueBytes(config.QueueBytes, config.QueueCapacity),
 		cancel:  func() {},
 		commits: make(chan commitRequest, config.QueueCapacity),
 		stop:    stop,
@@ -1273,6 +1276,7 @@ type readerMessage struct {
 // (ReaderConfig.QueueBytes). A nil *queueBytes bounds nothing. (floe patch)
 type queueBytes struct {
 	limit int64
+	large int64 // the size above which a message counts
 	mu    sync.Mutex
 	held  int64
 	// freed is closed, and replaced, when bytes are released while acquire
@@ -1281,18 +1285,22 @@ type queueBytes struct {
 	waiting bool
 }
 
-func newQueueBytes(limit int) *queueBytes {
+func newQueueBytes(limit, capacity int) *queueBytes {
 	if limit <= 0 {
 		return nil
 	}
-	return &queueBytes{limit: int64(limit), freed: make(chan struct{})}
+	return &queueBytes{limit: int64(limit), large: int64(limit / max(capacity, 1)), freed: make(chan struct{})}
 }
 
-// messageBytes is what msg counts for in the queue's bytes.
-func messageBytes(msg Message) int64 {
+// bytes is what msg counts for in the queue's bytes: its size if large,
+// else 0.
+func (q *queueBytes) bytes(msg Message) int64 {
 	n := len(msg.Key) + len(msg.Value)
 	for _, h := range msg.Headers {
 		n += len(h.Key) + len(h.Value)
+	}
+	if int64(n) <= q.large {
+		return 0
 	}
 	return int64(n)
 }
@@ -1677,9 +1685,10 @@ func (r *reader) readOffsets(conn *Conn) (first, last int64, err error) {
 func (r *reader) sendMessage(ctx context.Context, msg Message, watermark int64) error {
 	var n int64
 	if r.queued != nil {
-		n = messageBytes(msg)
-		if err := r.queued.acquire(ctx, n); err != nil {
-			return err
+		if n = r.queued.bytes(msg); n > 0 {
+			if err := r.queued.acquire(ctx, n); err != nil {
+				return err
+			}
 		}
 	}
 	select {
