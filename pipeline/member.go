@@ -52,6 +52,10 @@ type Member struct {
 	reg    prometheus.Registerer
 	stage  *enrich.Stage // nil without enrichment
 	evo    *evolver      // the table's schema evolutions and the newest schema
+	// joinPartitions is how many partitions the topic had before the
+	// member last joined (start_offset latest only; 0 unknown): see
+	// jobStart.
+	joinPartitions int
 }
 
 // Option configures a Member.
@@ -256,6 +260,9 @@ func (m *Member) Run(ctx context.Context) error {
 
 	var joinFailed warnOnce // a broker down for an hour made it 3,600 WARN lines
 	for {
+		if k.StartOffset == "latest" {
+			m.joinPartitions = m.partitionsNow(ctx)
+		}
 		gen, err := cg.Next(ctx)
 		if ctx.Err() != nil {
 			// Between generations (joining, or a rebalance under way):
@@ -795,8 +802,11 @@ func joinRefused(err error, k KafkaConfig) error {
 // before the job's first commit, a partition added to the topic since is
 // read from its start, the others start at "latest". The count is the one
 // the group's pins record (startPartitions), or, when the group has no
-// offset of the topic, the topic's partition count now: this is the job's
-// first start. Retried while the brokers do not answer (a partition
+// offset of the topic, the topic's partition count before the member
+// joined (joinPartitions; now, if unknown): this is the job's first start.
+// The count now may hold partitions added since the assignment (while the
+// table was read, say), which would be pinned at their end at the next
+// rebalance. Retried while the brokers do not answer (a partition
 // pinned at its end for want of an answer would skip what was written to
 // it before this rebalance), until ctx ends.
 func (m *Member) jobStart(ctx context.Context) (int, map[int32]int64, error) {
@@ -820,6 +830,9 @@ func (m *Member) jobStart(ctx context.Context) (int, map[int32]int64, error) {
 				for p := range stable {
 					n = max(n, int(p)+1)
 				}
+				if m.joinPartitions > 0 {
+					n = min(n, m.joinPartitions)
+				}
 			}
 			return n, stable, nil
 		}
@@ -835,6 +848,22 @@ func (m *Member) jobStart(ctx context.Context) (int, map[int32]int64, error) {
 		}
 		backoff = min(2*backoff, 10*time.Second)
 	}
+}
+
+// partitionsNow returns how many partitions the topic has, or 0 when the
+// brokers do not tell within a few seconds.
+func (m *Member) partitionsNow(ctx context.Context) int {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	end, err := EndOffsets(ctx, m.cfg.Kafka)
+	if err != nil {
+		return 0
+	}
+	n := 0
+	for p := range end {
+		n = max(n, int(p)+1)
+	}
+	return n
 }
 
 // markPinned marks idle, for a scheduled run of a start_offset "latest"

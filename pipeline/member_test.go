@@ -400,6 +400,73 @@ func TestPartitionsAdded(t *testing.T) {
 	}
 }
 
+// TestPartitionsAddedDuringTheFirstGenerationsStart: partitions added to a
+// start_offset latest topic after the job's first generation was assigned
+// (4 partitions) but before its member read the topic's partition count
+// for the pins (here: while the catalog did not answer the watermarks'
+// read) were recorded in the pins as partitions the topic had when the job
+// first started (floe.start_partitions=6). The next generation pinned them
+// at their end, skipping what was written to them before the rebalance.
+func TestPartitionsAddedDuringTheFirstGenerationsStart(t *testing.T) {
+	j := newJob(t, 0, pipeline.CommitConfig{Interval: pipeline.Duration(200 * time.Millisecond)}, nil)
+	j.cfg.Kafka.StartOffset = "latest"
+	ctx := t.Context()
+	tbl, fc := faultyTable(t, j)
+	fc.Outage(true)
+	m, err := pipeline.NewMember(j.cfg, tbl, j.sc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done, stop := startRun(m)
+	defer stop()
+	waitFor(t, 30*time.Second, "4 partitions assigned", func() bool { return m.Stats().Assigned.Load() == 4 && fc.FailedLoads() >= 1 })
+	time.Sleep(time.Second) // the partition watcher has read its count (4)
+	if err := j.cl.AddPartitions(ctx, "clicks", 6); err != nil {
+		t.Fatal(err)
+	}
+	gen := clickgen.New(clickgen.Config{Sessions: 100, Seed: 5})
+	cl, err := kgo.NewClient(kgo.SeedBrokers(j.cl.Addrs()...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	produced := 0
+	for _, p := range []int32{4, 5} {
+		for range 50 {
+			msg := gen.Next()
+			if err := cl.ProduceSync(ctx, &kgo.Record{Topic: "clicks", Partition: p, Key: msg.Key, Value: msg.Value}).FirstErr(); err != nil {
+				t.Fatal(err)
+			}
+			produced++
+		}
+	}
+	fc.Outage(false)
+	if m.Stats().Assigned.Load() != 4 {
+		t.Fatalf("rebalanced before the outage ended; the test proves nothing")
+	}
+	waitFor(t, 60*time.Second, "6 partitions assigned", func() bool { return m.Stats().Assigned.Load() == 6 })
+	time.Sleep(time.Second)
+	if got, err := kadm.NewClient(cl).FetchOffsets(ctx, "g"); err == nil {
+		got.Each(func(o kadm.OffsetResponse) {
+			t.Logf("group offset %s/%d: %d %q", o.Topic, o.Partition, o.At, o.Metadata)
+		})
+	}
+	if _, err := j.cl.ProduceRate(ctx, "clicks", gen, 300, 0); err != nil {
+		t.Fatal(err)
+	}
+	produced += 300
+	end, err := j.cl.EndOffsets(ctx, "clicks")
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitCaughtUp(t, tbl, end, 60*time.Second)
+	if n := distinctIDs(t, tbl); n != produced {
+		t.Fatalf("%d distinct ids, want %d: records written to partitions added during the job's first start were skipped", n, produced)
+	}
+	stop()
+	waitRun(t, done, 60*time.Second, "the member did not stop")
+}
+
 // TestPartitionsAddedBeforeTheFirstCommitAreReadFromTheirStart: partitions
 // added to the topic of a start_offset "latest" job whose table holds
 // nothing yet are read from their start, as those added later are. An
