@@ -29,6 +29,7 @@ type demoFlags struct {
 	malformed  float64
 	partitions int
 	interval   time.Duration
+	maintain   time.Duration
 	asJSON     bool
 	noEnrich   bool
 	p50, p99   time.Duration
@@ -64,6 +65,7 @@ previous demo wrote them (its .floe-demo file marks them); any others are refuse
 	f.Float64Var(&d.malformed, "malformed", 0.002, "share of malformed records (they go to the dead-letter topic)")
 	f.IntVar(&d.partitions, "partitions", 12, "partitions of the demo topic")
 	f.DurationVar(&d.interval, "commit-interval", 2*time.Second, "commit.interval")
+	f.DurationVar(&d.maintain, "maintain-interval", 5*time.Minute, "maintain.interval: compaction and snapshot expiry while the demo runs (0: none)")
 	f.BoolVar(&d.asJSON, "json", false, "print the verify summary as JSON")
 	f.BoolVar(&d.noEnrich, "no-enrich", false, "run without the enrichment stage")
 	f.DurationVar(&d.p50, "enrich-p50", 600*time.Millisecond, "median latency of the reference enrichment server (0: none)")
@@ -114,9 +116,10 @@ func runDemo(ctx context.Context, d *demoFlags, log *slog.Logger) error {
 			"sql.dialect": "sqlite", "sql.driver": "sqlite",
 			"warehouse": "file://" + filepath.Join(abs, "warehouse"),
 		}},
-		Commit: pipeline.CommitConfig{Interval: pipeline.Duration(d.interval)},
+		Commit:   pipeline.CommitConfig{Interval: pipeline.Duration(d.interval)},
+		Maintain: pipeline.MaintainConfig{Interval: pipeline.Duration(d.maintain)},
 	}
-	enrichURL := "off"
+	enrichment := "off"
 	if !d.noEnrich {
 		srv := enrich.NewServer(enrich.ServerConfig{P50: p50, P99: p99, MissRate: 0.05})
 		url, err := srv.Start("127.0.0.1:0")
@@ -124,8 +127,8 @@ func runDemo(ctx context.Context, d *demoFlags, log *slog.Logger) error {
 			return err
 		}
 		defer srv.Close()
-		enrichURL = url + "/lookup"
-		cfg.Enrich = demoEnrichConfig(enrichURL)
+		cfg.Enrich = demoEnrichConfig(url + "/lookup")
+		enrichment = fmt.Sprintf("%s/lookup (p50 %s, p99 %s)", url, d.p50, d.p99)
 	}
 	if err := cfg.Finish(); err != nil {
 		return err
@@ -139,8 +142,8 @@ func runDemo(ctx context.Context, d *demoFlags, log *slog.Logger) error {
 		return err
 	}
 	defer tbl.Close()
-	fmt.Fprintf(os.Stderr, "floe demo: broker %v, table demo.clicks in %s, %d partitions, generator at %d rec/s, enrichment %s (p50 %s, p99 %s)\n",
-		cluster.Addrs(), abs, d.partitions, d.rate, enrichURL, d.p50, d.p99)
+	fmt.Fprintf(os.Stderr, "floe demo: broker %v, table demo.clicks in %s, %d partitions, generator at %d rec/s, enrichment %s\n",
+		cluster.Addrs(), abs, d.partitions, d.rate, enrichment)
 
 	runCtx, stopRun := context.WithCancel(ctx)
 	defer stopRun()
@@ -155,10 +158,17 @@ func runDemo(ctx context.Context, d *demoFlags, log *slog.Logger) error {
 	}
 	ran := make(chan error, 1)
 	go func() { ran <- m.Run(runCtx) }()
-	// halt stops the member and waits for its final flush, which must end
-	// before the deferred closes of the table, the service and the broker.
+	// A demo left running commits every --commit-interval: without
+	// compaction, planning each flush's scan over ever more small files
+	// took most of its CPU after half an hour.
+	stopMaintenance := scheduleMaintenance(runCtx, log, tbl, cfg.Maintain)
+	defer stopMaintenance()
+	// halt stops the member and maintenance and waits for the member's
+	// final flush, which must end before the deferred closes of the table,
+	// the service and the broker.
 	halt := func() error {
 		stopRun()
+		stopMaintenance()
 		return <-ran
 	}
 
