@@ -41,7 +41,7 @@ type ReplayResult struct {
 	// BusinessDuplicates are copies of a business key the table holds
 	// already (dedupe.key), not inserted.
 	BusinessDuplicates int64 `json:"business_duplicates"`
-	Replaced           int64 `json:"replaced"`      // rows replaced by their re-enriched version
+	Replaced           int64 `json:"replaced"`      // of the Skipped, rows replaced by their re-enriched version
 	DeadLettered       int64 `json:"dead_lettered"` // records sent to the dead-letter topic
 	Commits            int64 `json:"commits"`
 }

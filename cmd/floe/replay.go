@@ -122,8 +122,8 @@ With routes, --table picks the route; a route with where replays only the record
 			if asJSON {
 				return json.NewEncoder(os.Stdout).Encode(res)
 			}
-			fmt.Printf("replayed %d range(s) of %s: read %d, inserted %d, skipped %d (already present), %d business-key duplicates, replaced %d (re-enriched), dead-lettered %d, %d commits\n",
-				len(ranges), cfg.Kafka.Topic, res.Read, res.Inserted, res.Skipped, res.BusinessDuplicates, res.Replaced, res.DeadLettered, res.Commits)
+			fmt.Printf("replayed %d range(s) of %s: read %d, inserted %d, skipped %d (already present; %d of them replaced by their re-enriched version), %d business-key duplicates, dead-lettered %d, %d commits\n",
+				len(ranges), cfg.Kafka.Topic, res.Read, res.Inserted, res.Skipped, res.Replaced, res.BusinessDuplicates, res.DeadLettered, res.Commits)
 			return nil
 		},
 	}

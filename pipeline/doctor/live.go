@@ -523,7 +523,13 @@ func (r *LiveReport) commitFinding() {
 		r.Findings = append(r.Findings, f)
 		return
 	}
-	f.Math = append(f.Math, fmt.Sprintf("last commit %s ago; %s commits/min over the last %s of history", dur(sec(r.LastCommitAgeSeconds)), num(r.CommitsPerMinute), dur(recentCommits)))
+	rate := fmt.Sprintf("%s commits/min over the last %s of history", num(r.CommitsPerMinute), dur(recentCommits))
+	if r.CommitsPerMinute == 0 {
+		// One commit within it: no interval to take a rate of ("0
+		// commits/min" beside a commit seconds ago).
+		rate = fmt.Sprintf("no other commit within %s of it", dur(recentCommits))
+	}
+	f.Math = append(f.Math, fmt.Sprintf("last commit %s ago; %s", dur(sec(r.LastCommitAgeSeconds)), rate))
 	if r.DuplicatesSkipped > 0 {
 		f.Conclusion = fmt.Sprintf("%s re-delivered records (rebalances, replays, redone flushes) were skipped by the dedupe MERGE, not duplicated.", group(r.DuplicatesSkipped))
 	} else {

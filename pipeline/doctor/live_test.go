@@ -519,3 +519,19 @@ floe_partitions_added_total 2
 		t.Fatalf("route shop.orders: duplicates %v, consumed %v, lag %v, partitions added %v; want 0, 100, 5, 2", d, c, lag, added)
 	}
 }
+
+// TestLiveOneRecentCommitHasNoRate: with one commit within the rate's
+// window the report said "0 commits/min" beside a commit seconds old.
+func TestLiveOneRecentCommitHasNoRate(t *testing.T) {
+	s := Sample{At: t0, End: map[int32]int64{0: 100}, Watermarks: map[int32]int64{0: 100}}
+	r, err := DiagnoseLive(Live{Topic: "clicks", GroupState: "Stable", First: s,
+		Commits: []Commit{{At: t0.Add(-3 * time.Second), Offsets: 100, Rows: 100}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := render(t, r)
+	mustContain(t, text, "last commit 3s ago; no other commit within 300s of it")
+	if strings.Contains(text, "0 commits/min") {
+		t.Fatalf("the report gives a rate of one commit:\n%s", text)
+	}
+}
