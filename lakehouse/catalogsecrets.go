@@ -4,10 +4,13 @@ import (
 	"context"
 	"iter"
 	"net/url"
+	"slices"
 	"strings"
+	"sync"
 
 	"github.com/apache/iceberg-go"
 	"github.com/apache/iceberg-go/catalog"
+	icebergio "github.com/apache/iceberg-go/io"
 	"github.com/apache/iceberg-go/table"
 
 	"github.com/floe-dev/floe/internal/redact"
@@ -16,8 +19,11 @@ import (
 // catalogSecrets are the credentials among a catalog's properties: the
 // token, the secret of an OAuth2 credential ("id:secret", or the secret
 // alone), the values of header.* (sent as headers), the uri's password
-// (sent as Basic by net/http) and any property named as a secret
-// (s3.secret-access-key, s3.session-token, ...).
+// (sent as Basic by net/http), the password of a key/value uri (a sql
+// catalog's "host=h password=pw") and any property named as a secret
+// (s3.secret-access-key, s3.session-token, ...). The bearer tokens a REST
+// catalog's client obtains with credential are not among the properties:
+// see sentTokens.
 func catalogSecrets(p iceberg.Properties) redact.Secrets {
 	var s redact.Secrets
 	for k, v := range p {
@@ -38,7 +44,52 @@ func catalogSecrets(p iceberg.Properties) redact.Secrets {
 		pass, _ := u.User.Password()
 		s = append(s, redact.Basic(u.User.Username(), pass)...)
 	}
-	return s
+	return append(s, redact.KeyValueSecrets(p["uri"])...)
+}
+
+// maxSentTokens bounds sentTokens: enough for the token being refreshed
+// while requests made with the previous ones are answered.
+const maxSentTokens = 8
+
+// sentTokens are the last bearer tokens a REST catalog's client sent
+// (originGuard records each request's): with credential, iceberg-go
+// exchanges the secret for an access token at the OAuth2 endpoint, and
+// refreshes it, and a catalog echoing the Authorization it got quotes that
+// token, as good as the secret for its lifetime. A nil *sentTokens holds
+// none.
+type sentTokens struct {
+	mu     sync.Mutex
+	tokens []string // the latest last
+}
+
+// add records the token of authorization, an Authorization header's
+// value, when it is a bearer token.
+func (t *sentTokens) add(authorization string) {
+	scheme, token, ok := strings.Cut(strings.TrimSpace(authorization), " ")
+	token = strings.TrimSpace(token)
+	if t == nil || !ok || !strings.EqualFold(scheme, "Bearer") || token == "" {
+		return
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if n := len(t.tokens); n > 0 && t.tokens[n-1] == token {
+		return
+	}
+	t.tokens = slices.DeleteFunc(t.tokens, func(s string) bool { return s == token })
+	if len(t.tokens) == maxSentTokens {
+		t.tokens = slices.Delete(t.tokens, 0, 1)
+	}
+	t.tokens = append(t.tokens, token)
+}
+
+// with returns s and the tokens sent so far.
+func (t *sentTokens) with(s redact.Secrets) redact.Secrets {
+	if t == nil {
+		return s
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return slices.Concat(s, t.tokens)
 }
 
 // scrubCatalog is a catalog whose errors are scrubbed of its credentials:
@@ -47,20 +98,31 @@ func catalogSecrets(p iceberg.Properties) redact.Secrets {
 // error_description, and iceberg-go puts them into its errors as they
 // come, which floe exits with and logs at every retried flush. The errors
 // keep their chain (errors.Is finds iceberg-go's sentinels). The tables it
-// returns commit through it.
+// returns commit through it, and their file systems' errors (a REST
+// catalog's vended credentials refreshed at the catalog) are scrubbed too.
 type scrubCatalog struct {
 	catalog.Catalog
 	secrets redact.Secrets
+	tokens  *sentTokens // a REST catalog's, else nil
 }
 
-func (c scrubCatalog) scrub(err error) error { return c.secrets.Error(err, 0) }
+func (c scrubCatalog) scrub(err error) error {
+	if err == nil {
+		return nil
+	}
+	return c.tokens.with(c.secrets).Error(err, 0)
+}
 
 // own makes tbl commit through c.
 func (c scrubCatalog) own(tbl *table.Table, err error) (*table.Table, error) {
 	if err != nil {
 		return nil, c.scrub(err)
 	}
-	return table.New(tbl.Identifier(), tbl.Metadata(), tbl.MetadataLocation(), tbl.FS, c), nil
+	fsF := func(ctx context.Context) (icebergio.IO, error) {
+		fsys, err := tbl.FS(ctx)
+		return fsys, c.scrub(err)
+	}
+	return table.New(tbl.Identifier(), tbl.Metadata(), tbl.MetadataLocation(), fsF, c), nil
 }
 
 func (c scrubCatalog) CreateTable(ctx context.Context, ident table.Identifier, sc *iceberg.Schema, opts ...catalog.CreateTableOpt) (*table.Table, error) {

@@ -684,6 +684,21 @@ func TestOpenSQLCatalogErrorNamesItsURI(t *testing.T) {
 	}
 }
 
+// TestOpenSQLCatalogKeyValueURIPasswordMasked: a sql catalog whose uri is
+// a key/value connection string (libpq's, for PostgreSQL) fails naming it
+// as written, its password masked. Before, it was taken for a URL's path:
+// "loading sql catalog
+// host=127.0.0.1%20port=1%20user=floe%20password=PGPASS%20dbname=db: sql:
+// unknown driver", the password printed.
+func TestOpenSQLCatalogKeyValueURIPasswordMasked(t *testing.T) {
+	_, err := lakehouse.OpenCatalog(t.Context(), map[string]string{"type": "sql", "sql.dialect": "postgres", "sql.driver": "no-such-driver",
+		"uri": "host=127.0.0.1 port=1 user=floe password='PG PASS' dbname=db"})
+	want := `loading sql catalog host=127.0.0.1 port=1 user=floe password=REDACTED dbname=db: sql: unknown driver "no-such-driver"`
+	if err == nil || !strings.HasPrefix(err.Error(), want) || strings.Contains(err.Error(), "PASS") {
+		t.Errorf("err = %v; want it to start %s", err, want)
+	}
+}
+
 // TestCommitRefusesFilesTooOldToCommit: a commit stalled until its data
 // files are as old as uncommittedMaxAge (here by a conflict after a pause)
 // commits nothing and deletes them: an orphan clean-up may have taken them,

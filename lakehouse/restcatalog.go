@@ -37,8 +37,9 @@ func isREST(p iceberg.Properties) bool {
 // SigV4 signature) to every request, including those Go's http.Client makes
 // to follow a redirect, so a 3xx from the catalog, a proxy in front of it or
 // whoever answers an http:// uri sent table.catalog.token to any host it
-// named, https or not.
-func openREST(ctx context.Context, name string, p iceberg.Properties) (catalog.Catalog, error) {
+// named, https or not. The bearer tokens the client sends are recorded in
+// tokens.
+func openREST(ctx context.Context, name string, p iceberg.Properties, tokens *sentTokens) (catalog.Catalog, error) {
 	uri, err := url.Parse(p["uri"])
 	if err != nil {
 		return nil, fmt.Errorf("uri %w", redact.ParseError(p["uri"], err))
@@ -52,7 +53,7 @@ func openREST(ctx context.Context, name string, p iceberg.Properties) (catalog.C
 	}
 	opts := []rest.Option{rest.WithAdditionalProps(extra), rest.WithTransportFactory(func(tc *tls.Config) (http.RoundTripper, func()) {
 		t := &http.Transport{Proxy: http.ProxyFromEnvironment, TLSClientConfig: tc} // as iceberg-go's own
-		return originGuard{t, allowed}, t.CloseIdleConnections
+		return originGuard{t, allowed, tokens}, t.CloseIdleConnections
 	})}
 	// rest.NewCatalog reads the properties only after GET /v1/config; those
 	// the client needs for that first request are given as options too, as
@@ -92,10 +93,14 @@ func openREST(ctx context.Context, name string, p iceberg.Properties) (catalog.C
 	return rest.NewCatalog(ctx, name, p["uri"], opts...)
 }
 
-// originGuard refuses requests to any origin but those allowed.
+// originGuard refuses requests to any origin but those allowed, and
+// records the bearer token of those it sends in tokens (every request of
+// the catalog's client comes here, its OAuth2 token requests included,
+// after iceberg-go's session has set the Authorization header).
 type originGuard struct {
 	http.RoundTripper
 	allowed []string
+	tokens  *sentTokens
 }
 
 func (g originGuard) RoundTrip(r *http.Request) (*http.Response, error) {
@@ -106,6 +111,7 @@ func (g originGuard) RoundTrip(r *http.Request) (*http.Response, error) {
 		return nil, fmt.Errorf("refusing a request to %s: the catalog's credentials go only to %s (a redirect, or the catalog's own config, points elsewhere; set table.catalog.uri to where it points)",
 			o, strings.Join(g.allowed, " and "))
 	}
+	g.tokens.add(r.Header.Get("Authorization"))
 	return g.RoundTripper.RoundTrip(r)
 }
 

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
@@ -191,6 +192,75 @@ func TestRESTCatalogErrorsHideCredentials(t *testing.T) {
 		if !errors.Is(err, tc.want) {
 			t.Errorf("%s: %v is not %v", tc.name, err, tc.want)
 		}
+	}
+}
+
+// TestRESTCatalogErrorsHideIssuedOAuthToken: with credential: id:secret
+// iceberg-go exchanges the secret for an access token at /v1/oauth/tokens
+// and sends it as "Authorization: Bearer ..." on every catalog call; a
+// catalog (or gateway) echoing the Authorization it got in its refusal
+// does not get that token printed, neither a token that lasts nor one
+// refreshed at every call. Before, only the static token and the secret
+// of credential were masked, and the issued token, as good as token: for
+// its lifetime, was in the error floe exits with and logs at every
+// retried flush ("loading table db.events: NotAuthorizedException:
+// rejected Bearer issued-...").
+func TestRESTCatalogErrorsHideIssuedOAuthToken(t *testing.T) {
+	const clientSecret, issued = "cl13nt-s3cret", "issued-acc3ss-t0ken"
+	var expiresIn atomic.Int64
+	var n atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		switch {
+		case strings.HasSuffix(r.URL.Path, "/oauth/tokens"):
+			// oauth2 refreshes a token within 10 s of its expiry: one
+			// that expires in 1 s is fetched again for every call.
+			_ = json.NewEncoder(w).Encode(map[string]any{"access_token": fmt.Sprintf("%s-%d", issued, n.Add(1)), "token_type": "bearer",
+				"expires_in": expiresIn.Load(), "issued_token_type": "urn:ietf:params:oauth:token-type:access_token"})
+		case r.URL.Path == "/v1/config":
+			_, _ = w.Write([]byte(`{"defaults":{},"overrides":{}}`))
+		default:
+			w.WriteHeader(http.StatusUnauthorized)
+			_ = json.NewEncoder(w).Encode(map[string]any{"error": map[string]any{"type": "NotAuthorizedException", "code": 401,
+				"message": "rejected " + r.Header.Get("Authorization")}})
+		}
+	}))
+	t.Cleanup(srv.Close)
+	sc, err := schemas.Lookup(schemas.Clickstream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	props := map[string]string{"type": "rest", "uri": srv.URL, "credential": "floe:" + clientSecret}
+	check := func(what string, err error) {
+		t.Helper()
+		if err == nil || !strings.Contains(err.Error(), "rejected Bearer REDACTED") {
+			t.Fatalf("%s: got %v, want the server's refusal, its token masked", what, err)
+		}
+		for _, secret := range []string{clientSecret, issued} {
+			if strings.Contains(err.Error(), secret) {
+				t.Errorf("%s: the error holds %q: %v", what, secret, err)
+			}
+		}
+		if !errors.Is(err, rest.ErrUnauthorized) {
+			t.Errorf("%s: %v is not %v", what, err, rest.ErrUnauthorized)
+		}
+	}
+	expiresIn.Store(3600)
+	_, err = lakehouse.Open(context.Background(), lakehouse.Config{Table: "db.events", Group: "g", Catalog: props}, sc)
+	check("a lasting token", err)
+
+	expiresIn.Store(1)
+	cat, err := lakehouse.OpenCatalog(context.Background(), props)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := n.Load()
+	for i := range 12 {
+		_, err := cat.LoadTable(context.Background(), []string{"db", "events"})
+		check(fmt.Sprintf("call %d with a refreshed token", i), err)
+	}
+	if got := n.Load() - before; got < 12 {
+		t.Errorf("%d tokens issued for 12 calls, want one each", got)
 	}
 }
 

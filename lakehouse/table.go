@@ -174,9 +174,11 @@ func OpenCatalog(ctx context.Context, props map[string]string) (catalog.Catalog,
 	}
 	var cat catalog.Catalog
 	var err error
+	var tokens *sentTokens // the bearer tokens a REST catalog's client sends
 	switch {
 	case isREST(p):
-		cat, err = openREST(ctx, name, p)
+		tokens = new(sentTokens)
+		cat, err = openREST(ctx, name, p, tokens)
 	case p["type"] == "hive":
 		cat, err = openHive(p)
 	default:
@@ -190,13 +192,13 @@ func OpenCatalog(ctx context.Context, props map[string]string) (catalog.Catalog,
 			// open database file").
 			what += " " + redact.URL(cmp.Or(props["uri"], conf.URI))
 		}
-		return nil, fmt.Errorf("loading %s: %w", what, secrets.Error(err, 0))
+		return nil, fmt.Errorf("loading %s: %w", what, tokens.with(secrets).Error(err, 0))
 	}
 	if p["type"] == "hive" {
 		cat = newSerialCatalog(cat, func(context.Context) (catalog.Catalog, error) { return openHive(p) })
 	}
-	if len(secrets) > 0 {
-		cat = scrubCatalog{cat, secrets}
+	if len(secrets) > 0 || tokens != nil {
+		cat = scrubCatalog{cat, secrets, tokens}
 	}
 	return cat, nil
 }

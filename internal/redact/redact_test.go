@@ -2,6 +2,7 @@ package redact_test
 
 import (
 	"net/url"
+	"slices"
 	"strings"
 	"testing"
 
@@ -34,6 +35,40 @@ func TestURL(t *testing.T) {
 		if got := redact.URL(in); got != want {
 			t.Errorf("%s: got %s, want %s", in, got, want)
 		}
+	}
+}
+
+// TestURLKeyValueConnectionString checks that a key/value connection
+// string (libpq's, as a sql catalog's uri on PostgreSQL may be, or ADO's)
+// comes back as written with its password values masked, quoted ones and
+// ones holding a space or a ';' whole. Before, url.Parse took it for a
+// path: the password was printed, the spaces escaped ("loading sql catalog
+// host=127.0.0.1%20port=1%20user=floe%20password=PGPASS%20dbname=db").
+func TestURLKeyValueConnectionString(t *testing.T) {
+	for in, want := range map[string]string{
+		"host=127.0.0.1 port=1 user=floe password=PGPASS dbname=db": "host=127.0.0.1 port=1 user=floe password=REDACTED dbname=db",
+		"host=h password='a b\\' c' dbname=db":                      "host=h password=REDACTED dbname=db",
+		"host=h password = 'unterminated dbname=db":                 "host=h password = REDACTED",
+		"dbname=db sslpassword=k3y password=pa%ss":                  "dbname=db sslpassword=REDACTED password=REDACTED",
+		"Server=h;User Id=sa;Password=pa ss;w0rd;Database=db":       "Server=h;User Id=sa;Password=REDACTED;Database=db",
+		"server=h;pwd={a;}}b};database=db":                          "server=h;pwd=REDACTED;database=db",
+		`Server=h;Password="a;""b";Database=db`:                     "Server=h;Password=REDACTED;Database=db",
+		"host=h user=floe dbname=db":                                "host=h user=floe dbname=db",
+		"file:/tmp/c.db?_auth_pass=s3cret":                          "file:/tmp/c.db?_auth_pass=REDACTED",
+		"c.db?_pragma=busy_timeout(30000)":                          "c.db?_pragma=REDACTED",
+		"postgres://floe:s3cret@h/db?password=s3cret":               "postgres://floe:REDACTED@h/db?password=REDACTED",
+	} {
+		if got := redact.URL(in); got != want {
+			t.Errorf("%s: got %s, want %s", in, got, want)
+		}
+	}
+	// The values as written and unquoted, as a driver may quote either.
+	got := redact.KeyValueSecrets("host=h password='a \\'b' sslpassword=k3y")
+	if want := (redact.Secrets{`'a \'b'`, "a 'b", "k3y"}); !slices.Equal(got, want) {
+		t.Errorf("got secrets %q, want %q", got, want)
+	}
+	if got := redact.KeyValueSecrets("postgres://floe:s3cret@h/db"); got != nil {
+		t.Errorf("a URL gave key/value secrets %q", got)
 	}
 }
 
