@@ -385,22 +385,8 @@ func (t *Table) Verify(ctx context.Context, topic string, readDL DeadLetterReade
 	if err != nil {
 		return nil, err
 	}
-	if known := topicsOf(tbl); len(known) > 0 && !slices.Contains(known, topic) {
-		// Nothing of topic would be found, which reconciles: a misspelt
-		// topic must not pass for a verified one.
-		return nil, fmt.Errorf("table %s holds no offsets of topic %q, only of %s", t.Name(), topic, strings.Join(known, ", "))
-	}
-	if len(wm[topic]) == 0 {
-		// Every row would be above a watermark: a misspelt group must not
-		// pass for a table that does not reconcile. A table that replays
-		// alone wrote has no group's offsets, and is verified.
-		others, err := groupsOf(tbl, topic)
-		if err != nil {
-			return nil, err
-		}
-		if len(others) > 0 {
-			return nil, fmt.Errorf("table %s holds no offsets of topic %s under group %q, only under %s", t.Name(), topic, t.group, strings.Join(others, ", "))
-		}
+	if err := t.checkOffsets(tbl, topic, wm); err != nil {
+		return nil, err
 	}
 	dl, err := readDL.read(ctx)
 	if err != nil {
@@ -507,6 +493,46 @@ func (t *Table) Verify(ctx context.Context, topic string, readDL DeadLetterReade
 	// Which sessions are found first depends on the order files are read.
 	slices.Sort(r.SplitSessionExamples)
 	return r, nil
+}
+
+// CheckOffsets fails, naming what the table holds, when its offsets cannot
+// be topic's under the table's group: it holds offsets of other topics but
+// none of topic (a misspelt --topic), or offsets of topic under other
+// groups but none under its own (a misspelt --group). Verify refuses both
+// (nothing of a misspelt topic would be found, which reconciles; every row
+// would be above a misspelt group's watermarks); floe doctor too, which
+// took either for a job that has committed nothing yet. A table without
+// offsets, or whose topic no group has committed yet (a new job, or a
+// table that replays alone wrote), passes.
+func (t *Table) CheckOffsets(ctx context.Context, topic string) error {
+	tbl, err := t.Load(ctx)
+	if err != nil {
+		return err
+	}
+	wm, err := WatermarksOf(tbl, t.group)
+	if err != nil {
+		return err
+	}
+	return t.checkOffsets(tbl, topic, wm)
+}
+
+// checkOffsets is CheckOffsets of the loaded tbl, whose watermarks for
+// t's group are wm.
+func (t *Table) checkOffsets(tbl *table.Table, topic string, wm Offsets) error {
+	if known := topicsOf(tbl); len(known) > 0 && !slices.Contains(known, topic) {
+		return fmt.Errorf("table %s holds no offsets of topic %q, only of %s", t.Name(), topic, strings.Join(known, ", "))
+	}
+	if len(wm[topic]) > 0 {
+		return nil
+	}
+	others, err := groupsOf(tbl, topic)
+	if err != nil {
+		return err
+	}
+	if len(others) > 0 {
+		return fmt.Errorf("table %s holds no offsets of topic %s under group %q, only under %s", t.Name(), topic, t.group, strings.Join(others, ", "))
+	}
+	return nil
 }
 
 // topicsOf returns, sorted, the topics whose offsets or partition counts

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"strconv"
 	"strings"
 	"time"
@@ -103,6 +104,36 @@ func CheckSourceTopic(ctx context.Context, k KafkaConfig) error {
 		return fmt.Errorf("kafka.topic %s (kafka.brokers %s): %w", k.Topic, strings.Join(k.Brokers, ","), err)
 	}
 	return fmt.Errorf("kafka.brokers %s: %w", strings.Join(k.Brokers, ","), err)
+}
+
+// CheckBrokers asks k.Brokers for the cluster's metadata, the first
+// request of every client, for a command whose first request to them
+// would otherwise fail as something else: verify's read of the dead-letter
+// topic said the topic could not be read and suggested --no-dlq, which
+// reads every dead letter as a gap, for brokers out of reach. Its error
+// names kafka.brokers, "unreachable" when no connection was made or
+// nothing answered (refused, no such host, no route, timed out).
+func CheckBrokers(ctx context.Context, k KafkaConfig) error {
+	c, done, err := k.Client()
+	if err != nil {
+		return err
+	}
+	defer done()
+	// kafka-go answers it from the metadata its first connection fetched,
+	// or with that connection's error.
+	_, err = c.Metadata(ctx, &kafka.MetadataRequest{Topics: []string{}})
+	if err == nil {
+		return nil
+	}
+	brokers := strings.Join(k.Brokers, ",")
+	var netErr net.Error
+	if errors.As(err, &netErr) {
+		return fmt.Errorf("kafka.brokers %s: unreachable: %w", brokers, netErr)
+	}
+	if errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("kafka.brokers %s: unreachable: no answer: %w", brokers, err)
+	}
+	return fmt.Errorf("kafka.brokers %s: %w", brokers, err)
 }
 
 // GroupOffsets returns the offsets k.Group committed for partitions of

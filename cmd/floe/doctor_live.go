@@ -30,6 +30,12 @@ func diagnoseLive(ctx context.Context, g *globalFlags, every time.Duration, metr
 	}
 	defer j.tbl.Close()
 	cfg := j.cfg
+	// As verify: a misspelt --topic or --group was diagnosed as a job that
+	// has committed nothing, the whole topic its lag (or another topic's
+	// numbers shown).
+	if err := j.tbl.CheckOffsets(ctx, cfg.Kafka.Topic); err != nil {
+		return nil, err
+	}
 	in := doctor.Live{Topic: cfg.Kafka.Topic, GroupID: cfg.Kafka.Group, Table: cfg.Table.Name}
 	if e := cfg.Enrich; e != nil {
 		keys := e.BatchSize

@@ -303,6 +303,55 @@ func TestDoctorStartOffsetLatest(t *testing.T) {
 	}
 }
 
+// TestDoctorRefusesMisspeltGroupAndTopic: `floe doctor` refuses, as `floe
+// verify` does (status 2, the same messages), a --group the table holds no
+// offsets of while another group holds the topic's, and a --topic it holds
+// no offsets of while it holds another's; a new job (a table without
+// offsets, whatever its group) is still diagnosed. Doctor diagnosed both
+// misspellings, status 0: "0 rows committed … Nothing committed yet" with
+// the whole topic counted as lag, or another topic's numbers.
+func TestDoctorRefusesMisspeltGroupAndTopic(t *testing.T) {
+	e := newEnv(t, 4, "")
+	// A new job: its table created, nothing committed by any group.
+	if err := e.start("empty", "run", "--until-caught-up").wait(t, 90*time.Second); err != nil {
+		t.Fatalf("floe run --until-caught-up on an empty topic: %v", err)
+	}
+	if out, err := runFloe(t, "doctor", "--config", e.config, "--sample", "0", "--group", "floe-tset"); err != nil || !strings.Contains(out, "Nothing committed yet") {
+		t.Fatalf("doctor of a new job under another group: %v, want status 0 and nothing committed yet\n%s", err, out)
+	}
+
+	gen := clickgen.New(clickgen.Config{Sessions: 100, Seed: 7})
+	msgs := make([]clickgen.Message, 500)
+	for i := range msgs {
+		msgs[i] = gen.Next()
+	}
+	if _, err := e.cluster.Produce(t.Context(), e.topic, msgs); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.start("scheduled", "run", "--until-caught-up").wait(t, 90*time.Second); err != nil {
+		t.Fatalf("floe run --until-caught-up: %v", err)
+	}
+	if _, rep := e.doctor(t, "--json", "--sample", "0"); rep.RowsCommitted != 500 || rep.TotalLag != 0 {
+		t.Fatalf("doctor of the job: %d rows committed, lag %d; want 500, 0", rep.RowsCommitted, rep.TotalLag)
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--group", "floe-tset"}, `table analytics.clicks holds no offsets of topic clicks under group "floe-tset", only under floe-test`},
+		{[]string{"--topic", e.topic + ".dlq"}, `table analytics.clicks holds no offsets of topic "clicks.dlq", only of clicks`},
+	} {
+		for _, cmd := range [][]string{{"verify"}, {"doctor", "--sample", "0"}} {
+			args := append(append(cmd, "--config", e.config, "--log-level", "warn"), c.args...)
+			out, err := runFloe(t, args...)
+			var exit *exec.ExitError
+			if !errors.As(err, &exit) || exit.ExitCode() != 2 || !strings.Contains(out, c.want) {
+				t.Errorf("floe %v: %v, want status 2 and %q\n%s", args, err, c.want, out)
+			}
+		}
+	}
+}
+
 // TestDoctorScrapeRedirectNotFollowed: a metrics endpoint that redirects
 // elsewhere fails the scrape, naming the target redacted, and the target
 // receives nothing. Before, doctor followed it to any host, sending the

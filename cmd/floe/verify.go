@@ -65,8 +65,9 @@ type dlqRead struct{ missing, trimmed []string }
 
 // deadLetterReader returns the reader of the dead-letter topics of ks for
 // their topic, which Verify calls once it has loaded the tables, or nil (not
-// read) with --no-dlq; the reader fails when they cannot be read, and logs
-// to log the read errors it retries. Only the dead letters of tables count
+// read) with --no-dlq; the reader fails when they cannot be read (naming
+// kafka.brokers when those do not answer at all), and logs to log the read
+// errors it retries. Only the dead letters of tables count
 // (and those written without a table header): routes of one topic share
 // its dead-letter topic by default. The reader notes in read, for the
 // report, the topics that do not exist (they hold no dead letters, but said
@@ -78,16 +79,26 @@ func deadLetterReader(noDLQ bool, log *slog.Logger, tables []string, read *dlqRe
 	}
 	return func(ctx context.Context) (lakehouse.DeadLetters, error) {
 		out := lakehouse.DeadLetters{}
-		seen := map[string]bool{}
+		seen, reached := map[string]bool{}, map[string]bool{}
 		for _, k := range ks {
 			if seen[k.DLQTopic] {
 				continue
 			}
 			seen[k.DLQTopic] = true
+			if b := strings.Join(k.Brokers, ","); !reached[b] {
+				// Brokers out of reach are not the dead-letter topic's
+				// fault, and --no-dlq would not help: every dead letter a
+				// gap, status 1 for a healthy table.
+				if err := pipeline.CheckBrokers(ctx, k); err != nil {
+					return nil, err
+				}
+				reached[b] = true
+			}
 			t, err := pipeline.ReadDeadLetterTopic(ctx, k, log, tables...)
 			if err != nil {
 				// Its dead letters would be gaps: status 1, a table that
-				// does not reconcile, for an unreachable broker.
+				// does not reconcile, for a topic the brokers would not
+				// let it read.
 				return nil, fmt.Errorf("dead-letter topic %s not read, so gaps cannot be told from dead letters (--no-dlq verifies without it): %w", k.DLQTopic, err)
 			}
 			if !t.Exists {

@@ -5,18 +5,22 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/floe-dev/floe/schemas/clickgen"
 )
 
 // TestVerifyWithoutItsDeadLetterTopic: `floe verify` whose dead-letter
-// topic cannot be read exits 2 naming it, as for any unreachable service;
-// with --no-dlq it verifies without it. It warned and counted the dead
-// letters as gaps: status 1, a table that does not reconcile, for a broker
-// that was down.
+// topic the brokers answer for but will not let it read exits 2 naming it,
+// as for any unreachable service, and points at --no-dlq, which verifies
+// without it (also with the brokers down). It warned and counted the dead
+// letters as gaps: status 1, a table that does not reconcile.
 func TestVerifyWithoutItsDeadLetterTopic(t *testing.T) {
 	e := newEnv(t, 1, "")
 	if _, err := e.cluster.ProduceRate(t.Context(), e.topic, clickgen.New(clickgen.Config{Seed: 1}), 100, 0); err != nil {
@@ -25,14 +29,65 @@ func TestVerifyWithoutItsDeadLetterTopic(t *testing.T) {
 	if err := e.start("scheduled", "run", "--until-caught-up").wait(t, 90*time.Second); err != nil {
 		t.Fatalf("floe run --until-caught-up: %v", err)
 	}
-	p := e.start("verify", "verify", "--brokers", "127.0.0.1:1")
+	dlq := e.topic + ".dlq"
+	kf := e.cluster.Kfake()
+	kf.ControlKey(kmsg.ListOffsets.Int16(), func(r kmsg.Request) (kmsg.Response, error, bool) {
+		kf.KeepControl()
+		req := r.(*kmsg.ListOffsetsRequest)
+		if !slices.ContainsFunc(req.Topics, func(rt kmsg.ListOffsetsRequestTopic) bool { return rt.Topic == dlq }) {
+			return nil, nil, false
+		}
+		resp := req.ResponseKind().(*kmsg.ListOffsetsResponse)
+		for _, rt := range req.Topics {
+			st := kmsg.NewListOffsetsResponseTopic()
+			st.Topic = rt.Topic
+			for _, rp := range rt.Partitions {
+				sp := kmsg.NewListOffsetsResponseTopicPartition()
+				sp.Partition, sp.ErrorCode = rp.Partition, kerr.TopicAuthorizationFailed.Code
+				st.Partitions = append(st.Partitions, sp)
+			}
+			resp.Topics = append(resp.Topics, st)
+		}
+		return resp, nil, true
+	})
+	p := e.start("verify", "verify")
 	var exit *exec.ExitError
 	if err := p.wait(t, 60*time.Second); !errors.As(err, &exit) || exit.ExitCode() != 2 ||
-		!strings.Contains(p.output(), "dead-letter topic clicks.dlq not read") {
-		t.Fatalf("verify with the broker down: %v, want status 2 naming the dead-letter topic\n%s", err, p.output())
+		!strings.Contains(p.output(), "dead-letter topic clicks.dlq not read, so gaps cannot be told from dead letters (--no-dlq verifies without it)") {
+		t.Fatalf("verify with its dead-letter topic unreadable: %v, want status 2 naming the dead-letter topic\n%s", err, p.output())
+	}
+	if p := e.start("verify without it", "verify", "--no-dlq"); p.wait(t, 60*time.Second) != nil {
+		t.Fatalf("verify --no-dlq failed:\n%s", p.output())
 	}
 	if p := e.start("verify offline", "verify", "--brokers", "127.0.0.1:1", "--no-dlq"); p.wait(t, 60*time.Second) != nil {
 		t.Fatalf("verify --no-dlq with the broker down failed:\n%s", p.output())
+	}
+}
+
+// TestVerifyNamesUnreachableBrokers: `floe verify` that cannot reach
+// kafka.brokers (a wrong --brokers) exits 2 naming them unreachable, as
+// other commands name kafka.brokers, without pointing at --no-dlq. It said
+// the dead-letter topic could not be read and suggested --no-dlq, which
+// on this healthy table with dead letters reports each of them as a gap:
+// NOT OK, status 1.
+func TestVerifyNamesUnreachableBrokers(t *testing.T) {
+	e := newEnv(t, 1, "")
+	gen := clickgen.New(clickgen.Config{Seed: 2, MalformedRate: 0.2})
+	if _, err := e.cluster.ProduceRate(t.Context(), e.topic, gen, 100, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.start("scheduled", "run", "--until-caught-up").wait(t, 90*time.Second); err != nil {
+		t.Fatalf("floe run --until-caught-up: %v", err)
+	}
+	if p := e.start("verify", "verify"); p.wait(t, 60*time.Second) != nil {
+		t.Fatalf("verify of the job's table failed:\n%s", p.output())
+	}
+	p := e.start("verify elsewhere", "verify", "--brokers", "127.0.0.1:1")
+	var exit *exec.ExitError
+	err := p.wait(t, 60*time.Second)
+	if out := p.output(); !errors.As(err, &exit) || exit.ExitCode() != 2 ||
+		!strings.Contains(out, "kafka.brokers 127.0.0.1:1: unreachable: ") || strings.Contains(out, "--no-dlq") {
+		t.Fatalf("verify with --brokers 127.0.0.1:1: %v, want status 2 naming kafka.brokers unreachable, not --no-dlq\n%s", err, out)
 	}
 }
 
