@@ -192,7 +192,7 @@ func TestKafkaStopWithoutProcps(t *testing.T) {
 // not encoded (an encoded one names a directory with a literal %20); and
 // (when the Hadoop jars are cached) Hadoop must resolve them to those
 // directories. DIR also holds the characters that broke the sed script
-// start.sh used to fill its templates with ('|' and '&') and one XML
+// start.sh used to fill its templates with ('|' and '&') and those XML
 // escapes.
 func TestHDFSStorageDirsWithSpace(t *testing.T) {
 	lookTools(t, "curl", "python3", "flock")
@@ -210,7 +210,13 @@ func TestHDFSStorageDirsWithSpace(t *testing.T) {
 	// The NameNode format fails: start.sh stops after writing DIR/conf.
 	writeTool(t, bin, "java", "#!/bin/sh\necho simulated java failure >&2\nexit 1\n")
 	fakeFetched(t, cache, name)
-	dir := filepath.Join(t.TempDir(), "with space, a|b & <c>")
+	// Not a ',': Hadoop reads the storage directories as lists (start.sh
+	// refuses it, checked below).
+	comma := filepath.Join(t.TempDir(), "a,b")
+	if out, err := exec.Command("bash", "hdfs/start.sh", comma).CombinedOutput(); err == nil || !strings.Contains(string(out), "want a DIR without ','") {
+		t.Errorf("hdfs/start.sh %s: %v, want it refused naming the ','\n%s", comma, err, out)
+	}
+	dir := filepath.Join(t.TempDir(), "with space a|b & <c>")
 	cmd := exec.Command("bash", "hdfs/start.sh", dir)
 	cmd.Env = append(os.Environ(), "PATH="+bin+string(os.PathListSeparator)+os.Getenv("PATH"), "FLOE_CACHE="+cache)
 	if out, err := cmd.CombinedOutput(); err == nil || !strings.Contains(string(out), "simulated java failure") {

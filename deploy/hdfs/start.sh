@@ -33,6 +33,9 @@ usage() { echo "usage: $0 DIR [--kerberos KDC_DIR]" >&2; exit 2; }
 [ $# -eq 1 ] || { [ $# -eq 3 ] && [ "$2" = --kerberos ]; } || usage
 mkdir -p "$1"
 dir=$(cd "$1" && pwd)
+case $dir in
+*,*) echo "hdfs: DIR $dir: Hadoop reads its storage directories as comma-separated lists; want a DIR without ','" >&2; exit 2 ;;
+esac
 kdc_dir=${3:-}
 if [ -n "$kdc_dir" ]; then
 	[ -f "$kdc_dir/kdc.env" ] || { echo "hdfs: --kerberos $kdc_dir: no kdc.env there (start deploy/kdc/start.sh $kdc_dir first)" >&2; exit 2; }
