@@ -400,6 +400,33 @@ func TestPartitionsAdded(t *testing.T) {
 	}
 }
 
+// growTo6 grows j's topic from 4 partitions to 6 and writes 50 records to
+// each added one; it returns the generator, for more records, and how many
+// it wrote.
+func growTo6(t *testing.T, j *job) (*clickgen.Generator, int) {
+	t.Helper()
+	if err := j.cl.AddPartitions(t.Context(), "clicks", 6); err != nil {
+		t.Fatal(err)
+	}
+	gen := clickgen.New(clickgen.Config{Sessions: 100, Seed: 5})
+	cl, err := kgo.NewClient(kgo.SeedBrokers(j.cl.Addrs()...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	produced := 0
+	for _, p := range []int32{4, 5} {
+		for range 50 {
+			msg := gen.Next()
+			if err := cl.ProduceSync(t.Context(), &kgo.Record{Topic: "clicks", Partition: p, Key: msg.Key, Value: msg.Value}).FirstErr(); err != nil {
+				t.Fatal(err)
+			}
+			produced++
+		}
+	}
+	return gen, produced
+}
+
 // TestPartitionsAddedDuringTheFirstGenerationsStart: partitions added to a
 // start_offset latest topic after the job's first generation was assigned
 // (4 partitions) but before its member read the topic's partition count
@@ -421,36 +448,13 @@ func TestPartitionsAddedDuringTheFirstGenerationsStart(t *testing.T) {
 	defer stop()
 	waitFor(t, 30*time.Second, "4 partitions assigned", func() bool { return m.Stats().Assigned.Load() == 4 && fc.FailedLoads() >= 1 })
 	time.Sleep(time.Second) // the partition watcher has read its count (4)
-	if err := j.cl.AddPartitions(ctx, "clicks", 6); err != nil {
-		t.Fatal(err)
-	}
-	gen := clickgen.New(clickgen.Config{Sessions: 100, Seed: 5})
-	cl, err := kgo.NewClient(kgo.SeedBrokers(j.cl.Addrs()...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	produced := 0
-	for _, p := range []int32{4, 5} {
-		for range 50 {
-			msg := gen.Next()
-			if err := cl.ProduceSync(ctx, &kgo.Record{Topic: "clicks", Partition: p, Key: msg.Key, Value: msg.Value}).FirstErr(); err != nil {
-				t.Fatal(err)
-			}
-			produced++
-		}
-	}
+	gen, produced := growTo6(t, j)
 	fc.Outage(false)
 	if m.Stats().Assigned.Load() != 4 {
 		t.Fatalf("rebalanced before the outage ended; the test proves nothing")
 	}
 	waitFor(t, 60*time.Second, "6 partitions assigned", func() bool { return m.Stats().Assigned.Load() == 6 })
 	time.Sleep(time.Second)
-	if got, err := kadm.NewClient(cl).FetchOffsets(ctx, "g"); err == nil {
-		got.Each(func(o kadm.OffsetResponse) {
-			t.Logf("group offset %s/%d: %d %q", o.Topic, o.Partition, o.At, o.Metadata)
-		})
-	}
 	if _, err := j.cl.ProduceRate(ctx, "clicks", gen, 300, 0); err != nil {
 		t.Fatal(err)
 	}
@@ -487,27 +491,9 @@ func TestPartitionsAddedBeforeTheFirstCommitAreReadFromTheirStart(t *testing.T) 
 		return err == nil && len(at) == 4
 	})
 
-	if err := j.cl.AddPartitions(ctx, "clicks", 6); err != nil {
-		t.Fatal(err)
-	}
-	gen := clickgen.New(clickgen.Config{Sessions: 100, Seed: 5})
-	cl, err := kgo.NewClient(kgo.SeedBrokers(j.cl.Addrs()...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	produced := 0
 	// Records to the added partitions only, before kafka-go notices them
 	// (it looks every 10 s).
-	for _, p := range []int32{4, 5} {
-		for range 50 {
-			msg := gen.Next()
-			if err := cl.ProduceSync(ctx, &kgo.Record{Topic: "clicks", Partition: p, Key: msg.Key, Value: msg.Value}).FirstErr(); err != nil {
-				t.Fatal(err)
-			}
-			produced++
-		}
-	}
+	gen, produced := growTo6(t, j)
 	end, err := j.cl.EndOffsets(ctx, "clicks")
 	if err != nil {
 		t.Fatal(err)
