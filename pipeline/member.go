@@ -827,9 +827,7 @@ func (m *Member) jobStart(ctx context.Context) (int, map[int32]int64, error) {
 		if err == nil {
 			n, ok := startPartitions(commits)
 			if !ok {
-				for p := range stable {
-					n = max(n, int(p)+1)
-				}
+				n = partitionCount(stable)
 				if m.joinPartitions > 0 {
 					n = min(n, m.joinPartitions)
 				}
@@ -859,8 +857,14 @@ func (m *Member) partitionsNow(ctx context.Context) int {
 	if err != nil {
 		return 0
 	}
+	return partitionCount(end)
+}
+
+// partitionCount is how many partitions a topic whose offsets are these
+// has: one past the highest.
+func partitionCount(offsets map[int32]int64) int {
 	n := 0
-	for p := range end {
+	for p := range offsets {
 		n = max(n, int(p)+1)
 	}
 	return n

@@ -209,10 +209,9 @@ func startPartitions(commits map[int32]groupCommit) (int, bool) {
 	least, highest := -1, -1
 	for p, c := range commits {
 		highest = max(highest, int(p))
-		if n, err := strconv.Atoi(strings.TrimPrefix(c.metadata, pinPrefix)); err == nil && strings.HasPrefix(c.metadata, pinPrefix) && n > 0 {
-			if least < 0 || n < least {
-				least = n
-			}
+		v, pin := strings.CutPrefix(c.metadata, pinPrefix)
+		if n, err := strconv.Atoi(v); pin && err == nil && n > 0 && (least < 0 || n < least) {
+			least = n
 		}
 	}
 	switch {
