@@ -147,3 +147,5 @@ require (
 // A patched copy of kafka-go v0.4.51's reader for compacted topics: see
 // third_party/kafka-go/README.md.
 replace github.com/segmentio/kafka-go => ./third_party/kafka-go
+
+replace github.com/colinmarc/hdfs/v2 => ./third_party/hdfs
