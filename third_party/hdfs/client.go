@@ -10,6 +10,8 @@ import (
 	"os/user"
 	"sort"
 	"strings"
+	"sync"
+	"time"
 
 	"github.com/colinmarc/hdfs/v2/hadoopconf"
 	hadoop "github.com/colinmarc/hdfs/v2/internal/protocol/hadoop_common"
@@ -34,8 +36,13 @@ type Client struct {
 	namenode *rpc.NamenodeConnection
 	options  ClientOptions
 
+	// cacheMu guards defaults and encryptionKey, read and written by every
+	// block transfer of a shared client: without it they raced (floe
+	// patch).
+	cacheMu       sync.Mutex
 	defaults      *hdfs.FsServerDefaultsProto
 	encryptionKey *hdfs.DataEncryptionKeyProto
+	keyFetched    time.Time // when encryptionKey was fetched, nil or not
 }
 
 // ClientOptions represents the configurable options for a client.
@@ -307,9 +314,28 @@ func (c *Client) CopyToRemote(src string, dst string) error {
 	return remote.Close()
 }
 
+// encryptionKeyMargin is how long before its expiry a cached data
+// encryption key is fetched anew, and noKeyRecheck how long the NameNode's
+// answer that it has none (no dfs.encrypt.data.transfer) is kept (floe
+// patch).
+const (
+	encryptionKeyMargin = time.Minute
+	noKeyRecheck        = 10 * time.Minute
+)
+
 func (c *Client) fetchDataEncryptionKey() (*hdfs.DataEncryptionKeyProto, error) {
-	if c.encryptionKey != nil {
-		return c.encryptionKey, nil
+	c.cacheMu.Lock()
+	defer c.cacheMu.Unlock()
+	// floe patch: a key is fetched anew before it expires (ExpiryDate, ms
+	// since the epoch): it was kept for the client's life, past that date,
+	// where Java's client fetches a new one. No key (the
+	// NameNode's answer under data-transfer protection alone) was asked
+	// for again at every connection.
+	switch k := c.encryptionKey; {
+	case k == nil && !c.keyFetched.IsZero() && time.Since(c.keyFetched) < noKeyRecheck:
+		return nil, nil
+	case k != nil && time.Now().Add(encryptionKeyMargin).Before(time.UnixMilli(int64(k.GetExpiryDate()))):
+		return k, nil
 	}
 
 	req := &hdfs.GetDataEncryptionKeyRequestProto{}
@@ -320,7 +346,7 @@ func (c *Client) fetchDataEncryptionKey() (*hdfs.DataEncryptionKeyProto, error) 
 		return nil, err
 	}
 
-	c.encryptionKey = resp.GetDataEncryptionKey()
+	c.encryptionKey, c.keyFetched = resp.GetDataEncryptionKey(), time.Now()
 	return c.encryptionKey, nil
 }
 

@@ -40,6 +40,8 @@ func (c *Client) ServerDefaults() (ServerDefaults, error) {
 }
 
 func (c *Client) fetchDefaults() (*hdfs.FsServerDefaultsProto, error) {
+	c.cacheMu.Lock() // floe patch: see Client.cacheMu
+	defer c.cacheMu.Unlock()
 	if c.defaults != nil {
 		return c.defaults, nil
 	}
