@@ -115,4 +115,10 @@ func TestProgressBase(t *testing.T) {
 	if got, _ := progressBase(ctx, k, lakehouse.Offsets{}, end).Get("t", 1); got != end[1] {
 		t.Errorf("start_offset latest: partition 1 counted from %d, want its end %d", got, end[1])
 	}
+	// A partition without a watermark or a group offset beside others with
+	// watermarks was added to the topic, and is read from its log start
+	// whatever start_offset says; it was counted from its end.
+	if got, _ := progressBase(ctx, k, start, end).Get("t", 1); got != end[1]/2 {
+		t.Errorf("start_offset latest, partition 1 added: counted from %d, want its log start %d", got, end[1]/2)
+	}
 }

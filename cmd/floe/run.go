@@ -220,7 +220,8 @@ func newRunMember(ctx context.Context, j *job, reg *prometheus.Registry, untilCa
 // progressBase returns start with, for each partition of end the table has
 // no watermark of, where the run reads it from: the group's Kafka offset
 // (or the log start, if retention deleted past it), else the log start
-// (start_offset earliest) or the end (latest). Counted from 0, a run over
+// (start_offset earliest, or a partition added to the topic since the
+// table's first commit) or the end (latest). Counted from 0, a run over
 // a log retention had trimmed, or under a group whose offsets were at the
 // end already, ended its progress at a few percent. Best effort: offsets
 // that cannot be read leave a partition counted from 0.
@@ -251,7 +252,9 @@ func progressBase(ctx context.Context, k pipeline.KafkaConfig, start lakehouse.O
 		}
 		if g, known := group[int32(p)]; gerr == nil && known {
 			from, ok = max(g, from), true
-		} else if k.StartOffset == "latest" {
+		} else if k.StartOffset == "latest" && len(start[k.Topic]) == 0 {
+			// With watermarks of other partitions, one without a group
+			// offset was added to the topic: read from its log start.
 			from, ok = end[int32(p)], true
 		}
 		if ok {
