@@ -1164,13 +1164,7 @@ func TestOneThrottledAnswerIsRetried(t *testing.T) {
 					http.Error(w, "slow down", http.StatusTooManyRequests)
 					return
 				}
-				var req struct{ Keys []string }
-				_ = json.NewDecoder(r.Body).Decode(&req)
-				res := map[string]map[string]string{}
-				for _, k := range req.Keys {
-					res[k] = map[string]string{"segment": "gold"}
-				}
-				_ = json.NewEncoder(w).Encode(map[string]any{"results": res})
+				answerGold(w, r)
 			}))
 			t.Cleanup(ts.Close)
 			cfg := testConfig(ts.URL)
@@ -1219,16 +1213,7 @@ func TestRetryAfterOutageOpensTheBreaker(t *testing.T) {
 					http.Error(w, "maintenance", http.StatusServiceUnavailable)
 					return
 				}
-				var req struct{ Keys []string }
-				if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
-					http.Error(w, err.Error(), http.StatusBadRequest)
-					return
-				}
-				res := map[string]map[string]string{}
-				for _, k := range req.Keys {
-					res[k] = map[string]string{"segment": "gold"}
-				}
-				_ = json.NewEncoder(w).Encode(map[string]any{"results": res})
+				answerGold(w, r)
 			}))
 			t.Cleanup(ts.Close)
 			cfg := testConfig(ts.URL)
@@ -1513,4 +1498,18 @@ func TestAnIsolatedKeyAsksAgainBesideAKeyFailingEveryProbe(t *testing.T) {
 		t.Fatalf("good, answered again, still waits (%v, %v); breaker opened %v times", got, err,
 			h.metric(t, "floe_enrich_breaker_transitions_total", "to", "open"))
 	}
+}
+
+// answerGold answers a batch lookup with segment "gold" for every key.
+func answerGold(w http.ResponseWriter, r *http.Request) {
+	var req struct{ Keys []string }
+	if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	res := map[string]map[string]string{}
+	for _, k := range req.Keys {
+		res[k] = map[string]string{"segment": "gold"}
+	}
+	_ = json.NewEncoder(w).Encode(map[string]any{"results": res})
 }

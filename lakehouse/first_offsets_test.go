@@ -7,8 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/apache/arrow-go/v18/arrow"
-	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/iceberg-go"
 
 	"github.com/floe-dev/floe/lakehouse"
@@ -117,28 +115,11 @@ func TestMaintenanceKeepsFirstLiveOffsets(t *testing.T) {
 // before it recorded first live offsets.
 func (f *fixture) appendAsOldFloe(t *testing.T, tbl *lakehouse.Table, group string, p int32, evs []ev, wm lakehouse.Offsets) {
 	t.Helper()
-	it, err := tbl.Load(t.Context())
-	if err != nil {
-		t.Fatal(err)
-	}
-	rec := f.events(t, topic, p, evs)
-	defer rec.Release()
-	rdr, err := array.NewRecordReader(rec.Schema(), []arrow.RecordBatch{rec})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rdr.Release()
 	b, err := json.Marshal(wm)
 	if err != nil {
 		t.Fatal(err)
 	}
-	tx := it.NewTransaction()
-	if err := tx.Append(t.Context(), rdr, iceberg.Properties{lakehouse.OffsetsKeyPrefix + group: string(b)}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := tx.Commit(t.Context()); err != nil {
-		t.Fatal(err)
-	}
+	f.appendPlain(t, tbl, p, evs, iceberg.Properties{lakehouse.OffsetsKeyPrefix + group: string(b)})
 }
 
 // TestVerifyTableWithoutFirstLiveOffsets: a table written before floe

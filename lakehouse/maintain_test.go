@@ -325,17 +325,7 @@ func TestMaintainCarriesOnPastAFailedGroup(t *testing.T) {
 	before := dataFilesOnDisk(t, f)
 	commitRounds(t, f, tbl, []int32{1}, 0, 4, 20)
 	idsBefore := ids(t, tbl)
-	var gone string // a file of partition 1
-	for _, p := range dataFilesOnDisk(t, f) {
-		if !slices.Contains(before, p) {
-			gone = p
-			break
-		}
-	}
-	aside := filepath.Join(t.TempDir(), "aside.parquet")
-	if err := os.Rename(gone, aside); err != nil {
-		t.Fatal(err)
-	}
+	gone, aside := moveAsideNewFile(t, f, before) // a file of partition 1
 	orphan := filepath.Join(warehousePath(t, tbl), "data", "orphan.parquet")
 	if err := os.WriteFile(orphan, []byte("left by a crashed writer"), 0o644); err != nil {
 		t.Fatal(err)
@@ -392,17 +382,7 @@ func TestMaintainReportsFailedGroupsWhenALaterStepFails(t *testing.T) {
 	commitRounds(t, f, tbl, []int32{0}, 0, 4, 20)
 	before := dataFilesOnDisk(t, f)
 	commitRounds(t, f, tbl, []int32{1}, 0, 4, 20)
-	var gone string // a file of partition 1
-	for _, p := range dataFilesOnDisk(t, f) {
-		if !slices.Contains(before, p) {
-			gone = p
-			break
-		}
-	}
-	aside := filepath.Join(t.TempDir(), "aside.parquet")
-	if err := os.Rename(gone, aside); err != nil {
-		t.Fatal(err)
-	}
+	gone, aside := moveAsideNewFile(t, f, before) // a file of partition 1
 	defer os.Rename(aside, gone)
 	fc.ClockBehind(2 * time.Hour)
 	rep, err := tbl.Maintain(t.Context(), lakehouse.MaintainOptions{MinInputFiles: 2})
@@ -1323,4 +1303,21 @@ func TestMaintainExpiresPastTenThousandSkippedRuns(t *testing.T) {
 	if !strings.Contains(out.String(), "4 offsets not checked") {
 		t.Errorf("verify's report does not tell of the unchecked offsets:\n%s", out.String())
 	}
+}
+
+// moveAsideNewFile moves a data file written since before (dataFilesOnDisk)
+// out of the warehouse and returns where it was and where it is now.
+func moveAsideNewFile(t *testing.T, f *fixture, before []string) (gone, aside string) {
+	t.Helper()
+	for _, p := range dataFilesOnDisk(t, f) {
+		if !slices.Contains(before, p) {
+			gone = p
+			break
+		}
+	}
+	aside = filepath.Join(t.TempDir(), "aside.parquet")
+	if err := os.Rename(gone, aside); err != nil {
+		t.Fatal(err)
+	}
+	return gone, aside
 }

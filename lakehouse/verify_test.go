@@ -16,6 +16,7 @@ import (
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/memory"
+	"github.com/apache/iceberg-go"
 
 	"github.com/floe-dev/floe/lakehouse"
 	"github.com/floe-dev/floe/schemas"
@@ -86,6 +87,13 @@ func (f *fixture) commitEvents(t *testing.T, tbl *lakehouse.Table, p int32, from
 // buggy replay would do.
 func (f *fixture) appendBehindFloe(t *testing.T, tbl *lakehouse.Table, p int32, evs []ev) {
 	t.Helper()
+	f.appendPlain(t, tbl, p, evs, nil)
+}
+
+// appendPlain appends evs of partition p with a plain iceberg-go
+// transaction whose snapshot carries props.
+func (f *fixture) appendPlain(t *testing.T, tbl *lakehouse.Table, p int32, evs []ev, props iceberg.Properties) {
+	t.Helper()
 	it, err := tbl.Load(t.Context())
 	if err != nil {
 		t.Fatal(err)
@@ -98,7 +106,7 @@ func (f *fixture) appendBehindFloe(t *testing.T, tbl *lakehouse.Table, p int32, 
 	}
 	defer rdr.Release()
 	tx := it.NewTransaction()
-	if err := tx.Append(t.Context(), rdr, nil); err != nil {
+	if err := tx.Append(t.Context(), rdr, props); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := tx.Commit(t.Context()); err != nil {
