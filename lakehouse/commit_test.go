@@ -684,6 +684,37 @@ func TestOpenSQLCatalogErrorNamesItsURI(t *testing.T) {
 	}
 }
 
+// TestOpenNewSQLiteCatalogConcurrently: processes opening one new SQLite
+// catalog at the same instant all open it. Before, SQLite refused all but
+// one switch of the new database to WAL with SQLITE_BUSY at once, without
+// waiting out busy_timeout, and floe run exited ("loading sql catalog …:
+// database is locked (5) (SQLITE_BUSY)"; CI, TestRoutingExactlyOnce: about
+// one round in 40 here fails).
+func TestOpenNewSQLiteCatalogConcurrently(t *testing.T) {
+	for round := range 150 {
+		dir := t.TempDir()
+		p := map[string]string{"type": "sql", "sql.dialect": "sqlite", "sql.driver": "sqlite",
+			"uri": "file:" + dir + "/catalog.db", "warehouse": "file://" + dir}
+		var wg sync.WaitGroup
+		for range 8 {
+			wg.Go(func() {
+				cat, err := lakehouse.OpenCatalog(t.Context(), p)
+				if err != nil {
+					t.Errorf("round %d: %v", round, err)
+					return
+				}
+				if _, err := cat.ListNamespaces(t.Context(), nil); err != nil {
+					t.Errorf("round %d: listing namespaces: %v", round, err)
+				}
+			})
+		}
+		wg.Wait()
+		if t.Failed() {
+			return
+		}
+	}
+}
+
 // TestOpenSQLCatalogKeyValueURIPasswordMasked: a sql catalog whose uri is
 // a key/value connection string (libpq's, for PostgreSQL) fails naming it
 // as written, its password masked. Before, it was taken for a URL's path:

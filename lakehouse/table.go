@@ -182,7 +182,7 @@ func OpenCatalog(ctx context.Context, props map[string]string) (catalog.Catalog,
 	case p["type"] == "hive":
 		cat, err = openHive(p)
 	default:
-		cat, err = catalog.Load(ctx, name, p)
+		cat, err = loadCatalog(ctx, name, p)
 	}
 	secrets := catalogSecrets(p)
 	if err != nil {
@@ -224,6 +224,33 @@ func CheckCatalog(props map[string]string) error {
 // else "floe".
 func catalogName(props map[string]string) string {
 	return cmp.Or(props["name"], "floe")
+}
+
+// loadCatalog is catalog.Load, tried again for up to 30 s while a SQLite
+// database answers SQLITE_BUSY: processes creating one database at the
+// same instant (two floe run started together) each switch it to WAL on
+// their first connection, and SQLite refuses all but one of them at once,
+// without waiting out busy_timeout.
+func loadCatalog(ctx context.Context, name string, p iceberg.Properties) (catalog.Catalog, error) {
+	deadline := time.Now().Add(30 * time.Second)
+	for wait := 10 * time.Millisecond; ; wait = min(2*wait, time.Second) {
+		cat, err := catalog.Load(ctx, name, p)
+		if err == nil || !sqliteBusy(err) || time.Now().After(deadline) {
+			return cat, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, err
+		case <-time.After(wait):
+		}
+	}
+}
+
+// sqliteBusy reports whether err is SQLite's SQLITE_BUSY (5), extended or
+// not, as the SQLite driver returns it.
+func sqliteBusy(err error) bool {
+	var e interface{ Code() int }
+	return errors.As(err, &e) && e.Code()&0xff == 5
 }
 
 func sqliteURI(uri string) string {
