@@ -129,6 +129,11 @@ func VerifyRoutes(ctx context.Context, topic string, tables []*Table, readDL Dea
 		if wms[i], err = WatermarksOf(tbl, t.group); err != nil {
 			return nil, err
 		}
+		// As Verify: a misspelt topic reconciled (nothing of it found),
+		// a misspelt group put every row above its watermark.
+		if err := t.checkOffsets(tbl, topic, wms[i]); err != nil {
+			return nil, err
+		}
 		if firsts[i], err = FirstOffsetsOf(tbl, t.group); err != nil {
 			return nil, err
 		}

@@ -119,6 +119,33 @@ func TestVerifyRoutes(t *testing.T) {
 // dead-letter topic is read. VerifyRoutes read the dead letters before
 // loading the tables and reported 7 as a gap; it now reads them once every
 // table is loaded.
+// TestVerifyRoutesRefusesMisspeltTopicAndGroup: verifying routes for a
+// topic of which their tables hold no offsets while they hold another's
+// (a misspelt --topic), or with a group of which a table holds none while
+// another group's are there (a misspelt --group), is refused naming what
+// the table holds, as Verify does. Before, the first reconciled (nothing
+// found, OK) and the second reported every row above the watermark.
+func TestVerifyRoutesRefusesMisspeltTopicAndGroup(t *testing.T) {
+	f := newFixture(t)
+	a := f.openNamed(t, "shop.a", "g.a")
+	b := f.openNamed(t, "shop.b", "g.b")
+	f.commitEvents(t, a, 0, 0, 4, lakehouse.NoWatermark, clean(0, 0, 4))
+	f.commitEvents(t, b, 1, 0, 4, lakehouse.NoWatermark, clean(1, 0, 4))
+	_, err := lakehouse.VerifyRoutes(t.Context(), "clickz", []*lakehouse.Table{a, b}, nil)
+	if err == nil || !strings.Contains(err.Error(), `table shop.a holds no offsets of topic "clickz", only of `+topic) {
+		t.Errorf("misspelt topic: %v, want it refused naming %s", err, topic)
+	}
+	misspelt := f.openNamed(t, "shop.b", "g.bx")
+	_, err = lakehouse.VerifyRoutes(t.Context(), topic, []*lakehouse.Table{a, misspelt}, nil)
+	if err == nil || !strings.Contains(err.Error(), `table shop.b holds no offsets of topic `+topic+` under group "g.bx", only under g.b`) {
+		t.Errorf("misspelt group: %v, want it refused naming g.b", err)
+	}
+	rep, err := lakehouse.VerifyRoutes(t.Context(), topic, []*lakehouse.Table{a, b}, nil)
+	if err != nil || rep.Tables[0].Rows != 4 || rep.Tables[1].Rows != 4 {
+		t.Fatalf("the routes as written: %+v, %v", rep, err)
+	}
+}
+
 func TestVerifyRoutesBesideAFlushWithDeadLetters(t *testing.T) {
 	f := newFixture(t)
 	a := f.openNamed(t, "shop.a", "g.a")
