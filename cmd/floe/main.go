@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/signal"
 	"syscall"
@@ -19,7 +20,8 @@ func main() {
 	// default once the signals are no longer caught), for a stop held up
 	// by a hung call.
 	context.AfterFunc(ctx, stop)
-	err := rootCmd().ExecuteContext(ctx)
+	root := rootCmd()
+	err := root.ExecuteContext(ctx)
 	signalled := ctx.Err() != nil // stop cancels ctx too
 	stop()
 	if err != nil && signalled && errors.Is(err, context.Canceled) {
@@ -27,7 +29,12 @@ func main() {
 		err = fmt.Errorf("%v: stopped before it finished: %w", context.Cause(ctx), err)
 	}
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "floe:", err)
+		if asJSON, _ := root.PersistentFlags().GetBool("log-json"); asJSON {
+			// The last line of a JSON log, too.
+			slog.New(slog.NewJSONHandler(os.Stderr, nil)).Error("floe: "+err.Error(), "exit_code", exitCode(err))
+		} else {
+			fmt.Fprintln(os.Stderr, "floe:", err)
+		}
 		os.Exit(exitCode(err))
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"runtime/pprof"
 	"strings"
 
+	"github.com/go-sql-driver/mysql"
 	"github.com/spf13/cobra"
 
 	"github.com/floe-dev/floe/lakehouse"
@@ -112,10 +113,27 @@ func (g *globalFlags) logger() (*slog.Logger, error) {
 		return nil, fmt.Errorf("--log-level %q: want debug, info, warn or error", g.logLevel)
 	}
 	opts := &slog.HandlerOptions{Level: lvl}
+	var l *slog.Logger
 	if g.logJSON {
-		return slog.New(slog.NewJSONHandler(os.Stderr, opts)), nil
+		l = slog.New(slog.NewJSONHandler(os.Stderr, opts))
+	} else {
+		l = slog.New(slog.NewTextHandler(os.Stderr, opts))
 	}
-	return slog.New(slog.NewTextHandler(os.Stderr, opts)), nil
+	// Libraries that log through the standard library's log package (bun's
+	// "can't discover MySQL version") or a logger of their own (the MySQL
+	// driver's "[mysql] packets.go:58 unexpected EOF") log through l too,
+	// as JSON under --log-json.
+	slog.SetDefault(l)
+	_ = mysql.SetLogger(driverLog{l})
+	return l, nil
+}
+
+// driverLog is the MySQL driver's logger: its lines are warnings, as it
+// logs only connections it gives up.
+type driverLog struct{ l *slog.Logger }
+
+func (d driverLog) Print(v ...any) {
+	d.l.Warn(strings.TrimSpace(fmt.Sprint(v...)), "from", "mysql driver")
 }
 
 // job is what every table command works with: one table, and with routes

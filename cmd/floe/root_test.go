@@ -1,0 +1,58 @@
+package main
+
+import (
+	"encoding/json"
+	"net"
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+// TestLogJSONCoversLibrariesAndTheExitError: under --log-json every line
+// floe writes is a JSON object: the MySQL driver's own logger, bun's
+// standard-library log line and the error floe exits with. Before, they were
+// "[mysql] 2026/12/01 06:47:10 packets.go:58 unexpected EOF", "2026/12/01
+// 06:47:10 can't discover MySQL version: …" and "floe: loading sql
+// catalog …", which a JSON log shipper rejects.
+func TestLogJSONCoversLibrariesAndTheExitError(t *testing.T) {
+	// A MySQL server that hangs up on every connection.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	dir := t.TempDir()
+	cfg := writeConfigCatalog(t, dir, "127.0.0.1:1", "g", "db.events", map[string]string{
+		"type": "sql", "sql.dialect": "mysql", "sql.driver": "mysql",
+		"uri": "floe:s3cret@tcp(" + ln.Addr().String() + ")/db", "warehouse": "file://" + dir + "/warehouse",
+	}, "", "")
+	cmd := exec.Command(floeBinary(t), "maintain", "--log-json", "--config", cfg)
+	out, err := cmd.Output() // stderr alone
+	if err == nil {
+		t.Fatalf("floe maintain against a server that hangs up succeeded: %s", out)
+	}
+	stderr := string(err.(*exec.ExitError).Stderr)
+	var driver, exit bool
+	for line := range strings.Lines(stderr) {
+		var rec map[string]any
+		if err := json.Unmarshal([]byte(line), &rec); err != nil {
+			t.Errorf("not a JSON line: %q", line)
+			continue
+		}
+		msg, _ := rec["msg"].(string)
+		driver = driver || rec["from"] == "mysql driver" && strings.Contains(msg, "unexpected EOF")
+		exit = exit || rec["level"] == "ERROR" && strings.HasPrefix(msg, "floe: loading sql catalog") && rec["exit_code"] == 2.0
+	}
+	if !driver || !exit || strings.Contains(stderr, "s3cret") {
+		t.Errorf("want the driver's warning and the exit error as JSON, without the password:\n%s", stderr)
+	}
+}
