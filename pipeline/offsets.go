@@ -126,12 +126,13 @@ func CheckBrokers(ctx context.Context, k KafkaConfig) error {
 		return nil
 	}
 	brokers := strings.Join(k.Brokers, ",")
+	// Before net.Error, which a deadline's error is too.
+	if errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("kafka.brokers %s: unreachable: no answer: %w", brokers, err)
+	}
 	var netErr net.Error
 	if errors.As(err, &netErr) {
 		return fmt.Errorf("kafka.brokers %s: unreachable: %w", brokers, netErr)
-	}
-	if errors.Is(err, context.DeadlineExceeded) {
-		return fmt.Errorf("kafka.brokers %s: unreachable: no answer: %w", brokers, err)
 	}
 	return fmt.Errorf("kafka.brokers %s: %w", brokers, err)
 }
