@@ -21,6 +21,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/valyala/fastjson"
+
+	"github.com/floe-dev/floe/internal/redact"
 )
 
 // maxResponseBytes bounds one response body; a larger one is a permanent
@@ -342,18 +344,16 @@ func (c *client) snippet(body []byte, cut bool) string {
 	return ": " + s
 }
 
-// scrub replaces the secrets in s (see client.secrets). When s was cut (a
-// body read to its limit), an end of s that begins a secret is dropped as
-// well.
+// scrub replaces the secrets in s (see client.secrets), also JSON-escaped
+// (redact.Secrets.Scrub). When s was cut (a body read to its limit), an end
+// of s that begins a secret is dropped as well.
 func (c *client) scrub(s string, cut bool) string {
-	for _, secret := range c.secrets {
-		s = strings.ReplaceAll(s, secret, "REDACTED")
-	}
+	s = redact.Secrets(c.secrets).Scrub(s)
 	if cut {
 		for _, secret := range c.secrets {
 			for n := min(len(secret)-1, len(s)); n >= minSecret; n-- {
 				if strings.HasSuffix(s, secret[:n]) {
-					s = s[:len(s)-n] + "REDACTED"
+					s = s[:len(s)-n] + redact.Mask
 					break
 				}
 			}

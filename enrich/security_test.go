@@ -482,3 +482,40 @@ func TestNonJSONAnswerNeverLeaksTheAuthHeader(t *testing.T) {
 		})
 	}
 }
+
+// TestJSONEscapedEchoOfTheAuthHeaderNeverLeaks: a service echoing the auth
+// header in a JSON error body escapes it as its JSON encoder does (PHP's
+// json_encode writes / as \/, .NET's System.Text.Json + as \u002B); no
+// piece of the token reaches the error (under policy dlq, every dead
+// letter's detail) or the log. Before, only its verbatim form was scrubbed.
+func TestJSONEscapedEchoOfTheAuthHeaderNeverLeaks(t *testing.T) {
+	const token = "Zm9vYmFyYmF6/cXV4cXV1eA+aGVsbG93b3JsZA=="
+	for name, esc := range map[string]func(string) string{
+		`PHP \/`:      func(s string) string { return strings.ReplaceAll(s, "/", `\/`) },
+		`.NET \u002B`: func(s string) string { return strings.ReplaceAll(s, "+", `\u002B`) },
+	} {
+		t.Run(name, func(t *testing.T) {
+			echo := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("Content-Type", "application/json")
+				w.WriteHeader(http.StatusUnauthorized)
+				_, _ = w.Write([]byte(`{"error":"invalid credentials","authorization":"` + esc(r.Header.Get("Authorization")) + `"}`))
+			}))
+			defer echo.Close()
+			cfg := testConfig(echo.URL)
+			cfg.AuthHeader = "Authorization: Bearer " + token
+			cfg.Breaker.Policy = enrich.PolicyDLQ
+			r, h := lookupOnceWith(t, cfg)
+			if r.Err == nil {
+				t.Fatalf("got %s without an error", r.Status)
+			}
+			t.Logf("error: %v", r.Err)
+			for n := 8; n <= len(token); n++ {
+				for i := 0; i+n <= len(token); i++ {
+					if piece := token[i : i+n]; strings.Contains(r.Err.Error(), piece) || strings.Contains(h.logs.String(), piece) {
+						t.Fatalf("%q of the auth header leaked: %v", piece, r.Err)
+					}
+				}
+			}
+		})
+	}
+}

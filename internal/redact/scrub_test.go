@@ -28,6 +28,24 @@ func TestSecretsScrub(t *testing.T) {
 	}
 }
 
+// TestSecretsScrubJSONEscaped: a secret echoed in a JSON body with some of
+// its characters escaped (PHP's \/, .NET's \u002B, either case of hex) is
+// scrubbed too, whole, the text around it kept as it was. Before, only the
+// verbatim form went, and the token was printed but for its escapes.
+func TestSecretsScrubJSONEscaped(t *testing.T) {
+	s := redact.Secrets{"Zm9v/YmFy+YmF6==", "pa55word"}
+	for _, tc := range []struct{ in, want string }{
+		{`{"auth":"Bearer Zm9v\/YmFy+YmF6=="}`, `{"auth":"Bearer REDACTED"}`},
+		{`{"auth":"Zm9v/YmFy\u002BYmF6\u003d\u003D","x":"a\/b"}`, `{"auth":"REDACTED","x":"a\/b"}`},
+		{`"pa55word" \"pa55\u0077ord\" Zm9v\/YmFy+YmF6== \u00e9`, `"REDACTED" \"REDACTED\" REDACTED \u00e9`},
+		{`\u12 pa55wor\`, `\u12 pa55wor\`},
+	} {
+		if got := s.Scrub(tc.in); got != tc.want {
+			t.Errorf("Scrub(%s) = %s, want %s", tc.in, got, tc.want)
+		}
+	}
+}
+
 // TestSecretsError checks a scrubbed error keeps its chain, is cut after
 // scrubbing at a UTF-8 boundary, and is err itself when nothing changed.
 func TestSecretsError(t *testing.T) {
