@@ -64,8 +64,8 @@ With routes, --table picks the route's table.`,
 				opts.RetainLast = retain
 			}
 			if f.Changed("orphan-older-than") {
-				if orphan <= 0 {
-					return fmt.Errorf("--orphan-older-than %s: must be positive", orphan)
+				if orphan < lakehouse.MinOrphanOlderThan {
+					return fmt.Errorf("--orphan-older-than %s: at least %s; younger unreferenced files may belong to a commit in flight", orphan, lakehouse.MinOrphanOlderThan)
 				}
 				opts.OrphanOlderThan = orphan
 			}

@@ -184,6 +184,9 @@ func TestMaintainChecksItsFlagsFirst(t *testing.T) {
 		{"--target-file-size", "10XB", `--target-file-size: "10XB" is not a byte size`},
 		{"--expire-older-than", "-1h", "--expire-older-than -1h0m0s: must be positive"},
 		{"--retain-last", "0", "--retain-last 0: at least 1 snapshot"},
+		// Below the minimum: it was refused only once the table was loaded.
+		{"--orphan-older-than", "5m", "--orphan-older-than 5m0s: at least 1h0m0s"},
+		{"--orphan-older-than", "0s", "--orphan-older-than 0s: at least 1h0m0s"},
 	} {
 		root := rootCmd()
 		root.SetArgs([]string{"maintain", "--config", cfg, "--log-level", "error", tc.flag, tc.value})
