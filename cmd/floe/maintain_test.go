@@ -230,6 +230,17 @@ func TestRefusedReplayCreatesNoTable(t *testing.T) {
 			t.Fatalf("after floe replay %v: the table exists (%v)", tc.args, lerr)
 		}
 	}
+	// A time range without records replays nothing, and creates nothing
+	// either (it created the table).
+	root := rootCmd()
+	root.SetArgs([]string{"replay", "--config", e.config, "--table", "analytics.clikcs", "--log-level", "error",
+		"--from-time", "2030-01-01T00:00:00Z", "--to-time", "2030-01-01T01:00:00Z"})
+	if err := root.ExecuteContext(t.Context()); err != nil {
+		t.Errorf("floe replay of an empty time range: %v", err)
+	}
+	if _, lerr := cat.LoadTable(t.Context(), []string{"analytics", "clikcs"}); !errors.Is(lerr, catalog.ErrNoSuchTable) {
+		t.Fatalf("after floe replay of an empty time range: the table exists (%v)", lerr)
+	}
 }
 
 // TestRefusedConfigCreatesNoTable: `floe run` and `floe replay` refused for

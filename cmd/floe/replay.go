@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/apache/iceberg-go/catalog"
 	"github.com/spf13/cobra"
 
 	"github.com/floe-dev/floe/pipeline"
@@ -94,7 +95,16 @@ With routes, --table picks the route; a route with where replays only the record
 					return err
 				}
 			}
-			if err := j.open(ctx, true); err != nil { // a backfill may come first
+			if len(ranges) == 0 { // nothing to read, and no table to open or create
+				return printReplay(asJSON, cfg.Kafka.Topic, pipeline.ReplayResult{Ranges: ranges})
+			}
+			// A backfill may come first, so the table is created; not a
+			// field route's, whose replay re-reads what its table committed.
+			create := !cfg.FieldRouted()
+			if err := j.open(ctx, create); err != nil {
+				if !create && errors.Is(err, catalog.ErrNoSuchTable) {
+					return fmt.Errorf("replay: table %s, routed by field, does not exist, so it has committed nothing of %s: floe run ingests the topic into it; a replay of a field route re-reads committed ranges only", cfg.Table.Name, cfg.Kafka.Topic)
+				}
 				return err
 			}
 			defer j.tbl.Close()
@@ -102,29 +112,21 @@ With routes, --table picks the route; a route with where replays only the record
 			for _, r := range ranges {
 				total += r.To - r.From
 			}
-			res := pipeline.ReplayResult{Ranges: ranges}
-			if len(ranges) > 0 {
-				if err := j.tbl.CheckWrite(ctx); err != nil {
-					return err
-				}
-				if r := cfg.Registry; r != nil {
-					r.WarnInsecure(j.log)
-				}
-				var read atomic.Int64
-				opts.Read = &read
-				stop := reportProgress(j.log, "replaying", total, read.Load)
-				res, err = pipeline.Replay(ctx, cfg, j.tbl, j.sc, ranges, opts, j.log)
-				stop()
-				if err != nil {
-					return err
-				}
+			if err := j.tbl.CheckWrite(ctx); err != nil {
+				return err
 			}
-			if asJSON {
-				return json.NewEncoder(os.Stdout).Encode(res)
+			if r := cfg.Registry; r != nil {
+				r.WarnInsecure(j.log)
 			}
-			fmt.Printf("replayed %d range(s) of %s: read %d, inserted %d, skipped %d (already present; %d of them replaced by their re-enriched version), %d business-key duplicates, dead-lettered %d, %d commits\n",
-				len(ranges), cfg.Kafka.Topic, res.Read, res.Inserted, res.Skipped, res.Replaced, res.BusinessDuplicates, res.DeadLettered, res.Commits)
-			return nil
+			var read atomic.Int64
+			opts.Read = &read
+			stop := reportProgress(j.log, "replaying", total, read.Load)
+			res, err := pipeline.Replay(ctx, cfg, j.tbl, j.sc, ranges, opts, j.log)
+			stop()
+			if err != nil {
+				return err
+			}
+			return printReplay(asJSON, cfg.Kafka.Topic, res)
 		},
 	}
 	f := cmd.Flags()
@@ -136,4 +138,14 @@ With routes, --table picks the route; a route with where replays only the record
 	f.BoolVar(&opts.Reenrich, "reenrich", false, "replace rows stored skipped, error or miss by their re-enriched version")
 	f.BoolVar(&asJSON, "json", false, "print the summary as JSON")
 	return cmd
+}
+
+// printReplay prints the summary of a replay of topic, as JSON with asJSON.
+func printReplay(asJSON bool, topic string, res pipeline.ReplayResult) error {
+	if asJSON {
+		return json.NewEncoder(os.Stdout).Encode(res)
+	}
+	fmt.Printf("replayed %d range(s) of %s: read %d, inserted %d, skipped %d (already present; %d of them replaced by their re-enriched version), %d business-key duplicates, dead-lettered %d, %d commits\n",
+		len(res.Ranges), topic, res.Read, res.Inserted, res.Skipped, res.Replaced, res.BusinessDuplicates, res.DeadLettered, res.Commits)
+	return nil
 }

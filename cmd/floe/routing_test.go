@@ -18,6 +18,8 @@ import (
 	"time"
 
 	"github.com/apache/arrow-go/v18/arrow/array"
+	"github.com/apache/iceberg-go"
+	"github.com/apache/iceberg-go/catalog"
 	"github.com/apache/iceberg-go/table"
 
 	"github.com/floe-dev/floe/lakehouse"
@@ -741,9 +743,30 @@ func TestRoutingReplayFromTheRoutingChange(t *testing.T) {
 	}
 }
 
-// splitClicksConfig writes a configuration splitting topic clicks of cl
-// by event_type: the values orderTypes (a YAML list's items) to
-// shop.orders, the rest to shop.other; the catalog is in dir.
+// TestRoutingReplayOfANewRouteCreatesNoTable: a replay of a field route
+// whose table does not exist yet (a new route, floe run not started) is
+// refused, as one above the route's watermarks is, and creates nothing: it
+// created the table, then refused.
+func TestRoutingReplayOfANewRouteCreatesNoTable(t *testing.T) {
+	cl := clicksCluster(t, 5, 50)
+	dir := t.TempDir()
+	config := splitClicksConfig(t, cl, dir, "purchase")
+	cat, err := catalog.Load(t.Context(), "floe", iceberg.Properties(sqliteCatalog(dir))) // the catalog exists
+	if err != nil {
+		t.Fatal(err)
+	}
+	root := rootCmd()
+	root.SetArgs([]string{"replay", "--config", config, "--table", "shop.orders", "--log-level", "error",
+		"--partition", "0", "--from", "0", "--to", "1"})
+	err = root.ExecuteContext(t.Context())
+	if err == nil || exitCode(err) != 2 || !strings.Contains(err.Error(), "table shop.orders, routed by field, does not exist") {
+		t.Errorf("replay of a field route without a table: %v, want it refused", err)
+	}
+	if _, err := cat.LoadTable(t.Context(), []string{"shop", "orders"}); !errors.Is(err, catalog.ErrNoSuchTable) {
+		t.Fatalf("the refused replay left table shop.orders behind (load: %v)", err)
+	}
+}
+
 func splitClicksConfig(t *testing.T, cl *embedded.Cluster, dir, orderTypes string) string {
 	props, _ := json.Marshal(sqliteCatalog(dir))
 	path := filepath.Join(dir, "floe-"+strings.ReplaceAll(orderTypes, ", ", "-")+".yaml")
