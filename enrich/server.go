@@ -10,8 +10,10 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"net/url"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -119,7 +121,6 @@ func NewServer(cfg ServerConfig) *Server {
 	}
 	s.started.Store(time.Now().UnixNano())
 	s.mux.HandleFunc("POST /lookup", s.batch)
-	s.mux.HandleFunc("GET /lookup/{key}", s.single)
 	return s
 }
 
@@ -180,6 +181,14 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if s.down() {
 		http.Error(w, "outage", http.StatusServiceUnavailable)
 		return
+	}
+	// Single mode by hand: ServeMux takes the key "/" (GET /lookup/%2F)
+	// for a trailing slash, which a {key} pattern does not match.
+	if key, ok := strings.CutPrefix(r.URL.EscapedPath(), "/lookup/"); ok && r.Method == http.MethodGet && !strings.Contains(key, "/") {
+		if key, err := url.PathUnescape(key); err == nil && key != "" {
+			s.single(w, r, key)
+			return
+		}
 	}
 	s.mux.ServeHTTP(w, r)
 }
@@ -294,8 +303,7 @@ func (s *Server) cannotAnswer(w http.ResponseWriter, r *http.Request, key string
 	s.respond(w, r, http.StatusInternalServerError, append(appendJSONString([]byte(`{"error":`), "cannot answer key "+key), "}\n"...))
 }
 
-func (s *Server) single(w http.ResponseWriter, r *http.Request) {
-	key := r.PathValue("key")
+func (s *Server) single(w http.ResponseWriter, r *http.Request, key string) {
 	if slices.Contains(s.cfg.FailKeys, key) {
 		s.cannotAnswer(w, r, key)
 		return

@@ -2,6 +2,7 @@ package enrich_test
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"io"
 	"math"
@@ -68,6 +69,33 @@ func TestServerContract(t *testing.T) {
 	srv.SetOutage(false)
 	if n := srv.Requests(); n != 6 {
 		t.Fatalf("Requests() = %d, want 6", n)
+	}
+}
+
+// TestServerSingleModeKeysWithSlashes: the reference server answers single
+// mode's GET for every key the client escapes into the path, "/" alone
+// included. ServeMux took GET /lookup/%2F for a trailing slash, which
+// {key} did not match: a 404, so a known key came out a miss.
+func TestServerSingleModeKeysWithSlashes(t *testing.T) {
+	srv, url := startServer(t, enrich.ServerConfig{P50: enrich.NoLatency})
+	cfg := testConfig(url)
+	cfg.Mode = enrich.ModeSingle
+	cfg.URL = url + "/lookup/{key}"
+	h := startStage(t, cfg)
+	q := h.st.NewQueue()
+	keys := []string{"a/b", "/", "//", "a%2Fb", "é/ü"}
+	for _, k := range keys {
+		if err := q.Submit(context.Background(), k, k); err != nil {
+			t.Fatal(err)
+		}
+	}
+	q.Close()
+	got := collect(q)
+	if len(got) != len(keys) {
+		t.Fatalf("%d results for %d keys", len(got), len(keys))
+	}
+	for _, c := range got {
+		checkResult(t, srv, c.Item.(string), c.Result)
 	}
 }
 
