@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -82,9 +83,11 @@ type client struct {
 	url       string
 	dec       *decoder
 	parsers   fastjson.ParserPool
-	bufs      sync.Pool // *bytes.Buffer for response bodies
-	authName  string
-	authValue string
+	// decodeSlots bounds the bodies parsed at once (see decode).
+	decodeSlots chan struct{}
+	bufs        sync.Pool // *bytes.Buffer for response bodies
+	authName    string
+	authValue   string
 	// shownURL is the URL as errors name it: redacted, {key} as written.
 	shownURL string
 	// secrets are what scrub removes: the auth header's value, the Basic
@@ -119,6 +122,8 @@ func newClient(cfg *Config, badAttr func(string)) (*client, error) {
 		url:       cfg.URL,
 		shownURL:  redactURL(cfg.URL),
 		dec:       newDecoder(cfg.Fields, badAttr),
+
+		decodeSlots: make(chan struct{}, runtime.GOMAXPROCS(0)),
 	}
 	if cfg.AuthHeader != "" {
 		c.authName, c.authValue, err = parseAuthHeader(cfg.AuthHeader)
@@ -265,9 +270,26 @@ func (c *client) lookup(ctx context.Context, keys []string) (map[string]Values, 
 
 // decode parses a 200 response. Attribute strings are copied out of the
 // parser's buffer, so the result outlives it.
+//
+// The parser builds every JSON value of the body, about 100 bytes each: a
+// body of small values ("[0,0,…]") costs 50 times its size, so a bound on
+// bytes alone would let one answer take gigabytes. So the values are
+// counted first (maxValues), and at most GOMAXPROCS bodies are parsed at
+// once (parsing is CPU work: waiting costs no time).
 func (c *client) decode(keys []string, raw []byte) (map[string]Values, error) {
+	n := jsonValues(raw)
+	if limit := maxValues(len(keys)); n > limit {
+		return nil, c.fail(http.StatusOK, false, "decoding the response: %d JSON values or more for %d key(s), above the %d floe parses (%d a key and %d)",
+			n, len(keys), limit, valuesPerKey, baseValues)
+	}
+	c.decodeSlots <- struct{}{}
+	defer func() { <-c.decodeSlots }()
 	p := c.parsers.Get()
-	defer c.parsers.Put(p)
+	defer func() {
+		if n <= baseValues { // a parser keeps the values of its largest body
+			c.parsers.Put(p)
+		}
+	}()
 	v, err := p.ParseBytes(raw)
 	if err != nil {
 		// Not fastjson's message: it quotes the body's two ends around
@@ -297,6 +319,25 @@ func (c *client) decode(keys []string, raw []byte) (map[string]Values, error) {
 		}
 	})
 	return out, nil
+}
+
+// A response may hold baseValues JSON values and valuesPerKey a key asked:
+// attributes far beyond what a lookup needs, about 55 MiB parsed for a
+// batch of 500 keys. A larger one is a permanent failure of the request;
+// under policy pause its batch is then split (see Stage.resolve), down to
+// one key and baseValues + valuesPerKey values.
+const (
+	baseValues   = 64 << 10
+	valuesPerKey = 1 << 10
+)
+
+func maxValues(keys int) int { return baseValues + keys*valuesPerKey }
+
+// jsonValues is an upper bound on the number of values in the JSON text
+// raw: one for the text, one more after each comma and each opening
+// bracket or brace (commas and brackets within strings count too).
+func jsonValues(raw []byte) int {
+	return 1 + bytes.Count(raw, []byte{','}) + bytes.Count(raw, []byte{'['}) + bytes.Count(raw, []byte{'{'})
 }
 
 // transportError classifies a failure below HTTP: certificate problems are

@@ -38,7 +38,8 @@
 // Failures: transport errors, timeouts (Config.Timeout per attempt), 429 and
 // 5xx other than 501 are retried (Config.Retries, full-jitter exponential
 // backoff between Config.BackoffMin and BackoffMax). Everything else — other
-// statuses, an undecodable body, a TLS verification failure — is a permanent
+// statuses, an undecodable body (over 64 MiB, or over 65,536 JSON values and
+// 1,024 a key asked), a TLS verification failure — is a permanent
 // failure of that request. A request that still fails after its retries
 // counts as one failure for the circuit breaker (unless it asked for an
 // isolated key, see pause below).

@@ -626,8 +626,9 @@ func splits(err error) bool {
 // keysAtFault reports whether a failed request's status may come from the
 // keys it asked for: 400, 413, 414 or 431 (in single mode the key is in the
 // URL: too long for the service's request line), 422 or 500, or a 200
-// whose answer could not be used (larger than a response may be, or not
-// JSON: the keys' answers together, or one key's, are at fault). Not a
+// whose answer could not be used (larger than a response may be, with more
+// JSON values than floe parses, or not JSON: the keys' answers together, or
+// one key's, are at fault). Not a
 // transport error or a
 // timeout, nor a status of a service or gateway that is down (502, 503,
 // 504), of credentials or a wrong URL (401, 403, 404), or of overload

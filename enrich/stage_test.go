@@ -1,14 +1,18 @@
 package enrich_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"flag"
+	"fmt"
+	"io"
 	"math/rand/v2"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -593,6 +597,90 @@ func TestPauseSplitsAnAnswerTooLargeForOneResponse(t *testing.T) {
 			}
 		}
 		n += len(got)
+	}
+}
+
+// TestAnAnswerOfSmallValuesCannotExhaustMemory: an answer well under the
+// byte bound made of small JSON values ("[0,0,…]") is refused before it is
+// parsed: parsed, each value cost about 100 bytes, so one 4 MiB answer took
+// some 500 MiB (a 15 MiB one 4 GB) and a few could crash floe.
+func TestAnAnswerOfSmallValuesCannotExhaustMemory(t *testing.T) {
+	var body bytes.Buffer
+	body.WriteString(`{"results":{"u-1":{"segment":"gold","history":[0`)
+	for body.Len() < 4<<20 {
+		body.WriteString(",0")
+	}
+	body.WriteString(`]}}}`)
+	raw := body.Bytes()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = w.Write(raw)
+	}))
+	t.Cleanup(srv.Close)
+	cfg := testConfig(srv.URL)
+	cfg.Breaker.Policy = enrich.PolicyPassthrough
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	r, _ := lookupOnceWith(t, cfg)
+	runtime.ReadMemStats(&after)
+	if r.Err == nil || !strings.Contains(r.Err.Error(), "JSON values or more for 1 key(s)") {
+		t.Errorf("an answer of 2 M values: %s (%v), want it refused for its values", r.Status, r.Err)
+	}
+	if alloc := after.TotalAlloc - before.TotalAlloc; alloc > 64<<20 {
+		t.Errorf("an answer of %d MiB allocated %d MiB", len(raw)>>20, alloc>>20)
+	}
+}
+
+// TestPauseSplitsAnAnswerWithTooManyValues: a batch whose answer holds more
+// JSON values than floe parses for its keys is split until its halves'
+// answers fit, and every key is answered.
+func TestPauseSplitsAnAnswerWithTooManyValues(t *testing.T) {
+	history := "[" + strings.Repeat("0,", 1999) + "0]" // 2,000 values a key: twice valuesPerKey
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var req struct{ Keys []string }
+		if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		var b strings.Builder
+		b.WriteString(`{"results":{`)
+		for i, k := range req.Keys {
+			if i > 0 {
+				b.WriteByte(',')
+			}
+			fmt.Fprintf(&b, `%q:{"segment":"gold","history":%s}`, k, history)
+		}
+		b.WriteString(`}}`)
+		_, _ = io.WriteString(w, b.String())
+	}))
+	t.Cleanup(srv.Close)
+	cfg := testConfig(srv.URL)
+	cfg.Fields = []enrich.Field{{Name: "segment", Type: enrich.TypeString}}
+	cfg.BatchSize = 200 // 400,000 values, above 64 Ki + 200 Ki
+	cfg.Linger = enrich.Duration(time.Second)
+	h := startStage(t, cfg)
+	q := h.st.NewQueue()
+	t.Cleanup(q.Abort)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for i := range cfg.BatchSize {
+		if err := q.Submit(ctx, key(i), i); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for n := 0; n < cfg.BatchSize; {
+		got, err := q.Take(ctx, nil)
+		if err != nil {
+			t.Fatalf("%d of %d records answered after 30 s (%v)", n, cfg.BatchSize, err)
+		}
+		for _, c := range got {
+			if c.Result.Status != enrich.StatusOK || c.Result.Values[0].Str != "gold" {
+				t.Fatalf("record %v: %v", c.Item, c.Result)
+			}
+		}
+		n += len(got)
+	}
+	if splits := h.metric(t, "floe_enrich_batch_splits_total"); splits < 1 {
+		t.Errorf("batches split %v times, want at least once", splits)
 	}
 }
 
