@@ -143,7 +143,7 @@ func TestAttrStringsThatAreNotUTF8AreCountedNulls(t *testing.T) {
 func TestRepeatedMembersCountByTheirLastValue(t *testing.T) {
 	fields := []Field{{Name: "segment", Type: TypeString, Attribute: "segment"}, {Name: "visits", Type: TypeLong, Attribute: "visits"}}
 	var bad []string
-	c := &client{mode: ModeBatch, dec: newDecoder(fields, func(f string) { bad = append(bad, f) })}
+	c := &client{mode: ModeBatch, dec: newDecoder(fields, func(f string) { bad = append(bad, f) }), decodeSlots: make(chan struct{}, 1)}
 	for _, tc := range []struct {
 		body string
 		want map[string][2]any // key: segment, visits
@@ -311,7 +311,7 @@ func FuzzDecodeResponse(f *testing.F) {
 		{Name: "visits", Type: TypeLong, Attribute: "visits"},
 	}
 	f.Fuzz(func(t *testing.T, body []byte, single bool) {
-		c := &client{mode: ModeBatch, dec: newDecoder(fields, func(string) {})}
+		c := &client{mode: ModeBatch, dec: newDecoder(fields, func(string) {}), decodeSlots: make(chan struct{}, 1)}
 		if single {
 			c.mode = ModeSingle
 		}
