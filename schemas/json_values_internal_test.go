@@ -6,6 +6,7 @@ import (
 	"math"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -107,6 +108,41 @@ func TestInvalidJSONRefused(t *testing.T) {
 		var de *DecodeError
 		if !errors.As(err, &de) || de.Reason != ReasonMalformedJSON {
 			t.Errorf("%s: err = %v, want malformed_json", v, err)
+		}
+	}
+}
+
+// TestDeeplyNestedJSONRefusedAtOnce: a message nested deeper than the
+// parser's 300 levels is malformed_json at once, through the generic and
+// the built-in clickstream decoder, with or without an escape. With a
+// backslash it went to fastjson's validator first, which has no depth
+// bound and wraps its error once per level: 20 KB of '[' took 11 s (a
+// 1 MiB message hours), the partition's buffer held all along.
+func TestDeeplyNestedJSONRefusedAtOnce(t *testing.T) {
+	click, err := Lookup(Clickstream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	deep := strings.Repeat("[", 20000)
+	for _, v := range []string{
+		`{"id":"a\\b","x":` + deep + `}`,
+		`{"id":"a","x":` + deep + `}`,
+		`{"id":"a\\b","x":` + strings.Repeat("[", 400) + strings.Repeat("]", 400) + `}`, // valid, too deep
+	} {
+		start := time.Now()
+		_, err := valuesAppend(t, v)
+		cb := click.NewBuilder(nil, 0)
+		cerr := cb.Append([]byte(v), Meta{Topic: "t"}, time.Time{}, "")
+		cb.Release()
+		took := time.Since(start)
+		for _, err := range []error{err, cerr} {
+			var de *DecodeError
+			if !errors.As(err, &de) || de.Reason != ReasonMalformedJSON {
+				t.Errorf("%.30s…: err = %v, want malformed_json", v, err)
+			}
+		}
+		if took > 2*time.Second { // microseconds; the quadratic validator took 11 s
+			t.Errorf("%.30s… (%d bytes) took %v to refuse", v, len(v), took)
 		}
 	}
 }
