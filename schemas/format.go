@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net/http"
 	"net/url"
 	"os"
@@ -482,6 +483,12 @@ func (d *wireDecoder) decode(value []byte, cols []array.Builder) (int, error) {
 		return 0, &DecodeError{Reason: ReasonMalformedValue, Detail: "not in the Confluent wire format (magic byte 0 and a 4-byte schema id)"}
 	}
 	id := int(binary.BigEndian.Uint32(value[1:5]))
+	if id > math.MaxInt32 {
+		// Not asked: Confluent's ids are Java ints, and its registry
+		// answers a path it cannot convert with a 404 without a schema
+		// error code, which reads as no registry at that URL.
+		return 0, &DecodeError{Reason: ReasonUnknownSchema, Detail: "schema id " + strconv.Itoa(id) + " is above the largest a Confluent schema registry assigns (2147483647, a 32-bit signed integer)"}
+	}
 	ws, err := d.reg.get(id, d.kind)
 	if err != nil {
 		return 0, err

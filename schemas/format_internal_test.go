@@ -13,6 +13,7 @@ import (
 	"math/big"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -515,6 +516,39 @@ func appendFrom(t *testing.T, reg RegistryConfig, id int) error {
 	b := sc.NewRecordBuilder(nil, 0)
 	defer b.Release()
 	return b.Append(wire(id, nil, []byte{0}), Meta{Topic: "t"}, time.Time{}, "")
+}
+
+// TestSchemaIDPastInt32IsDeadLettered: a Confluent-framed value whose id
+// bytes are 0x80000000 or above (plain Avro whose first byte is 0, read as
+// the wire format) is an unknown_schema dead letter, the registry not
+// asked. Confluent's ids are Java ints: its registry cannot convert such a
+// path and answers 404 with error_code 404, not 40403, which floe takes for
+// no registry at registry.url, stopping the partition for ever. The handler
+// answers as that registry does.
+func TestSchemaIDPastInt32IsDeadLettered(t *testing.T) {
+	var asked atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		asked.Add(1)
+		w.Header().Set("Content-Type", "application/vnd.schemaregistry.v1+json")
+		w.WriteHeader(http.StatusNotFound)
+		id := strings.TrimPrefix(r.URL.Path, "/schemas/ids/")
+		if _, err := strconv.ParseInt(id, 10, 32); err != nil {
+			_, _ = w.Write([]byte(`{"error_code":404,"message":"HTTP 404 Not Found"}`))
+			return
+		}
+		_, _ = w.Write([]byte(`{"error_code":40403,"message":"Schema ` + id + ` not found"}`))
+	}))
+	t.Cleanup(srv.Close)
+	for _, id := range []int{1 << 31, 0xFFFFFFFF, 7} {
+		err := appendFrom(t, RegistryConfig{URL: srv.URL}, id)
+		var de *DecodeError
+		if !errors.As(err, &de) || de.Reason != ReasonUnknownSchema {
+			t.Errorf("schema id %d: %v; want an unknown_schema dead letter, not a stopped partition", id, err)
+		}
+	}
+	if n := asked.Load(); n != 1 {
+		t.Errorf("the registry was asked %d times, want once (for id 7)", n)
+	}
 }
 
 // TestRegistryErrorsHideCredentials: a registry (or the proxy in front of
