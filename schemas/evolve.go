@@ -151,6 +151,36 @@ func enrichmentClash(name string) string {
 	return "collides with enrichment column " + strconv.Quote(name) + " (enrich.fields); rename one of them"
 }
 
+// caseTwin returns the column of the table (of record, a metadata or an
+// extra column) whose name differs from name only in case, or "". A writer
+// field so named cannot become a column, as WithColumns refuses one: Spark
+// resolves column names case-insensitively by default and Trino lower-cases
+// them, so the table could not be read.
+func caseTwin(record *node, extra []Column, name string) string {
+	for _, f := range record.fields {
+		if strings.EqualFold(f.name, name) {
+			return f.name
+		}
+	}
+	for _, f := range clickstreamFields[colKafkaTopic:] {
+		if strings.EqualFold(f.Name, name) {
+			return f.Name
+		}
+	}
+	for _, c := range extra {
+		if strings.EqualFold(c.Name, name) {
+			return c.Name
+		}
+	}
+	return ""
+}
+
+// caseClash says why a writer field cannot become a column: column col's
+// name differs from its only in case.
+func caseClash(col string) string {
+	return "differs from column " + strconv.Quote(col) + " only in case, which Spark and Trino do not tell apart; rename the field"
+}
+
 // isExtra reports whether name is one of the extra (enrichment) columns.
 func isExtra(extra []Column, name string) bool {
 	return slices.ContainsFunc(extra, func(c Column) bool { return c.Name == name })
@@ -180,6 +210,9 @@ func avroPlan(w avro.Schema, record *node, extra []Column) writerPlan {
 			}
 			if isMetadataColumn(wf.Name()) || record.hasColumn(wf.Name()) {
 				continue // not addable: the name is a column's, of another field
+			}
+			if col := caseTwin(record, extra, wf.Name()); col != "" {
+				return writerPlan{unfit: &DecodeError{Field: wf.Name(), Detail: caseClash(col)}}
 			}
 			p := &avscParser{name: "writer", nextID: 1}
 			n, err := p.typ(wf.Type(), wf.Name())
@@ -289,6 +322,9 @@ func protoPlan(md protoreflect.MessageDescriptor, record *node, extra []Column) 
 			}
 			if isMetadataColumn(name) || record.hasColumn(name) {
 				continue // not addable: the name is a column's, of another field
+			}
+			if col := caseTwin(record, extra, name); col != "" {
+				return writerPlan{unfit: &DecodeError{Field: name, Detail: caseClash(col)}}
 			}
 			var c protoColumn
 			if typ := c.protoType(fd, 0); typ != nil {

@@ -674,3 +674,52 @@ func register(t *testing.T, cl *sr.Client, subject, text string, typ sr.SchemaTy
 	}
 	return ss.ID
 }
+
+// TestEvolveRefusesCaseOnlyTwins: a writer schema field whose name differs
+// from a column's only in case (the record's "amount", the metadata column
+// "_kafka_offset", the enrichment column "segment") is refused as
+// WithColumns refuses such a column, naming both. Before, evolution added
+// it: a table Spark and Trino cannot read, its values in the new column
+// and nulls in the old.
+func TestEvolveRefusesCaseOnlyTwins(t *testing.T) {
+	reg, cl := testRegistry(t)
+	file, err := ParseAvsc("orders", []byte(`{"type":"record","name":"Order","fields":[
+	  {"name":"id","type":"string"},
+	  {"name":"amount","type":["null","long"],"default":null}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	file, err = file.WithColumns([]Column{{Name: "segment", Type: iceberg.PrimitiveTypes.String}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for field, col := range map[string]string{"Amount": "amount", "_Kafka_Offset": "_kafka_offset", "SEGMENT": "segment", "extra": ""} {
+		w := `{"type":"record","name":"Order","fields":[
+		  {"name":"id","type":"string"},
+		  {"name":"amount","type":["null","long"],"default":null},
+		  {"name":"` + field + `","type":["null","long"],"default":null}]}`
+		id := register(t, cl, "s-"+field, w, sr.TypeAvro)
+		val, err := avro.Marshal(avro.MustParse(w), map[string]any{"id": "o-1", "amount": map[string]any{"long": int64(5)}, field: map[string]any{"long": int64(7)}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		sc, err := file.WithFormat(Format{Kind: FormatAvro, Registry: &RegistryConfig{URL: reg.URL()}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		b := sc.Evolving().NewRecordBuilder(memory.DefaultAllocator, 0)
+		err = b.Append(wire(id, nil, val), Meta{Topic: "o"}, time.Time{}, "")
+		b.Release()
+		var req *EvolveRequest
+		isReq := errors.As(err, &req)
+		if col == "" { // a new name: added
+			if !isReq || len(req.Changes) != 1 || req.Changes[0].Kind != AddColumn || req.Changes[0].Column != field {
+				t.Errorf("field %s: %v, want a request to add it", field, err)
+			}
+			continue
+		}
+		if isReq || err == nil || !strings.Contains(err.Error(), `differs from column "`+col+`" only in case`) || !strings.Contains(err.Error(), field) {
+			t.Errorf("field %s: %v, want it refused naming column %s", field, err, col)
+		}
+	}
+}
