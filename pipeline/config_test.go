@@ -536,6 +536,26 @@ func TestConfigKafkaSecurity(t *testing.T) {
 	}
 }
 
+// TestConfigPasswordInPlaceOfItsFile: a password written in place of its
+// file's path (password_file: the password) is refused without showing it;
+// before, the error quoted it ("open pa55-w0rd: no such file or
+// directory"). A path with a directory is still named.
+func TestConfigPasswordInPlaceOfItsFile(t *testing.T) {
+	const secret = "pa55-w0rd-in-yaml"
+	for value, want := range map[string]string{
+		secret:                 "kafka.sasl.password_file: no such file in the working directory (the value is not shown",
+		"/run/secrets/nope.pw": "kafka.sasl.password_file: open /run/secrets/nope.pw: no such file or directory",
+	} {
+		cfg, err := pipeline.LoadConfig(writeConfig(t, securityConfig("  sasl:\n    mechanism: SCRAM-SHA-512\n    username: floe\n    password_file: "+value+"\n")))
+		if err == nil {
+			err = cfg.Finish()
+		}
+		if err == nil || !strings.Contains(err.Error(), want) || strings.Contains(err.Error(), secret) {
+			t.Errorf("password_file %s: %v, want %q", value, err, want)
+		}
+	}
+}
+
 // TestConfigRefusesEmptySections: an enrich, registry or dedupe key (at
 // the top level or in a route) or a routes key written without a value
 // (its settings commented out, a template that rendered nothing) is

@@ -5,8 +5,10 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -85,7 +87,13 @@ func (k KafkaConfig) security() (security, error) {
 			bad("kafka.sasl.password", "set either password or password_file, not both")
 		case s.PasswordFile != "":
 			raw, err := os.ReadFile(s.PasswordFile)
-			if err != nil {
+			switch {
+			case errors.Is(err, fs.ErrNotExist) && !strings.ContainsRune(s.PasswordFile, filepath.Separator):
+				// Not named: a value without a directory that names no
+				// file may be the password itself, written in place of
+				// its file's path.
+				bad("kafka.sasl.password_file", "no such file in the working directory (the value is not shown: it has no directory and may be the password itself; give the file's path)")
+			case err != nil:
 				bad("kafka.sasl.password_file", "%v", err)
 			}
 			password = strings.TrimSuffix(strings.TrimSuffix(string(raw), "\n"), "\r")
