@@ -3,6 +3,7 @@ package main
 import (
 	"io"
 	"log/slog"
+	"math"
 	"os"
 	"time"
 
@@ -36,7 +37,13 @@ func progressTo(w io.Writer, tty bool, logEvery time.Duration, log *slog.Logger,
 			args = append(args, "percent", float64(int(1000*float64(d)/float64(total)))/10)
 		}
 		if rate > 0 && d < total {
-			args = append(args, "eta", (time.Duration(float64(total-d)/rate) * time.Second).Round(time.Second))
+			// In float seconds: the Duration overflowed past 292 years
+			// (a run far behind and nearly stalled printed a negative one).
+			if s := float64(total-d) / rate; s < float64(math.MaxInt64)/float64(time.Second) {
+				args = append(args, "eta", time.Duration(s*float64(time.Second)).Round(time.Second))
+			} else {
+				args = append(args, "eta", "over 292 years")
+			}
 		}
 		log.Info(what, args...)
 	}

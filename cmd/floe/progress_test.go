@@ -53,6 +53,23 @@ func TestProgressLogLines(t *testing.T) {
 	}
 }
 
+// TestProgressETABeyondADuration: an ETA past what a Duration holds (292
+// years: a run far behind and nearly stalled) is said so; the Duration
+// overflowed and the line showed a negative one (eta=-2345628h14m26s).
+func TestProgressETABeyondADuration(t *testing.T) {
+	var logs bytes.Buffer
+	log := slog.New(slog.NewTextHandler(&logs, nil))
+	var done atomic.Int64
+	done.Store(1)
+	stop := progressTo(nil, false, 20*time.Millisecond, log, "catching up", 1<<62, done.Load)
+	time.Sleep(30 * time.Millisecond)
+	stop()
+	first := strings.SplitN(logs.String(), "\n", 2)[0]
+	if !strings.Contains(first, `eta="over 292 years"`) {
+		t.Errorf("first line %q, want eta=\"over 292 years\"", first)
+	}
+}
+
 func TestProgressBarOnTerminal(t *testing.T) {
 	var out bytes.Buffer
 	var done atomic.Int64
