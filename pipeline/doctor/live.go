@@ -586,12 +586,20 @@ func (r *LiveReport) metricsFindings(in Live, cur Sample) {
 		} else {
 			f.Math = append(f.Math, fmt.Sprintf("%s = %s", name, num(r.Rebalances)))
 		}
+		// The sample says what happens now, the average since the start
+		// what happened: a member up for a month that rebalances ten times
+		// in the sample is in a storm whatever its average.
+		var during float64
 		if prev != nil {
-			f.Math = append(f.Math, fmt.Sprintf("+%s during the %s sample", num(m.Values[name]-prev.Values[name]), dur(sec(r.SampleSeconds))))
+			during = m.Values[name] - prev.Values[name]
+			f.Math = append(f.Math, fmt.Sprintf("+%s during the %s sample", num(during), dur(sec(r.SampleSeconds))))
 		}
-		if excess >= 2 && r.RebalancesPerHour > 6 {
+		switch {
+		case during >= 2 || excess >= 2 && r.RebalancesPerHour > 6:
 			f.Conclusion = "Rebalancing more than every 10 minutes: every rebalance revokes every partition (eager protocol), flushes and re-seeks; look for members joining and leaving (deploys, crashes, session expiry)."
-		} else {
+		case during == 1:
+			f.Conclusion = "A rebalance during the sample: a member joined or left (a deploy, a crash, a session expiry); run floe doctor again to see whether it recurs."
+		default:
 			f.Conclusion = "Rebalances are rare; fetching never waits on enrichment, so no poll deadline can expire a member."
 		}
 		r.Findings = append(r.Findings, f)

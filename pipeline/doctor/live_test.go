@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -533,5 +534,36 @@ func TestLiveOneRecentCommitHasNoRate(t *testing.T) {
 	mustContain(t, text, "last commit 3s ago; no other commit within 300s of it")
 	if strings.Contains(text, "0 commits/min") {
 		t.Fatalf("the report gives a rate of one commit:\n%s", text)
+	}
+}
+
+// TestLiveRebalancesDuringTheSample: the rebalances of the two scrapes'
+// sample decide as well as the average since the member started: a member
+// up for 30 days that rebalances 10 times in a 5 s sample is in a storm
+// (the lifetime average, 0.1 an hour, called it rare), one rebalance in the
+// sample is named, none leaves the average to decide.
+func TestLiveRebalancesDuringTheSample(t *testing.T) {
+	scrape := func(rebalances int, at time.Time) *Metrics {
+		text := fmt.Sprintf("# TYPE floe_rebalances_total counter\nfloe_rebalances_total %d\n"+
+			"# TYPE process_start_time_seconds gauge\nprocess_start_time_seconds %d\n"+
+			"# TYPE floe_assigned_partitions gauge\nfloe_assigned_partitions 0\n", rebalances, t0.Add(-30*24*time.Hour).Unix())
+		m, err := ParseMetrics(strings.NewReader(text), "clicks", "a.t", at)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	end, wm := map[int32]int64{0: 2000, 1: 2000}, map[int32]int64{0: 800, 1: 800}
+	for during, want := range map[int]string{10: "Rebalancing more than every 10 minutes", 1: "A rebalance during the sample", 0: "Rebalances are rare"} {
+		r, err := DiagnoseLive(Live{Topic: "clicks", GroupState: "Stable", Members: []GroupMember{{ID: "m1", Partitions: []int32{}}},
+			First:  Sample{At: t0, End: end, Watermarks: wm, Metrics: scrape(60, t0)},
+			Second: &Sample{At: t0.Add(5 * time.Second), End: end, Watermarks: wm, Metrics: scrape(60+during, t0.Add(5*time.Second))}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		i := slices.IndexFunc(r.Findings, func(f Finding) bool { return f.Topic == "rebalances" })
+		if i < 0 || !strings.HasPrefix(r.Findings[i].Conclusion, want) {
+			t.Errorf("%d rebalances in the sample: want %q\n%s", during, want, render(t, r))
+		}
 	}
 }
