@@ -28,7 +28,9 @@ type ReplayOptions struct {
 	// Reenrich replaces rows stored with _enrich_status skipped or miss by
 	// their re-enriched version when it is better (lakehouse.Reenrich).
 	Reenrich bool
-	// Read, if set, is added the number of records read as they are.
+	// Read, if set, is added the offsets of the ranges replayed as their
+	// records are, transaction markers and offsets the log no longer holds
+	// included, so that it ends at the ranges' total (a progress count).
 	Read *atomic.Int64
 }
 
@@ -302,6 +304,23 @@ func (rp *replayer) replay(ctx context.Context, r ReplayRange) error {
 	// A route with where replays only the records it takes (takes), and
 	// looks up only theirs, as the live member does.
 	takes := func(msg kafka.Message) bool { return rp.cfg.where == nil || rp.cfg.where.takes(msg.Value) }
+	// The offsets of r counted in opts.Read, up to covered: a record's own,
+	// and the markers and gaps before it.
+	covered := r.From
+	progress := func(to int64) {
+		if rp.opts.Read != nil && to > covered {
+			rp.opts.Read.Add(to - covered)
+			covered = to
+		}
+	}
+	// The last commit of r, and its offsets after its last record.
+	finish := func() error {
+		if err := rp.commit(ctx, buf); err != nil {
+			return err
+		}
+		progress(r.To)
+		return nil
+	}
 	add := func(msg kafka.Message, taken bool, res enrich.Result) error {
 		if taken {
 			dr, db, _, err := buf.appendEnriched(msg, time.Now(), res)
@@ -317,9 +336,7 @@ func (rp *replayer) replay(ctx context.Context, r ReplayRange) error {
 			return err
 		}
 		rp.res.Read++
-		if rp.opts.Read != nil {
-			rp.opts.Read.Add(1)
-		}
+		progress(msg.Offset + 1)
 		if rows >= rp.cfg.Commit.MaxRecords || bytes >= int(rp.cfg.Commit.MaxBytes) {
 			rows, bytes = 0, 0
 			return rp.commit(ctx, buf)
@@ -330,7 +347,7 @@ func (rp *replayer) replay(ctx context.Context, r ReplayRange) error {
 		if err := fetch(ctx, func(msg kafka.Message) error { return add(msg, takes(msg), offResult) }); err != nil {
 			return err
 		}
-		return rp.commit(ctx, buf)
+		return finish()
 	}
 
 	// With enrichment: the fetcher submits to a lane, records leave it in
@@ -367,7 +384,7 @@ func (rp *replayer) replay(ctx context.Context, r ReplayRange) error {
 	if ctx.Err() != nil {
 		return ctx.Err()
 	}
-	return rp.commit(ctx, buf)
+	return finish()
 }
 
 // replayIdle is how long a replay waits for a record before it asks

@@ -13,6 +13,7 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -333,5 +334,38 @@ func TestCompactedOffsetsBeforeAMarker(t *testing.T) {
 				t.Fatalf("verify: OK %v, absent %d, want OK and 4 absent", rep.OK(), rep.AbsentFromLog)
 			}
 		})
+	}
+}
+
+// TestReplayProgressOfATransactionalRange: a replay's progress
+// (ReplayOptions.Read, out of the ranges' offsets) ends at its total on a
+// transactional topic too. It counted records, not the markers between
+// them: a finished replay of 5 one-record transactions stopped at 5 of 10,
+// its final line with an ETA.
+func TestReplayProgressOfATransactionalRange(t *testing.T) {
+	j := newJob(t, 0, fastCommit, nil)
+	cl, err := kgo.NewClient(kgo.SeedBrokers(j.cl.Addrs()...), kgo.TransactionalID("a"), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Close)
+	commit := true
+	for range 5 {
+		produceTxn(t, cl, map[int32][]string{0: {"e"}}, &commit)
+	}
+	end, err := pipeline.EndOffsets(t.Context(), j.cfg.Kafka)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var read atomic.Int64
+	total := end[0]
+	res, err := pipeline.Replay(t.Context(), j.cfg, j.tbl, j.sc, []pipeline.ReplayRange{{Partition: 0, From: 0, To: end[0]}},
+		pipeline.ReplayOptions{Read: &read}, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("replay done: %+v; progress %d of %d", res, read.Load(), total)
+	if read.Load() != total {
+		t.Fatalf("a finished replay's progress is %d of %d (%.0f %%)", read.Load(), total, 100*float64(read.Load())/float64(total))
 	}
 }
