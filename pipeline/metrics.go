@@ -36,7 +36,7 @@ func (s *Stats) Register(reg prometheus.Registerer) error {
 		counter("rebalances_total", "Consumer-group generations joined: one per rebalance this member took part in.", s.Generations.Load),
 		counter("commit_conflicts_total", "Catalog commits retried because another writer committed first (attempts after the first of each commit).",
 			s.CommitConflicts.Load),
-		counter("partitions_added_total", "Topic partitions that appeared while the table already had offsets for the topic: keys may now map to other partitions.", s.PartitionsAdded.Load),
+		counter("partitions_added_total", "Topic partitions this member saw appear while the table already had offsets for the topic (every member that sees the change counts it: take the max over members): keys may now map to other partitions.", s.PartitionsAdded.Load),
 		counter("kafka_offset_commit_errors_total", "Advisory Kafka offset commits that failed.", s.KafkaCommitErrors.Load),
 		counter("flush_retries_total", "Failed dead-letter writes or table commits retried in place.", s.FlushRetries.Load),
 		counter("offset_gaps_total", "Offsets the log skipped: deleted by retention before they were read, or compacted.", s.OffsetGaps.Load),
