@@ -198,20 +198,26 @@ func newDeadLetterWriter(cfg KafkaConfig, table string, transport *kafka.Transpo
 	return &deadLetterWriter{topic: cfg.DLQTopic, table: table, w: writer(1000), alone: writer(1)}
 }
 
-// write writes letters and returns once all are acknowledged. A letter
-// the topic refuses as too large is written again alone, and cut
-// (cutLetter) if it is refused alone too; an error no retry clears wraps
-// errDeadLettersRefused.
-func (d *deadLetterWriter) write(ctx context.Context, letters []deadLetter) error {
+// write writes letters and returns once all are acknowledged, or with the
+// error the letters not acknowledged (pending), which a retry writes: all
+// of them again made every outage of one of the topic's partitions write
+// the letters the others took once more at each retry. A letter the topic
+// refuses as too large is written again alone, and cut (cutLetter) if it
+// is refused alone too; an error no retry clears wraps
+// errDeadLettersRefused, as does a topic that no longer exists (deleted
+// while the job ran, on brokers that do not create topics).
+func (d *deadLetterWriter) write(ctx context.Context, letters []deadLetter) (pending []deadLetter, err error) {
 	if len(letters) == 0 {
-		return nil
+		return nil, nil
 	}
 	msgs := make([]kafka.Message, len(letters))
 	at := make([]int, len(letters)) // the letter of each of msgs
 	for i, l := range letters {
 		msgs[i], at[i] = l.message(d.topic, d.table, wholeLetter), i
 	}
-	err := d.w.WriteMessages(ctx, msgs...)
+	acked := make([]bool, len(letters))
+	err = d.w.WriteMessages(ctx, msgs...)
+	acknowledge(acked, at, err)
 	// The broker refuses a whole batch over the topic's max.message.bytes,
 	// each letter in it as too large: those are written again one by one,
 	// whole, and then those refused alone, cut.
@@ -243,19 +249,45 @@ func (d *deadLetterWriter) write(ctx context.Context, letters []deadLetter) erro
 			cut = len(again)
 		}
 		err = d.alone.WriteMessages(ctx, msgs...)
+		acknowledge(acked, at, err)
+	}
+	for i, l := range letters {
+		if !acked[i] {
+			pending = append(pending, l)
+		}
 	}
 	if err = byError(err); err == nil {
 		if d.cut != nil {
 			d.cut.Add(int64(cut))
 		}
-		return nil
+		return nil, nil
 	}
-	err = fmt.Errorf("writing %d records to dead-letter topic %s: %s%w", len(letters), d.topic, how, err)
+	err = fmt.Errorf("writing %d records to dead-letter topic %s: %s%w", len(pending), d.topic, how, err)
 	// One letter never written holds its flush forever.
 	if slices.ContainsFunc(refusalsForGood, func(code kafka.Error) bool { return errors.Is(err, code) }) {
-		return fmt.Errorf("%w: %w", errDeadLettersRefused, err)
+		return pending, fmt.Errorf("%w: %w", errDeadLettersRefused, err)
 	}
-	return err
+	// Gone for good only if it stays gone as long as at start: while a
+	// topic is being created, brokers answer so for a moment too.
+	if errors.Is(err, kafka.UnknownTopicOrPartition) {
+		if gone := d.checkTopic(ctx); errors.Is(gone, errNoDeadLetterTopic) {
+			return pending, fmt.Errorf("%w: %w", errDeadLettersRefused, gone)
+		}
+	}
+	return pending, err
+}
+
+// acknowledge marks in acked the letters (at: the letter of each message
+// written) that a write's err says the broker took: all without an error,
+// each without its own error for a kafka.WriteErrors (one a message, in
+// order), none for an error of the whole write.
+func acknowledge(acked []bool, at []int, err error) {
+	refused, ok := err.(kafka.WriteErrors)
+	for i, l := range at {
+		if err == nil || ok && refused[i] == nil {
+			acked[l] = true
+		}
+	}
 }
 
 // refusalsForGood are the broker's answers to a produce request that

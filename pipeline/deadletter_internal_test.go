@@ -39,7 +39,7 @@ func TestTooLargeDeadLetterIsWritten(t *testing.T) {
 		{msg: kafka.Message{Topic: "clicks", Offset: 9, Key: []byte("s-3"), Value: small, Time: time.Now()}, reason: ReasonEnrichFailed,
 			field: "user_id", detail: `Get "http://svc/lookup/` + strings.Repeat("%20", 400_000) + `": timeout`},
 	}
-	if err := w.write(t.Context(), letters); err != nil {
+	if _, err := w.write(t.Context(), letters); err != nil {
 		t.Fatalf("writing: %v", err)
 	}
 
@@ -177,7 +177,7 @@ func TestDeadLetterBatchesFitTheBroker(t *testing.T) {
 		t.Helper()
 		ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 		defer cancel()
-		if err := w.write(ctx, letters); err != nil {
+		if _, err := w.write(ctx, letters); err != nil {
 			t.Errorf("%s: %v", what, err)
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"log/slog"
+	"maps"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -303,4 +304,120 @@ func TestDeadLettersKeysCountInTheWindow(t *testing.T) {
 	waitFor(t, 30*time.Second, "not all consumed", func() bool { return m.Stats().Consumed.Load() == 20 })
 	waitFor(t, 10*time.Second, "20 dead letters holding 10 MiB of keys, commit.max_bytes 1 MiB: no flush",
 		func() bool { return m.Stats().Commits.Load() > 0 })
+}
+
+// TestDeadLettersNotDuplicatedByAFlushRetriedInPlace: one partition of the
+// dead-letter topic refuses produce requests for a while
+// (NOT_ENOUGH_REPLICAS: a broker of its ISR is down) and the member retries
+// the flush in place until it answers. Each source offset is in the topic
+// once: every retry wrote again the letters the other partition had
+// taken (60 copies of 40 letters after 3 retries; an hour's outage, ~120
+// copies of each).
+func TestDeadLettersNotDuplicatedByAFlushRetriedInPlace(t *testing.T) {
+	j := newJob(t, 0, fastCommit, nil)
+	if err := j.cl.CreateTopic(t.Context(), j.cfg.Kafka.DLQTopic, 2); err != nil {
+		t.Fatal(err)
+	}
+	more := make([]string, 39)
+	for i := range more {
+		more[i] = "k-" + strconv.Itoa(i)
+	}
+	h := j.cl.Kfake().Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: j.cfg.Kafka.DLQTopic,
+		Partitions: []int32{1}, Err: kerr.NotEnoughReplicas, Count: -1})
+	produceMalformed(t, j, []byte("k-first"), []byte("{"), more...)
+
+	m := runMember(t, j.cfg, j.tbl, j.sc)
+	waitFor(t, 60*time.Second, "the flush was not retried 3 times", func() bool { return m.Stats().FlushRetries.Load() >= 3 })
+	h.Remove()
+	waitCaughtUp(t, j.tbl, j.end, 60*time.Second)
+
+	letters := readAllLetters(t, j)
+	copies := map[string]int{}
+	perPartition := map[int32]int{}
+	for _, r := range letters {
+		var sp, so string
+		for _, hd := range r.Headers {
+			switch hd.Key {
+			case pipeline.HeaderSourcePartition:
+				sp = string(hd.Value)
+			case pipeline.HeaderSourceOffset:
+				so = string(hd.Value)
+			}
+		}
+		copies[sp+"@"+so]++
+		perPartition[r.Partition]++
+	}
+	dup := 0
+	for _, n := range copies {
+		dup += n - 1
+	}
+	t.Logf("flush retries %d; %d letters in the dead-letter topic for %d source offsets (per dead-letter partition %v)",
+		m.Stats().FlushRetries.Load(), len(letters), len(copies), perPartition)
+	if len(copies) != 40 {
+		t.Fatalf("%d source offsets dead-lettered, want 40", len(copies))
+	}
+	if dup > 0 {
+		t.Fatalf("%d duplicate dead letters: every retry of the flush wrote again the letters already acknowledged (%v)",
+			dup, perPartition)
+	}
+}
+
+// readAllLetters reads every record of j's dead-letter topic (it stops once
+// nothing new came for 2 s).
+func readAllLetters(t *testing.T, j *job) []*kgo.Record {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(j.cl.Addrs()...), kgo.ConsumeTopics(j.cfg.Kafka.DLQTopic),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	var out []*kgo.Record
+	for {
+		ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
+		n := 0
+		cl.PollFetches(ctx).EachRecord(func(r *kgo.Record) { out = append(out, r); n++ })
+		cancel()
+		if n == 0 {
+			return out
+		}
+	}
+}
+
+// TestDeadLetterTopicGoneMidRunEndsAScheduledRun: a dead-letter topic
+// deleted while a scheduled run reads (after its start-up check), on
+// brokers that do not create topics, ends the run with an error naming it,
+// as at start-up; the flush was retried for ever and the run never ended.
+// The brokers answer every produce and metadata request for it
+// UNKNOWN_TOPIC_OR_PARTITION once the start-up check found it.
+func TestDeadLetterTopicGoneMidRunEndsAScheduledRun(t *testing.T) {
+	j := newJob(t, 200, fastCommit, nil)
+	p, off := produceMalformed(t, j, []byte("s-bad"), []byte("{"))
+	end := maps.Clone(j.end)
+	end[p] = max(end[p], off+1)
+	// The first metadata request for the topic is the start-up check's,
+	// which finds it; from then on it is gone.
+	var asked atomic.Int32
+	j.cl.Kfake().Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce, kmsg.Metadata}, Topic: j.cfg.Kafka.DLQTopic,
+		Err: kerr.UnknownTopicOrPartition, Count: -1, When: func(req kmsg.Request) bool {
+			if _, ok := req.(*kmsg.MetadataRequest); ok && asked.Add(1) == 1 {
+				return false
+			}
+			return asked.Load() > 0
+		}})
+	m, err := pipeline.NewMember(j.cfg, j.tbl, j.sc, pipeline.UntilOffsets(end))
+	if err != nil {
+		t.Fatal(err)
+	}
+	done, stop := startRun(m)
+	defer stop()
+	select {
+	case err := <-done:
+		if err == nil || !strings.Contains(err.Error(), "dead-letter topic "+j.cfg.Kafka.DLQTopic+" does not exist") {
+			t.Fatalf("the scheduled run ended with %v, want an error naming the dead-letter topic gone", err)
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatalf("the scheduled run still running after 60 s (%d flush retries): the dead letter's flush is retried for ever",
+			m.Stats().FlushRetries.Load())
+	}
 }

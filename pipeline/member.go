@@ -1233,7 +1233,8 @@ func (f *flusher) flush(ctx context.Context) error {
 	}
 	defer releaseParts(parts)
 	started := time.Now()
-	if err := m.retry(ctx, "writing dead letters", func() error { return f.dlq.write(ctx, letters) }); err != nil {
+	pending := letters // a retry writes only what the broker has not taken
+	if err := m.retry(ctx, "writing dead letters", func() (err error) { pending, err = f.dlq.write(ctx, pending); return err }); err != nil {
 		return err
 	}
 	dlqTook := time.Since(started)

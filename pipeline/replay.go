@@ -428,7 +428,7 @@ func (rp *replayer) commit(ctx context.Context, buf *partitionBuffer) error {
 		return nil
 	}
 	seg.part.Resume = lakehouse.Replay
-	if err := rp.dlq.write(ctx, seg.letters); err != nil {
+	if _, err := rp.dlq.write(ctx, seg.letters); err != nil {
 		releaseParts([]lakehouse.Part{seg.part})
 		return err
 	}
