@@ -1268,6 +1268,10 @@ func (f *flusher) flush(ctx context.Context) error {
 	m.log.Debug("committed", "snapshot", res.SnapshotID, "rows", res.Rows, "skipped", res.Skipped, "business_duplicates", res.BusinessDuplicates,
 		"files", res.Files, "attempts", res.Attempts, "dead_letters", len(letters),
 		"dlq_write", dlqTook.Round(time.Millisecond), "took", time.Since(started).Round(time.Millisecond))
+	// Asked again here too: on a busy run every flush commits, so the
+	// empty flush's check would never come, and partitions another member
+	// pinned after the last read kept the run from its end.
+	m.markPinned(ctx, res.Offsets)
 	f.caughtUp = m.caughtUp(res.Offsets)
 	return nil
 }

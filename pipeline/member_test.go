@@ -1783,3 +1783,78 @@ func TestNewMemberWarnsTinyCommit(t *testing.T) {
 		t.Fatalf("logged %q, want one warning naming commit.max_bytes=128", got)
 	}
 }
+
+// TestPinnedPartitionsRecheckedWhileBusy: a scheduled run of a
+// start_offset "latest" job beside a live member of the group, which owns
+// two quiet partitions it has only pinned (no watermark, group offset =
+// end); the run owns the two others, which keep receiving records, and its
+// first read of the group's offsets fails once (a coordinator loading).
+// The run ends: the pins are asked again after each flush that commits.
+// Only a flush with nothing to commit asked again, so while its own
+// partitions were busy the run never ended.
+func TestPinnedPartitionsRecheckedWhileBusy(t *testing.T) {
+	j := newJob(t, 200, fastCommit, nil)
+	j.cfg.Kafka.StartOffset = "latest"
+	live := runMember(t, j.cfg, j.tbl, j.sc)
+	waitFor(t, 30*time.Second, "the live job to own every partition", func() bool { return live.Stats().Assigned.Load() == 4 })
+	waitFor(t, 30*time.Second, "the live job's pins to reach the group", func() bool {
+		at, err := pipeline.GroupOffsets(t.Context(), j.cfg.Kafka, []int{0, 1, 2, 3})
+		return err == nil && len(at) == 4
+	})
+	// The next OffsetFetch of floe's own client (version >= 2; the
+	// consumer group's is version 1) fails once.
+	var failed atomic.Int32
+	kf := j.cl.Kfake()
+	kf.ControlKey(kmsg.OffsetFetch.Int16(), func(r kmsg.Request) (kmsg.Response, error, bool) {
+		kf.KeepControl()
+		if r.GetVersion() < 2 || failed.Load() >= 1 {
+			return nil, nil, false
+		}
+		failed.Add(1)
+		resp := r.ResponseKind().(*kmsg.OffsetFetchResponse)
+		resp.ErrorCode = kerr.CoordinatorLoadInProgress.Code
+		return resp, nil, true
+	})
+	cfg := j.cfg
+	cfg.Commit.Interval = pipeline.Duration(3 * time.Second)
+	m, err := pipeline.NewMember(cfg, j.tbl, j.sc, pipeline.UntilOffsets(j.end))
+	if err != nil {
+		t.Fatal(err)
+	}
+	done, stop := startRun(m)
+	defer stop()
+	waitFor(t, 30*time.Second, "the run to own two partitions", func() bool { return len(m.Stats().Lag()) == 2 })
+	var mine []int32
+	for p := range m.Stats().Lag() {
+		mine = append(mine, p)
+	}
+	t.Logf("the run owns %v; the group's offset read failed %d time(s)", mine, failed.Load())
+	cl, err := kgo.NewClient(kgo.SeedBrokers(j.cl.Addrs()...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	traffic := make(chan struct{})
+	go func() {
+		defer close(traffic)
+		gen := clickgen.New(clickgen.Config{Sessions: 100, Seed: 5})
+		for ctx.Err() == nil {
+			for _, p := range mine {
+				msg := gen.Next()
+				cl.ProduceSync(ctx, &kgo.Record{Topic: "clicks", Partition: p, Key: msg.Key, Value: msg.Value})
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}()
+	defer func() { cancel(); <-traffic }()
+	select {
+	case err := <-done:
+		if err != nil || !m.CaughtUp() {
+			t.Fatalf("run ended: %v, caught up %v", err, m.CaughtUp())
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatalf("the scheduled run has not ended 20 s after it owned its partitions (%d commits of its own since), "+
+			"though every end offset is committed or pinned", m.Stats().Commits.Load())
+	}
+}
