@@ -181,7 +181,7 @@ func (m *Member) Run(ctx context.Context) error {
 				}
 			}
 			m.markPinned(ctx, wm)
-			if m.caughtUp(wm) {
+			if m.caughtUp(wm) && m.started(ctx, wm) {
 				m.log.Info("scheduled run: the table holds every end offset already")
 				m.done.Store(true)
 				return nil
@@ -406,7 +406,7 @@ func (m *Member) generation(ctx, genCtx context.Context, gen *kafka.Generation, 
 			return err
 		}
 	}
-	if m.caughtUp(wm) {
+	if m.caughtUp(wm) && m.started(stopCtx, wm) {
 		return errCaughtUp
 	}
 	committed := make(map[int32]int64, len(assigned))
@@ -868,6 +868,27 @@ func partitionCount(offsets map[int32]int64) int {
 		n = max(n, int(p)+1)
 	}
 	return n
+}
+
+// started reports whether a scheduled run of a start_offset "latest" job
+// that is caught up before it joins (the topic is empty, or retention
+// emptied it) may end without joining: the job has started before, so the
+// table holds offsets of the topic or the group holds a pin for every
+// partition. Else the run joins once, for the generation to pin where the
+// job first started: without a pin the next run resolved "latest" anew and
+// skipped what was written between the runs. A failed read of the group's
+// offsets joins too.
+func (m *Member) started(ctx context.Context, wm lakehouse.Offsets) bool {
+	k := m.cfg.Kafka
+	if k.StartOffset != "latest" || len(wm[k.Topic]) > 0 {
+		return true
+	}
+	parts := make([]int, 0, len(m.until))
+	for p := range m.until {
+		parts = append(parts, int(p))
+	}
+	at, err := GroupOffsets(ctx, k, parts)
+	return err == nil && len(at) == len(parts)
 }
 
 // markPinned marks idle, for a scheduled run of a start_offset "latest"

@@ -1858,3 +1858,22 @@ func TestPinnedPartitionsRecheckedWhileBusy(t *testing.T) {
 			"though every end offset is committed or pinned", m.Stats().Commits.Load())
 	}
 }
+
+// TestLatestFirstRunOnAnEmptyTopicPins: the first scheduled run of a
+// start_offset "latest" job that finds the topic empty records where the
+// job first started, so the next run ingests what was written between the
+// two. Caught up before it joined, it ended without a generation, so
+// without a pin, and the next run resolved "latest" anew: 0 rows.
+func TestLatestFirstRunOnAnEmptyTopicPins(t *testing.T) {
+	j := newJob(t, 0, fastCommit, nil) // an empty topic
+	j.cfg.Kafka.StartOffset = "latest"
+	runScheduled(t, j, "the first run")
+	gen := clickgen.New(clickgen.Config{Sessions: 5, Seed: 9})
+	if _, err := j.cl.ProduceRate(t.Context(), "clicks", gen, 50, 0); err != nil {
+		t.Fatal(err)
+	}
+	runScheduled(t, j, "the second run")
+	if n := distinctIDs(t, j.tbl); n != 50 {
+		t.Fatalf("after the second run: %d rows, want the 50 written since the job first started", n)
+	}
+}
