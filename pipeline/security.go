@@ -88,11 +88,12 @@ func (k KafkaConfig) security() (security, error) {
 		case s.PasswordFile != "":
 			raw, err := os.ReadFile(s.PasswordFile)
 			switch {
-			case errors.Is(err, fs.ErrNotExist) && !strings.ContainsRune(s.PasswordFile, filepath.Separator):
-				// Not named: a value without a directory that names no
-				// file may be the password itself, written in place of
-				// its file's path.
-				bad("kafka.sasl.password_file", "no such file in the working directory (the value is not shown: it has no directory and may be the password itself; give the file's path)")
+			case errors.Is(err, fs.ErrNotExist) && (!strings.ContainsRune(s.PasswordFile, filepath.Separator) || !isDir(filepath.Dir(s.PasswordFile))):
+				// Not named: a value without a directory, or in one that
+				// does not exist, that names no file may be the password
+				// itself, written in place of its file's path (base64
+				// holds '/' too).
+				bad("kafka.sasl.password_file", "no such file (the value is not shown: it names no existing directory, so it may be the password itself; give the file's path)")
 			case err != nil:
 				bad("kafka.sasl.password_file", "%v", err)
 			}
@@ -198,4 +199,10 @@ func (k KafkaConfig) warnInsecure(log *slog.Logger) {
 	case k.TLS != nil && k.TLS.InsecureSkipVerify:
 		log.Warn("kafka.tls.insecure_skip_verify is on: the brokers' certificates are not checked, so whoever answers the TLS handshake reads every record")
 	}
+}
+
+// isDir reports whether path is a directory.
+func isDir(path string) bool {
+	fi, err := os.Stat(path)
+	return err == nil && fi.IsDir()
 }
