@@ -152,11 +152,17 @@ func enrichmentClash(name string) string {
 }
 
 // caseTwin returns the column of the table (of record, a metadata or an
-// extra column) whose name differs from name only in case, or "". A writer
-// field so named cannot become a column, as WithColumns refuses one: Spark
+// extra column), or the one added for an earlier writer field (a change of
+// adding), whose name differs from name only in case, or "". A writer field
+// so named cannot become a column, as WithColumns refuses one: Spark
 // resolves column names case-insensitively by default and Trino lower-cases
 // them, so the table could not be read.
-func caseTwin(record *node, extra []Column, name string) string {
+func caseTwin(record *node, extra []Column, adding []Change, name string) string {
+	for _, c := range adding {
+		if c.Kind == AddColumn && strings.EqualFold(c.Column, name) {
+			return c.Column
+		}
+	}
 	for _, f := range record.fields {
 		if strings.EqualFold(f.name, name) {
 			return f.name
@@ -211,7 +217,7 @@ func avroPlan(w avro.Schema, record *node, extra []Column) writerPlan {
 			if isMetadataColumn(wf.Name()) || record.hasColumn(wf.Name()) {
 				continue // not addable: the name is a column's, of another field
 			}
-			if col := caseTwin(record, extra, wf.Name()); col != "" {
+			if col := caseTwin(record, extra, out, wf.Name()); col != "" {
 				return writerPlan{unfit: &DecodeError{Field: wf.Name(), Detail: caseClash(col)}}
 			}
 			p := &avscParser{name: "writer", nextID: 1}
@@ -323,7 +329,7 @@ func protoPlan(md protoreflect.MessageDescriptor, record *node, extra []Column) 
 			if isMetadataColumn(name) || record.hasColumn(name) {
 				continue // not addable: the name is a column's, of another field
 			}
-			if col := caseTwin(record, extra, name); col != "" {
+			if col := caseTwin(record, extra, out, name); col != "" {
 				return writerPlan{unfit: &DecodeError{Field: name, Detail: caseClash(col)}}
 			}
 			var c protoColumn

@@ -677,8 +677,9 @@ func register(t *testing.T, cl *sr.Client, subject, text string, typ sr.SchemaTy
 
 // TestEvolveRefusesCaseOnlyTwins: a writer schema field whose name differs
 // from a column's only in case (the record's "amount", the metadata column
-// "_kafka_offset", the enrichment column "segment") is refused as
-// WithColumns refuses such a column, naming both. Before, evolution added
+// "_kafka_offset", the enrichment column "segment", or another field the
+// schema adds) is refused as WithColumns refuses such a column, naming
+// both. Before, evolution added
 // it: a table Spark and Trino cannot read, its values in the new column
 // and nulls in the old.
 func TestEvolveRefusesCaseOnlyTwins(t *testing.T) {
@@ -693,10 +694,15 @@ func TestEvolveRefusesCaseOnlyTwins(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for field, col := range map[string]string{"Amount": "amount", "_Kafka_Offset": "_kafka_offset", "SEGMENT": "segment", "extra": ""} {
+	// "Extra" after "extra": the twin of a field the same schema adds.
+	for field, col := range map[string]string{"Amount": "amount", "_Kafka_Offset": "_kafka_offset", "SEGMENT": "segment", "extra": "", "Extra": "extra"} {
+		more := ""
+		if field == "Extra" {
+			more = `{"name":"extra","type":["null","long"],"default":null},`
+		}
 		w := `{"type":"record","name":"Order","fields":[
 		  {"name":"id","type":"string"},
-		  {"name":"amount","type":["null","long"],"default":null},
+		  {"name":"amount","type":["null","long"],"default":null},` + more + `
 		  {"name":"` + field + `","type":["null","long"],"default":null}]}`
 		id := register(t, cl, "s-"+field, w, sr.TypeAvro)
 		val, err := avro.Marshal(avro.MustParse(w), map[string]any{"id": "o-1", "amount": map[string]any{"long": int64(5)}, field: map[string]any{"long": int64(7)}})
