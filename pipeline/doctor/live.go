@@ -595,7 +595,7 @@ func (r *LiveReport) metricsFindings(in Live, cur Sample) {
 			f.Math = append(f.Math, fmt.Sprintf("+%s during the %s sample", num(during), dur(sec(r.SampleSeconds))))
 		}
 		switch {
-		case during >= 2 || excess >= 2 && r.RebalancesPerHour > 6:
+		case during >= 2 && during/(r.SampleSeconds/3600) > 6 || excess >= 2 && r.RebalancesPerHour > 6:
 			f.Conclusion = "Rebalancing more than every 10 minutes: every rebalance revokes every partition (eager protocol), flushes and re-seeks; look for members joining and leaving (deploys, crashes, session expiry)."
 		case during == 1:
 			f.Conclusion = "A rebalance during the sample: a member joined or left (a deploy, a crash, a session expiry); run floe doctor again to see whether it recurs."

@@ -554,16 +554,26 @@ func TestLiveRebalancesDuringTheSample(t *testing.T) {
 		return m
 	}
 	end, wm := map[int32]int64{0: 2000, 1: 2000}, map[int32]int64{0: 800, 1: 800}
-	for during, want := range map[int]string{10: "Rebalancing more than every 10 minutes", 1: "A rebalance during the sample", 0: "Rebalances are rare"} {
+	for _, tc := range []struct {
+		during int
+		sample time.Duration
+		want   string
+	}{
+		{10, 5 * time.Second, "Rebalancing more than every 10 minutes"},
+		{1, 5 * time.Second, "A rebalance during the sample"},
+		{0, 5 * time.Second, "Rebalances are rare"},
+		{2, time.Hour, "Rebalances are rare"}, // every 30 minutes: no storm
+	} {
+		during, want := tc.during, tc.want
 		r, err := DiagnoseLive(Live{Topic: "clicks", GroupState: "Stable", Members: []GroupMember{{ID: "m1", Partitions: []int32{}}},
 			First:  Sample{At: t0, End: end, Watermarks: wm, Metrics: scrape(60, t0)},
-			Second: &Sample{At: t0.Add(5 * time.Second), End: end, Watermarks: wm, Metrics: scrape(60+during, t0.Add(5*time.Second))}})
+			Second: &Sample{At: t0.Add(tc.sample), End: end, Watermarks: wm, Metrics: scrape(60+during, t0.Add(tc.sample))}})
 		if err != nil {
 			t.Fatal(err)
 		}
 		i := slices.IndexFunc(r.Findings, func(f Finding) bool { return f.Topic == "rebalances" })
 		if i < 0 || !strings.HasPrefix(r.Findings[i].Conclusion, want) {
-			t.Errorf("%d rebalances in the sample: want %q\n%s", during, want, render(t, r))
+			t.Errorf("%d rebalances in a %s sample: want %q\n%s", during, tc.sample, want, render(t, r))
 		}
 	}
 }
