@@ -335,9 +335,25 @@ func maxValues(keys int) int { return baseValues + keys*valuesPerKey }
 
 // jsonValues is an upper bound on the number of values in the JSON text
 // raw: one for the text, one more after each comma and each opening
-// bracket or brace (commas and brackets within strings count too).
+// bracket or brace outside strings (a long text attribute full of commas
+// is one value).
 func jsonValues(raw []byte) int {
-	return 1 + bytes.Count(raw, []byte{','}) + bytes.Count(raw, []byte{'['}) + bytes.Count(raw, []byte{'{'})
+	n := 1
+	for i := 0; i < len(raw); i++ {
+		switch raw[i] {
+		case ',', '[', '{':
+			n++
+		case '"':
+			// To the closing quote: past each escaped character, and
+			// to the end of a string left open.
+			for i++; i < len(raw) && raw[i] != '"'; i++ {
+				if raw[i] == '\\' {
+					i++
+				}
+			}
+		}
+	}
+	return n
 }
 
 // transportError classifies a failure below HTTP: certificate problems are

@@ -326,3 +326,26 @@ func FuzzDecodeResponse(f *testing.F) {
 		}
 	})
 }
+
+// TestJSONValuesOutsideStrings: the values bound counts commas, brackets
+// and braces outside strings only. It counted those in strings too: a
+// one-key answer with a 140 KB text attribute of 70,000 commas, 4 values,
+// was refused as 70,005.
+func TestJSONValuesOutsideStrings(t *testing.T) {
+	long := `{"results":{"u-1":{"note":"` + strings.Repeat("a,", 70_000) + `"}}}`
+	for raw, want := range map[string]int{
+		`{"a":"x,y,[{","b":[1,2]}`: 5,
+		`{"a":"q\",[","b":1}`:      3,
+		`[0,0,0]`:                  4,
+		`"open,[`:                  1,
+		long:                       4,
+	} {
+		if got := jsonValues([]byte(raw)); got != want {
+			t.Errorf("jsonValues(%.40s…) = %d, want %d", raw, got, want)
+		}
+	}
+	c := &client{mode: ModeBatch, dec: newDecoder([]Field{{Name: "note", Type: TypeString, Attribute: "note"}}, func(string) {}), decodeSlots: make(chan struct{}, 1)}
+	if _, err := c.decode([]string{"u-1"}, []byte(long)); err != nil {
+		t.Errorf("an answer of 4 values with a long text attribute: %v", err)
+	}
+}
