@@ -113,12 +113,6 @@ func TestVerifyRoutes(t *testing.T) {
 	}
 }
 
-// TestVerifyRoutesBesideAFlushWithDeadLetters is
-// TestVerifyBesideAFlushWithDeadLetters for field routes: the route of odd
-// offsets dead-letters 7 and commits its watermark over it while the
-// dead-letter topic is read. VerifyRoutes read the dead letters before
-// loading the tables and reported 7 as a gap; it now reads them once every
-// table is loaded.
 // TestVerifyRoutesRefusesMisspeltTopicAndGroup: verifying routes for a
 // topic of which their tables hold no offsets while they hold another's
 // (a misspelt --topic), or with a group of which a table holds none while
@@ -146,6 +140,12 @@ func TestVerifyRoutesRefusesMisspeltTopicAndGroup(t *testing.T) {
 	}
 }
 
+// TestVerifyRoutesBesideAFlushWithDeadLetters is
+// TestVerifyBesideAFlushWithDeadLetters for field routes: the route of odd
+// offsets dead-letters 7 and commits its watermark over it while the
+// dead-letter topic is read. VerifyRoutes read the dead letters before
+// loading the tables and reported 7 as a gap; it now reads them once every
+// table is loaded.
 func TestVerifyRoutesBesideAFlushWithDeadLetters(t *testing.T) {
 	f := newFixture(t)
 	a := f.openNamed(t, "shop.a", "g.a")

@@ -767,6 +767,9 @@ func TestRoutingReplayOfANewRouteCreatesNoTable(t *testing.T) {
 	}
 }
 
+// splitClicksConfig writes a configuration splitting topic clicks of cl
+// by event_type: the values orderTypes (a YAML list's items) to
+// shop.orders, the rest to shop.other; the catalog is in dir.
 func splitClicksConfig(t *testing.T, cl *embedded.Cluster, dir, orderTypes string) string {
 	props, _ := json.Marshal(sqliteCatalog(dir))
 	path := filepath.Join(dir, "floe-"+strings.ReplaceAll(orderTypes, ", ", "-")+".yaml")
