@@ -3,6 +3,7 @@ package pipeline
 import (
 	"context"
 	"sync"
+	"time"
 
 	"github.com/segmentio/kafka-go"
 )
@@ -24,6 +25,7 @@ type offsetCommitter struct {
 	meta    map[int]string // partition → metadata of its pending offset (a pin's)
 	wake    chan struct{}  // a send is pending
 	stopped chan struct{}  // closed when run returns
+	lastErr error          // of the last failed commit
 }
 
 func newOffsetCommitter(gen *kafka.Generation, topic string, failed func(error)) *offsetCommitter {
@@ -56,8 +58,12 @@ func (c *offsetCommitter) addWith(offsets map[int]int64, metadata string) {
 }
 
 // run sends what add queued until stop ends, then what is left, and
-// returns; offsets whose commit failed go with the next send. The caller waits for it no longer than it may (close).
-func (c *offsetCommitter) run(stop context.Context) {
+// returns; offsets whose commit failed go with the next send. Pins still
+// not committed then are sent again, backing off, until giveUp ends: a
+// scheduled run's pins have no later flush to carry them, and a pin lost
+// made the next run resolve "latest" anew (see pinsLost). The caller waits
+// for it no longer than it may (close).
+func (c *offsetCommitter) run(stop, giveUp context.Context) {
 	defer close(c.stopped)
 	for {
 		select {
@@ -65,9 +71,28 @@ func (c *offsetCommitter) run(stop context.Context) {
 			c.send()
 		case <-stop.Done():
 			c.send()
+			for backoff := 100 * time.Millisecond; c.pinsLost() != nil; backoff = min(2*backoff, 2*time.Second) {
+				select {
+				case <-giveUp.Done():
+					return
+				case <-time.After(backoff):
+				}
+				c.send()
+			}
 			return
 		}
 	}
+}
+
+// pinsLost returns, while pins (offsets with metadata) are not committed,
+// the error of the last commit that failed; else nil.
+func (c *offsetCommitter) pinsLost() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.meta) == 0 {
+		return nil
+	}
+	return c.lastErr
 }
 
 func (c *offsetCommitter) send() {
@@ -83,6 +108,7 @@ func (c *offsetCommitter) send() {
 		// Sent again with the next: a start_offset "latest" pinned at
 		// the generation's start has no flush to carry it otherwise.
 		c.mu.Lock()
+		c.lastErr = err
 		for p, o := range offsets {
 			if _, newer := c.pending[p]; !newer {
 				c.pending[p] = o

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"maps"
 	"testing"
+	"time"
 )
 
 // TestOffsetCommitterRetriesFailedOffsets: offsets whose commit failed go
@@ -33,7 +34,7 @@ func TestOffsetCommitterRetriesFailedOffsets(t *testing.T) {
 	c.add(map[int]int64{1: 9}) // a flush of partition 1
 	stop, cancel := context.WithCancel(context.Background())
 	cancel()
-	c.run(stop)
+	c.run(stop, context.Background())
 	want := []map[int]int64{{0: 100, 1: 5}, {0: 100, 1: 9}}
 	if len(sent) != len(want) || !maps.Equal(sent[0], want[0]) || !maps.Equal(sent[1], want[1]) {
 		t.Fatalf("sent %v, want %v", sent, want)
@@ -43,5 +44,35 @@ func TestOffsetCommitterRetriesFailedOffsets(t *testing.T) {
 	wantMeta := []map[int]string{{0: "pin", 1: "pin"}, {0: "pin"}}
 	if !maps.Equal(sentMeta[0], wantMeta[0]) || !maps.Equal(sentMeta[1], wantMeta[1]) {
 		t.Fatalf("sent metadata %v, want %v", sentMeta, wantMeta)
+	}
+}
+
+// TestOffsetCommitterRetriesPinsAtStop: pins still not committed when run
+// stops are sent again, backing off, until committed or giveUp ends; the
+// last error is kept for pinsLost. They were sent once at stop: a
+// scheduled run whose final commit failed lost its pin.
+func TestOffsetCommitterRetriesPinsAtStop(t *testing.T) {
+	for _, tc := range []struct {
+		failures int
+		lost     bool
+	}{{3, false}, {1 << 30, true}} {
+		sends := 0
+		c := &offsetCommitter{topic: "t", failed: func(error) {}, pending: map[int]int64{}, meta: map[int]string{},
+			wake: make(chan struct{}, 1), stopped: make(chan struct{})}
+		c.commit = func(map[string]map[int]int64, map[string]map[int]string) error {
+			if sends++; sends <= tc.failures {
+				return errors.New("coordinator loading")
+			}
+			return nil
+		}
+		c.addWith(map[int]int64{0: 100}, "pin")
+		stop, cancel := context.WithCancel(context.Background())
+		cancel()
+		giveUp, cancelGiveUp := context.WithTimeout(context.Background(), 2*time.Second)
+		c.run(stop, giveUp)
+		cancelGiveUp()
+		if lost := c.pinsLost(); (lost != nil) != tc.lost || (!tc.lost && sends != tc.failures+1) {
+			t.Errorf("%d failures: %d sends, pins lost %v", tc.failures, sends, lost)
+		}
 	}
 }

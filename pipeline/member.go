@@ -139,7 +139,10 @@ const StopOverhead = lakehouse.OutcomeTimeout + leaveTimeout + dlqCloseTimeout
 // errPartitionStopped ends a scheduled run whose partition cannot go on;
 // errLogBehind ends the run: the log is behind the table (beyondEnd).
 var (
-	errCaughtUp         = errors.New("caught up")
+	errCaughtUp = errors.New("caught up")
+	// errPinLost ends a scheduled run caught up whose start_offset latest
+	// pins could not be committed.
+	errPinLost          = errors.New("scheduled run caught up, but its start was not recorded")
 	errPartitionStopped = errors.New("partition stopped")
 	errLogBehind        = errors.New("the topic's log ends below where floe resumes it")
 )
@@ -289,7 +292,7 @@ func (m *Member) Run(ctx context.Context) error {
 			m.done.Store(true)
 			return nil
 		case errors.Is(err, errPartitionStopped), errors.Is(err, errLogBehind),
-			m.until != nil && (lakehouse.Denied(err) || errors.Is(err, errDeadLettersRefused)): // see retry
+			m.until != nil && (lakehouse.Denied(err) || errors.Is(err, errDeadLettersRefused) || errors.Is(err, errPinLost)): // see retry
 			return err
 		case ctx.Err() != nil:
 			attrs := stopCause(ctx)
@@ -609,7 +612,7 @@ func (m *Member) generation(ctx, genCtx context.Context, gen *kafka.Generation, 
 		m.log.Warn("kafka offset commit failed (retried with the next; the table holds every committed offset, but a partition it has nothing of would start from start_offset again, or from the log start if the table holds others of the topic)", "err", err)
 	})
 	flushed, flushesDone := context.WithCancel(context.WithoutCancel(ctx))
-	go kafkaOffsets.run(flushed)
+	go kafkaOffsets.run(flushed, flushCtx)
 	if len(pinned) > 0 {
 		kafkaOffsets.addWith(pinned, pinMetadata(started))
 	}
@@ -618,18 +621,32 @@ func (m *Member) generation(ctx, genCtx context.Context, gen *kafka.Generation, 
 		kafkaOffsets.close(flushCtx)
 	}()
 	f := &flusher{m: m, offsets: kafkaOffsets, dlq: dlq, bufs: bufs, win: win}
+	// A scheduled run is caught up once its pins are committed too: the
+	// next run starts from them (see offsetCommitter.run). Asked after
+	// stop, which starts commit.grace, until which they are retried.
+	caughtUp := func(err error) error {
+		if !errors.Is(err, errCaughtUp) {
+			return err
+		}
+		flushesDone()
+		kafkaOffsets.close(flushCtx)
+		if lost := kafkaOffsets.pinsLost(); lost != nil {
+			return fmt.Errorf("%w: committing where start_offset latest first started to the group's Kafka offsets failed until commit.grace: %w; the next run would start from the end and skip what is written until then", errPinLost, lost)
+		}
+		return err
+	}
 	ferr := f.loop(stopCtx, flushCtx)
 	stop(ferr)
 	werr := workers.Wait()
 	if ferr != nil {
-		return ferr
+		return caughtUp(ferr)
 	}
 	// Final flush: fetching has stopped, so what is buffered is complete.
 	if err := f.flush(flushCtx); err != nil {
 		return fmt.Errorf("%w: %w", errFinalFlush, err)
 	}
 	if f.caughtUp {
-		return errCaughtUp
+		return caughtUp(errCaughtUp)
 	}
 	if werr != nil && !errors.Is(werr, context.Canceled) {
 		return werr

@@ -1877,3 +1877,34 @@ func TestLatestFirstRunOnAnEmptyTopicPins(t *testing.T) {
 		t.Fatalf("after the second run: %d rows, want the 50 written since the job first started", n)
 	}
 }
+
+// TestLatestPinLostEndsTheScheduledRun: the first scheduled run of a
+// start_offset "latest" job has nothing to read; its only output is the
+// pin. When the pin's commit fails at the generation's start and at every
+// send until commit.grace (the coordinator rebalancing the group), the run
+// ends with an error saying so (status 2), not caught up: it exited 0,
+// and the next run resolved "latest" anew, skipping silently what was
+// written between the runs.
+func TestLatestPinLostEndsTheScheduledRun(t *testing.T) {
+	j := newJob(t, 400, fastCommit, nil) // history on all 4 partitions
+	j.cfg.Kafka.StartOffset = "latest"
+	failed := j.cl.FailOffsetCommits(2)
+	end, err := pipeline.EndOffsets(t.Context(), j.cfg.Kafka)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := pipeline.NewMember(j.cfg, j.tbl, j.sc, pipeline.UntilOffsets(end))
+	if err != nil {
+		t.Fatal(err)
+	}
+	done, stop := startRun(m)
+	defer stop()
+	select {
+	case err := <-done:
+		if err == nil || m.CaughtUp() || !strings.Contains(err.Error(), "its start was not recorded") {
+			t.Fatalf("the run ended with %v (caught up %v, %d commits failed), want the lost pin named", err, m.CaughtUp(), failed())
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatal("the run did not end")
+	}
+}
