@@ -3,6 +3,7 @@ package pipeline
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/segmentio/kafka-go"
@@ -26,6 +27,10 @@ type offsetCommitter struct {
 	wake    chan struct{}  // a send is pending
 	stopped chan struct{}  // closed when run returns
 	lastErr error          // of the last failed commit
+	// retryPins makes run send pins again at its stop (a scheduled run
+	// caught up); else it sends once, as a revoked generation must end
+	// without delay.
+	retryPins atomic.Bool
 }
 
 func newOffsetCommitter(gen *kafka.Generation, topic string, failed func(error)) *offsetCommitter {
@@ -58,11 +63,11 @@ func (c *offsetCommitter) addWith(offsets map[int]int64, metadata string) {
 }
 
 // run sends what add queued until stop ends, then what is left, and
-// returns; offsets whose commit failed go with the next send. Pins still
-// not committed then are sent again, backing off, until giveUp ends: a
-// scheduled run's pins have no later flush to carry them, and a pin lost
-// made the next run resolve "latest" anew (see pinsLost). The caller waits
-// for it no longer than it may (close).
+// returns; offsets whose commit failed go with the next send. With
+// retryPins, pins still not committed then are sent again, backing off,
+// until giveUp ends: a scheduled run's pins have no later flush to carry
+// them, and a pin lost made the next run resolve "latest" anew (see
+// pinsLost). The caller waits for it no longer than it may (close).
 func (c *offsetCommitter) run(stop, giveUp context.Context) {
 	defer close(c.stopped)
 	for {
@@ -71,7 +76,7 @@ func (c *offsetCommitter) run(stop, giveUp context.Context) {
 			c.send()
 		case <-stop.Done():
 			c.send()
-			for backoff := 100 * time.Millisecond; c.pinsLost() != nil; backoff = min(2*backoff, 2*time.Second) {
+			for backoff := 100 * time.Millisecond; c.retryPins.Load() && c.pinsLost() != nil; backoff = min(2*backoff, 2*time.Second) {
 				select {
 				case <-giveUp.Done():
 					return

@@ -48,7 +48,8 @@ func TestOffsetCommitterRetriesFailedOffsets(t *testing.T) {
 }
 
 // TestOffsetCommitterRetriesPinsAtStop: pins still not committed when run
-// stops are sent again, backing off, until committed or giveUp ends; the
+// stops are sent again with retryPins (a scheduled run caught up), backing
+// off, until committed or giveUp ends; the
 // last error is kept for pinsLost. They were sent once at stop: a
 // scheduled run whose final commit failed lost its pin.
 func TestOffsetCommitterRetriesPinsAtStop(t *testing.T) {
@@ -66,6 +67,7 @@ func TestOffsetCommitterRetriesPinsAtStop(t *testing.T) {
 			return nil
 		}
 		c.addWith(map[int]int64{0: 100}, "pin")
+		c.retryPins.Store(true)
 		stop, cancel := context.WithCancel(context.Background())
 		cancel()
 		giveUp, cancelGiveUp := context.WithTimeout(context.Background(), 2*time.Second)

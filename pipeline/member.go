@@ -628,6 +628,7 @@ func (m *Member) generation(ctx, genCtx context.Context, gen *kafka.Generation, 
 		if !errors.Is(err, errCaughtUp) {
 			return err
 		}
+		kafkaOffsets.retryPins.Store(true)
 		flushesDone()
 		kafkaOffsets.close(flushCtx)
 		if lost := kafkaOffsets.pinsLost(); lost != nil {
