@@ -279,7 +279,7 @@ func (c *client) lookup(ctx context.Context, keys []string) (map[string]Values, 
 func (c *client) decode(keys []string, raw []byte) (map[string]Values, error) {
 	n := jsonValues(raw)
 	if limit := maxValues(len(keys)); n > limit {
-		return nil, c.fail(http.StatusOK, false, "decoding the response: %d JSON values or more for %d key(s), above the %d floe parses (%d a key and %d)",
+		return nil, c.fail(http.StatusOK, false, "decoding the response: %d JSON values for %d key(s), above the %d floe parses (%d a key and %d)",
 			n, len(keys), limit, valuesPerKey, baseValues)
 	}
 	c.decodeSlots <- struct{}{}
