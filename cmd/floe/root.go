@@ -124,6 +124,9 @@ func (g *globalFlags) logger() (*slog.Logger, error) {
 	// driver's "[mysql] packets.go:58 unexpected EOF") log through l too,
 	// as JSON under --log-json.
 	slog.SetDefault(l)
+	// At WARN: what libraries print through the log package is warnings
+	// (iceberg-go's legacy catalog schema), shown under --log-level warn.
+	slog.SetLogLoggerLevel(slog.LevelWarn)
 	_ = mysql.SetLogger(driverLog{l})
 	return l, nil
 }

@@ -35,7 +35,7 @@ func TestLogJSONCoversLibrariesAndTheExitError(t *testing.T) {
 		"type": "sql", "sql.dialect": "mysql", "sql.driver": "mysql",
 		"uri": "floe:s3cret@tcp(" + ln.Addr().String() + ")/db", "warehouse": "file://" + dir + "/warehouse",
 	}, "", "")
-	cmd := exec.Command(floeBinary(t), "maintain", "--log-json", "--config", cfg)
+	cmd := exec.Command(floeBinary(t), "maintain", "--log-json", "--log-level", "warn", "--config", cfg)
 	out, err := cmd.Output() // stderr alone
 	if err == nil {
 		t.Fatalf("floe maintain against a server that hangs up succeeded: %s", out)
@@ -50,6 +50,9 @@ func TestLogJSONCoversLibrariesAndTheExitError(t *testing.T) {
 		}
 		msg, _ := rec["msg"].(string)
 		driver = driver || rec["from"] == "mysql driver" && strings.Contains(msg, "unexpected EOF")
+		if strings.Contains(msg, "can't discover MySQL version") && rec["level"] != "WARN" {
+			t.Errorf("bun's standard-library line at %v, want WARN (shown under --log-level warn)", rec["level"])
+		}
 		exit = exit || rec["level"] == "ERROR" && strings.HasPrefix(msg, "floe: loading sql catalog") && rec["exit_code"] == 2.0
 	}
 	if !driver || !exit || strings.Contains(stderr, "s3cret") {
