@@ -2,6 +2,7 @@ package pipeline
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -27,6 +28,7 @@ type offsetCommitter struct {
 	wake    chan struct{}  // a send is pending
 	stopped chan struct{}  // closed when run returns
 	lastErr error          // of the last failed commit
+	sending int            // pins in the commit in flight
 	// retryPins makes run send pins again at its stop (a scheduled run
 	// caught up); else it sends once, as a revoked generation must end
 	// without delay.
@@ -90,12 +92,18 @@ func (c *offsetCommitter) run(stop, giveUp context.Context) {
 }
 
 // pinsLost returns, while pins (offsets with metadata) are not committed,
-// the error of the last commit that failed; else nil.
+// queued or in a commit not answered yet (kafka-go's call outlasts
+// commit.grace), why; else nil.
 func (c *offsetCommitter) pinsLost() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if len(c.meta) == 0 {
+	switch {
+	case c.sending > 0:
+		return errors.New("their commit was not answered")
+	case len(c.meta) == 0:
 		return nil
+	case c.lastErr == nil:
+		return errors.New("not sent")
 	}
 	return c.lastErr
 }
@@ -104,11 +112,16 @@ func (c *offsetCommitter) send() {
 	c.mu.Lock()
 	offsets, meta := c.pending, c.meta
 	c.pending, c.meta = map[int]int64{}, map[int]string{}
+	c.sending = len(meta)
 	c.mu.Unlock()
 	if len(offsets) == 0 {
 		return
 	}
-	if err := c.commit(map[string]map[int]int64{c.topic: offsets}, map[string]map[int]string{c.topic: meta}); err != nil {
+	err := c.commit(map[string]map[int]int64{c.topic: offsets}, map[string]map[int]string{c.topic: meta})
+	c.mu.Lock()
+	c.sending = 0
+	c.mu.Unlock()
+	if err != nil {
 		c.failed(err)
 		// Sent again with the next: a start_offset "latest" pinned at
 		// the generation's start has no flush to carry it otherwise.

@@ -78,3 +78,29 @@ func TestOffsetCommitterRetriesPinsAtStop(t *testing.T) {
 		}
 	}
 }
+
+// TestOffsetCommitterPinsInFlightAreNotCommitted: pins whose commit is
+// still unanswered when commit.grace ends (kafka-go's call takes no
+// context and outlasts it) are not committed: pinsLost says so. They were
+// out of the queue, so the run ended caught up, status 0, without its pin.
+func TestOffsetCommitterPinsInFlightAreNotCommitted(t *testing.T) {
+	release := make(chan struct{})
+	defer close(release)
+	c := &offsetCommitter{topic: "t", failed: func(error) {}, pending: map[int]int64{}, meta: map[int]string{},
+		wake: make(chan struct{}, 1), stopped: make(chan struct{})}
+	c.commit = func(map[string]map[int]int64, map[string]map[int]string) error {
+		<-release // no answer before the grace ends
+		return nil
+	}
+	c.addWith(map[int]int64{0: 100}, "pin")
+	c.retryPins.Store(true)
+	stop, cancel := context.WithCancel(context.Background())
+	cancel()
+	grace, cancelGrace := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancelGrace()
+	go c.run(stop, grace)
+	c.close(grace) // as generation's caughtUp does
+	if lost := c.pinsLost(); lost == nil {
+		t.Fatal("pinsLost is nil while the only commit of the pins is still unanswered: the run ends caught up (exit 0) without its pin")
+	}
+}
