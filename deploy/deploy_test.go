@@ -698,6 +698,14 @@ func TestCompose(t *testing.T) {
 			t.Errorf("kafka-init does not create topic %s (floe's kafka.topic / dlq_topic)", topic)
 		}
 	}
+	// verify tells a dead-lettered offset from a lost one only while its
+	// letter is held: the dead-letter topic keeps them for ever.
+	if at := strings.Index(init, "--topic "+cfg.Kafka.DLQTopic+" "); at >= 0 {
+		dlqCreate, _, _ := strings.Cut(init[at:], "&&")
+		if !strings.Contains(dlqCreate, "--config retention.ms=-1") {
+			t.Errorf("kafka-init creates %s without --config retention.ms=-1: %s", cfg.Kafka.DLQTopic, dlqCreate)
+		}
+	}
 
 	if cfg.Table.Catalog["type"] != "rest" {
 		t.Errorf("floe's table.catalog.type %q, want rest (the iceberg-rest service)", cfg.Table.Catalog["type"])
