@@ -245,21 +245,28 @@ func (d *deadLetterWriter) write(ctx context.Context, letters []deadLetter) (pen
 		how = fmt.Sprintf("written again one by one, %d of them cut to %d bytes of key and value: ", len(again), cutLetterBytes)
 		if b == wholeLetter {
 			how = fmt.Sprintf("written again one by one, %d of them: ", len(again))
-		} else {
-			cut = len(again)
 		}
 		err = d.alone.WriteMessages(ctx, msgs...)
 		acknowledge(acked, at, err)
+		if b == cutLetter {
+			// Counted as taken: a retry of the letters still pending
+			// does not write these again.
+			for _, l := range again {
+				if acked[l] {
+					cut++
+				}
+			}
+		}
 	}
 	for i, l := range letters {
 		if !acked[i] {
 			pending = append(pending, l)
 		}
 	}
+	if d.cut != nil {
+		d.cut.Add(int64(cut))
+	}
 	if err = byError(err); err == nil {
-		if d.cut != nil {
-			d.cut.Add(int64(cut))
-		}
 		return nil, nil
 	}
 	err = fmt.Errorf("writing %d records to dead-letter topic %s: %s%w", len(pending), d.topic, how, err)

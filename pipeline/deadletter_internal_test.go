@@ -8,10 +8,15 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/segmentio/kafka-go"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/floe-dev/floe/pipeline/embedded"
 )
@@ -211,5 +216,79 @@ func TestDeadLetterBatchesFitTheBroker(t *testing.T) {
 		for under := 0; under <= 64; under += 4 {
 			write(fmt.Sprintf("two letters of %d bytes", limit-under), pair(limit-under)...)
 		}
+	}
+}
+
+// TestDeadLettersCutAreCountedOnceWritten: of two letters the topic refuses
+// whole (over its max.message.bytes), one is written cut and the other's
+// cut write fails; the write returns that one as pending and the retry
+// writes it. floe_dead_letters_cut_total counts both. Before, a write that
+// ended with an error counted none of the letters it had written cut, and
+// the retry wrote only the pending one: 1.
+func TestDeadLettersCutAreCountedOnceWritten(t *testing.T) {
+	cl, err := embedded.Start(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Close)
+	kc, err := kgo.NewClient(kgo.SeedBrokers(cl.Addrs()...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(kc.Close)
+	maxBytes := "20000"
+	if _, err := kadm.NewClient(kc).CreateTopic(t.Context(), 2, 1, map[string]*string{"max.message.bytes": &maxBytes}, "clicks.dlq"); err != nil {
+		t.Fatal(err)
+	}
+	// A key for each of the topic's partitions, as the writer's balancer
+	// places it.
+	var keys [2][]byte
+	for i := 0; keys[0] == nil || keys[1] == nil; i++ {
+		k := []byte("s-" + strconv.Itoa(i))
+		keys[(&kafka.Hash{}).Balance(kafka.Message{Key: k}, 0, 1)] = k
+	}
+	// Partition 1 refuses the first small batch (a cut letter) for good.
+	var refused atomic.Bool
+	cl.Kfake().ControlKey(kmsg.Produce.Int16(), func(r kmsg.Request) (kmsg.Response, error, bool) {
+		req := r.(*kmsg.ProduceRequest)
+		if len(req.Topics) != 1 || len(req.Topics[0].Partitions) != 1 {
+			cl.Kfake().KeepControl()
+			return nil, nil, false
+		}
+		p := req.Topics[0].Partitions[0]
+		if p.Partition != 1 || len(p.Records) > 10_000 || refused.Swap(true) {
+			cl.Kfake().KeepControl()
+			return nil, nil, false
+		}
+		resp := req.ResponseKind().(*kmsg.ProduceResponse)
+		rt := kmsg.NewProduceResponseTopic()
+		rt.Topic = req.Topics[0].Topic
+		rp := kmsg.NewProduceResponseTopicPartition()
+		rp.Partition, rp.ErrorCode = 1, kerr.PolicyViolation.Code
+		rt.Partitions = append(rt.Partitions, rp)
+		resp.Topics = append(resp.Topics, rt)
+		return resp, nil, true
+	})
+
+	w := newDeadLetterWriter(KafkaConfig{Brokers: cl.Addrs(), DLQTopic: "clicks.dlq"}, "t.clicks", &kafka.Transport{})
+	defer w.close()
+	var cut atomic.Int64
+	w.cut = &cut
+	letters := make([]deadLetter, 2)
+	for i, k := range keys {
+		letters[i] = deadLetter{msg: kafka.Message{Topic: "clicks", Offset: int64(i), Key: k, Value: bytes.Repeat([]byte("{"), 50_000),
+			Time: time.Now()}, reason: "malformed_json"}
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	pending, err := w.write(ctx, letters)
+	if err == nil || len(pending) != 1 || !bytes.Equal(pending[0].msg.Key, keys[1]) {
+		t.Fatalf("first write: %d pending, error %v; want partition 1's letter pending, refused", len(pending), err)
+	}
+	if pending, err = w.write(ctx, pending); err != nil || len(pending) != 0 {
+		t.Fatalf("retry: %d pending, error %v", len(pending), err)
+	}
+	if n := cut.Load(); n != 2 {
+		t.Errorf("floe_dead_letters_cut_total %d, want 2: both letters were written cut", n)
 	}
 }
