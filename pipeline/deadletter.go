@@ -218,9 +218,10 @@ func (d *deadLetterWriter) write(ctx context.Context, letters []deadLetter) (pen
 	acked := make([]bool, len(letters))
 	err = d.w.WriteMessages(ctx, msgs...)
 	acknowledge(acked, at, err)
-	// The broker refuses a whole batch over the topic's max.message.bytes,
-	// each letter in it as too large: those are written again one by one,
-	// whole, and then those refused alone, cut.
+	// The broker refuses a whole batch over the topic's max.message.bytes
+	// (or its segment.bytes: RECORD_LIST_TOO_LARGE), each letter in it as
+	// too large: those are written again one by one, whole, and then those
+	// refused alone, cut.
 	how, cut := "", 0
 	for _, b := range []letterBounds{wholeLetter, cutLetter} {
 		refused, ok := err.(kafka.WriteErrors)
@@ -229,7 +230,7 @@ func (d *deadLetterWriter) write(ctx context.Context, letters []deadLetter) (pen
 		}
 		var again []int
 		for i, e := range refused {
-			if errors.Is(e, kafka.MessageSizeTooLarge) {
+			if errors.Is(e, kafka.MessageSizeTooLarge) || errors.Is(e, kafka.RecordListTooLarge) {
 				again = append(again, at[i])
 				refused[i] = nil
 			}

@@ -226,20 +226,7 @@ func TestDeadLetterBatchesFitTheBroker(t *testing.T) {
 // ended with an error counted none of the letters it had written cut, and
 // the retry wrote only the pending one: 1.
 func TestDeadLettersCutAreCountedOnceWritten(t *testing.T) {
-	cl, err := embedded.Start(1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(cl.Close)
-	kc, err := kgo.NewClient(kgo.SeedBrokers(cl.Addrs()...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(kc.Close)
-	maxBytes := "20000"
-	if _, err := kadm.NewClient(kc).CreateTopic(t.Context(), 2, 1, map[string]*string{"max.message.bytes": &maxBytes}, "clicks.dlq"); err != nil {
-		t.Fatal(err)
-	}
+	cl := dlqBroker(t, 2, map[string]*string{"max.message.bytes": new("20000")})
 	// A key for each of the topic's partitions, as the writer's balancer
 	// places it.
 	var keys [2][]byte
@@ -270,10 +257,7 @@ func TestDeadLettersCutAreCountedOnceWritten(t *testing.T) {
 		return resp, nil, true
 	})
 
-	w := newDeadLetterWriter(KafkaConfig{Brokers: cl.Addrs(), DLQTopic: "clicks.dlq"}, "t.clicks", &kafka.Transport{})
-	defer w.close()
-	var cut atomic.Int64
-	w.cut = &cut
+	w, cut := cuttingWriter(t, cl)
 	letters := make([]deadLetter, 2)
 	for i, k := range keys {
 		letters[i] = deadLetter{msg: kafka.Message{Topic: "clicks", Offset: int64(i), Key: k, Value: bytes.Repeat([]byte("{"), 50_000),
@@ -290,5 +274,82 @@ func TestDeadLettersCutAreCountedOnceWritten(t *testing.T) {
 	}
 	if n := cut.Load(); n != 2 {
 		t.Errorf("floe_dead_letters_cut_total %d, want 2: both letters were written cut", n)
+	}
+}
+
+// dlqBroker starts a broker holding clicks.dlq, of partitions and configs.
+func dlqBroker(t *testing.T, partitions int32, configs map[string]*string) *embedded.Cluster {
+	t.Helper()
+	cl, err := embedded.Start(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Close)
+	kc, err := kgo.NewClient(kgo.SeedBrokers(cl.Addrs()...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(kc.Close)
+	if _, err := kadm.NewClient(kc).CreateTopic(t.Context(), partitions, 1, configs, "clicks.dlq"); err != nil {
+		t.Fatal(err)
+	}
+	return cl
+}
+
+// cuttingWriter is a dead-letter writer to cl's clicks.dlq counting the
+// letters it writes cut.
+func cuttingWriter(t *testing.T, cl *embedded.Cluster) (*deadLetterWriter, *atomic.Int64) {
+	w := newDeadLetterWriter(KafkaConfig{Brokers: cl.Addrs(), DLQTopic: "clicks.dlq"}, "t.clicks", &kafka.Transport{})
+	t.Cleanup(func() { w.close() })
+	w.cut = new(atomic.Int64)
+	return w, w.cut
+}
+
+// TestDeadLetterOverTheSegmentIsWrittenCut: a broker refuses a batch larger
+// than the topic's segment.bytes as RECORD_LIST_TOO_LARGE, not as
+// MESSAGE_TOO_LARGE; the letter is written cut all the same. Before, that
+// answer was final: the flush holding the letter failed for good.
+func TestDeadLetterOverTheSegmentIsWrittenCut(t *testing.T) {
+	cl := dlqBroker(t, 1, nil)
+	// kfake does not check segment.bytes: refuse, as a broker at 10 KB
+	// would, every batch over it.
+	cl.Kfake().ControlKey(kmsg.Produce.Int16(), func(r kmsg.Request) (kmsg.Response, error, bool) {
+		cl.Kfake().KeepControl()
+		req := r.(*kmsg.ProduceRequest)
+		resp := req.ResponseKind().(*kmsg.ProduceResponse)
+		for _, t := range req.Topics {
+			rt := kmsg.NewProduceResponseTopic()
+			rt.Topic = t.Topic
+			for _, p := range t.Partitions {
+				if len(p.Records) <= 10_000 {
+					return nil, nil, false
+				}
+				rp := kmsg.NewProduceResponseTopicPartition()
+				rp.Partition, rp.ErrorCode = p.Partition, kerr.RecordListTooLarge.Code
+				rt.Partitions = append(rt.Partitions, rp)
+			}
+			resp.Topics = append(resp.Topics, rt)
+		}
+		return resp, nil, true
+	})
+	w, cut := cuttingWriter(t, cl)
+	letter := deadLetter{msg: kafka.Message{Topic: "clicks", Offset: 3, Key: []byte("s-1"), Value: bytes.Repeat([]byte("{"), 50_000),
+		Time: time.Now()}, reason: "malformed_json"}
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	if pending, err := w.write(ctx, []deadLetter{letter}); err != nil || len(pending) != 0 {
+		t.Fatalf("%d pending, error %v; want the letter written cut", len(pending), err)
+	}
+	if n := cut.Load(); n != 1 {
+		t.Errorf("floe_dead_letters_cut_total %d, want 1", n)
+	}
+	r := kafka.NewReader(kafka.ReaderConfig{Brokers: cl.Addrs(), Topic: "clicks.dlq", Partition: 0, MaxWait: 100 * time.Millisecond})
+	defer r.Close()
+	m, err := r.ReadMessage(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(m.Key)+len(m.Value) != cutLetterBytes || !bytes.Equal(m.Key, letter.msg.Key) {
+		t.Errorf("letter of %d bytes of key and value, key %q: want %d, key %q", len(m.Key)+len(m.Value), m.Key, cutLetterBytes, letter.msg.Key)
 	}
 }
