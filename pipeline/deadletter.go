@@ -87,7 +87,7 @@ const maxLetterBytes = 512 << 10
 const deadLetterBatchBytes = 1<<20 - 4<<10
 
 // cutLetterBytes bounds what a letter the dead-letter topic refused as too
-// large (its max.message.bytes, or the broker's message.max.bytes, below
+// large (its max.message.bytes or segment.bytes, or the broker's message.max.bytes, below
 // floe's letters) keeps of its record's key and value, and of the record's
 // own headers, when written again: written as it was, it was refused at
 // every attempt and held its flush forever. floe's headers (under 3 KiB)

@@ -25,7 +25,7 @@ func (s *Stats) Register(reg prometheus.Registerer) error {
 	for _, c := range []prometheus.Collector{
 		counter("records_consumed_total", "Records fetched and decoded or dead-lettered.", s.Consumed.Load),
 		counter("records_dead_lettered_total", "Records that could not become rows, counted when read (a flush redone after a failure counts its records again).", s.DeadLettered.Load),
-		counter("dead_letters_cut_total", "Dead letters written cut to 4 KiB of key and value: the dead-letter topic refused them whole, alone (its max.message.bytes).", s.DeadLettersCut.Load),
+		counter("dead_letters_cut_total", "Dead letters written cut to 4 KiB of key and value: the dead-letter topic refused them whole, alone (its max.message.bytes or segment.bytes).", s.DeadLettersCut.Load),
 		counter("records_filtered_total", "Records of the topic another route takes (routes with where): covered offsets, not rows.", s.Filtered.Load),
 		counter("rows_committed_total", "Rows committed to the table.", s.Rows.Load),
 		counter("duplicates_skipped_total", "Rows the dedupe MERGE found already in the table.", s.Skipped.Load),
