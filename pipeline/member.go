@@ -892,7 +892,8 @@ func partitionCount(offsets map[int32]int64) int {
 // that is caught up before it joins (the topic is empty, or retention
 // emptied it) may end without joining: the job has started before, so the
 // table holds offsets of the topic or the group holds a pin for every
-// partition. Else the run joins once, for the generation to pin where the
+// partition the topic had when the job first started (startPartitions;
+// one added since is read from its start, unpinned). Else the run joins once, for the generation to pin where the
 // job first started: without a pin the next run resolved "latest" anew and
 // skipped what was written between the runs. A failed read of the group's
 // offsets joins too.
@@ -905,8 +906,23 @@ func (m *Member) started(ctx context.Context, wm lakehouse.Offsets) bool {
 	for p := range m.until {
 		parts = append(parts, int(p))
 	}
-	at, err := GroupOffsets(ctx, k, parts)
-	return err == nil && len(at) == len(parts)
+	commits, err := groupCommits(ctx, k, parts)
+	if err != nil {
+		return false
+	}
+	// A partition added since the job first started is read from its
+	// start (the generation's rule, by the same count): it has no pin to
+	// wait for, and a run that joined for it pinned nothing.
+	n, ok := startPartitions(commits)
+	if !ok {
+		return false
+	}
+	for p := range m.until {
+		if _, pinned := commits[p]; !pinned && int(p) < n {
+			return false
+		}
+	}
+	return true
 }
 
 // markPinned marks idle, for a scheduled run of a start_offset "latest"

@@ -1910,3 +1910,106 @@ func TestLatestPinLostEndsTheScheduledRun(t *testing.T) {
 		t.Fatal("the run did not end")
 	}
 }
+
+// TestLatestEmptyTopicAddedPartitionsJoinEveryRun: a scheduled
+// start_offset "latest" job on an empty topic pins its partitions at the
+// first run, after which a run caught up before joining ends without
+// joining the group — also once partitions were added to the topic after
+// that first run, which are read from their start and have no pin to wait
+// for; what is written next, to an added partition or a pinned one, is
+// ingested. Before, as long as the table held no offset of the topic, a
+// run wanted a group offset for every partition, and every later run
+// joined the group (rebalancing any live member) and pinned nothing.
+func TestLatestEmptyTopicAddedPartitionsJoinEveryRun(t *testing.T) {
+	for _, grow := range []bool{false, true} {
+		name := "unchanged"
+		if grow {
+			name = "partitions added"
+		}
+		t.Run(name, func(t *testing.T) {
+			j := newJob(t, 0, fastCommit, nil) // an empty topic of 4 partitions
+			j.cfg.Kafka.StartOffset = "latest"
+			var joins atomic.Int32
+			kf := j.cl.Kfake()
+			kf.ControlKey(kmsg.JoinGroup.Int16(), func(kmsg.Request) (kmsg.Response, error, bool) {
+				kf.KeepControl()
+				joins.Add(1)
+				return nil, nil, false // counted, then handled by kfake
+			})
+			run := func(what string) (int32, int64) {
+				before := joins.Load()
+				m := runScheduled(t, j, what)
+				if !m.CaughtUp() {
+					t.Fatalf("%s: not caught up", what)
+				}
+				return joins.Load() - before, m.Stats().Generations.Load()
+			}
+			if n, _ := run("the first run"); n == 0 {
+				t.Fatal("the first run did not join: it must, to pin the job's start")
+			}
+			if grow {
+				if err := j.cl.AddPartitions(t.Context(), "clicks", 6); err != nil {
+					t.Fatal(err)
+				}
+			}
+			n2, g2 := run("the second run")
+			n3, g3 := run("the third run")
+			offs, err := pipeline.GroupOffsets(t.Context(), j.cfg.Kafka, []int{0, 1, 2, 3, 4, 5})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("%s: second run %d JoinGroup (%d generations), third run %d JoinGroup (%d generations); group offsets %v",
+				name, n2, g2, n3, g3, offs)
+			if n3 != 0 || g3 != 0 {
+				t.Errorf("the third run of a caught-up job joined the group (%d JoinGroup, %d generations); want none", n3, g3)
+			}
+			// Whatever the fix, what is written next is ingested: to an
+			// added partition from its start, to a pinned one from its pin.
+			cl, err := kgo.NewClient(kgo.SeedBrokers(j.cl.Addrs()...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer cl.Close()
+			gen := clickgen.New(clickgen.Config{Sessions: 10, Seed: 7})
+			parts := []int32{0}
+			if grow {
+				parts = append(parts, 4)
+			}
+			for _, p := range parts {
+				for range 20 {
+					msg := gen.Next()
+					if err := cl.ProduceSync(t.Context(), &kgo.Record{Topic: "clicks", Partition: p, Key: msg.Key, Value: msg.Value}).FirstErr(); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			run("the fourth run")
+			if got, want := distinctIDs(t, j.tbl), 20*len(parts); got != want {
+				t.Fatalf("after the fourth run: %d rows, want %d", got, want)
+			}
+		})
+	}
+}
+
+// TestLatestEmptyTopicAddedPartitionsRebalanceALiveMember: the same beside
+// a long-running member of the group: scheduled runs caught up before they
+// join leave it alone. Before, each of them rebalanced it.
+func TestLatestEmptyTopicAddedPartitionsRebalanceALiveMember(t *testing.T) {
+	j := newJob(t, 0, fastCommit, nil)
+	j.cfg.Kafka.StartOffset = "latest"
+	runScheduled(t, j, "the first run") // pins partitions 0-3 at 0
+	if err := j.cl.AddPartitions(t.Context(), "clicks", 6); err != nil {
+		t.Fatal(err)
+	}
+	live := runMember(t, j.cfg, j.tbl, j.sc)
+	waitFor(t, 30*time.Second, "the live member owns no partitions", func() bool { return live.Stats().Assigned.Load() == 6 })
+	before := live.Stats().Generations.Load()
+	for i := range 2 {
+		m := runScheduled(t, j, "scheduled run "+strconv.Itoa(i))
+		t.Logf("scheduled run %d: %d generations, caught up %v", i, m.Stats().Generations.Load(), m.CaughtUp())
+	}
+	time.Sleep(2 * time.Second) // the live member's rejoin after the scheduled member leaves
+	if after := live.Stats().Generations.Load(); after != before {
+		t.Errorf("the live member went through %d generations during two caught-up scheduled runs; want none", after-before)
+	}
+}
