@@ -141,15 +141,27 @@ func CheckBrokers(ctx context.Context, k KafkaConfig) error {
 // k.Topic; a partition without one is absent, as every one is for a group
 // the broker does not know.
 func GroupOffsets(ctx context.Context, k KafkaConfig, partitions []int) (map[int32]int64, error) {
+	out, _, err := GroupStart(ctx, k, partitions)
+	return out, err
+}
+
+// GroupStart is GroupOffsets with how many partitions the topic had when
+// the job first started, as the group's offsets of partitions tell
+// (startPartitions; pass every partition of the topic), or 0 when the group
+// has none (the job has not started). A start_offset "latest" job reads a
+// partition at or above that count, without a watermark or a group offset,
+// from its log start: it was added to the topic since.
+func GroupStart(ctx context.Context, k KafkaConfig, partitions []int) (offsets map[int32]int64, started int, err error) {
 	commits, err := groupCommits(ctx, k, partitions)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
-	out := make(map[int32]int64, len(commits))
+	offsets = make(map[int32]int64, len(commits))
 	for p, c := range commits {
-		out[p] = c.offset
+		offsets[p] = c.offset
 	}
-	return out, nil
+	started, _ = startPartitions(commits)
+	return offsets, started, nil
 }
 
 // groupCommit is a partition's committed offset and the metadata committed

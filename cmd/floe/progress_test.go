@@ -138,4 +138,21 @@ func TestProgressBase(t *testing.T) {
 	if got, _ := progressBase(ctx, k, start, end).Get("t", 1); got != end[1]/2 {
 		t.Errorf("start_offset latest, partition 1 added: counted from %d, want its log start %d", got, end[1]/2)
 	}
+	// Before the table's first commit, the group's pins say how many
+	// partitions the topic had when the job first started: 0 was pinned
+	// at its end when the topic had 1 partition, so 1 and 2 were added
+	// since and are read from their log start. They were counted from their
+	// end, and the run's progress left their records out.
+	pins := kadm.Offsets{}
+	pins.Add(kadm.Offset{Topic: "t", Partition: 0, At: end[0], LeaderEpoch: -1, Metadata: "floe.start_partitions=1"})
+	if _, err := kadm.NewClient(kc).CommitOffsets(ctx, "pinned", pins); err != nil {
+		t.Fatal(err)
+	}
+	k.Group = "pinned"
+	base = progressBase(ctx, k, lakehouse.Offsets{}, end)
+	for p, w := range map[int32]int64{0: end[0], 1: end[1] / 2, 2: 0} {
+		if got, ok := base.Get("t", p); !ok || got != w {
+			t.Errorf("start_offset latest, pinned with 1 partition: partition %d counted from %d (%v), want %d", p, got, ok, w)
+		}
+	}
 }

@@ -221,7 +221,7 @@ func newRunMember(ctx context.Context, j *job, reg *prometheus.Registry, untilCa
 // no watermark of, where the run reads it from: the group's Kafka offset
 // (or the log start, if retention deleted past it), else the log start
 // (start_offset earliest, or a partition added to the topic since the
-// table's first commit) or the end (latest). Counted from 0, a run over
+// job first started) or the end (latest). Counted from 0, a run over
 // a log retention had trimmed, or under a group whose offsets were at the
 // end already, ended its progress at a few percent. Best effort: offsets
 // that cannot be read leave a partition counted from 0.
@@ -237,7 +237,7 @@ func progressBase(ctx context.Context, k pipeline.KafkaConfig, start lakehouse.O
 	}
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	group, gerr := pipeline.GroupOffsets(ctx, k, missing)
+	group, started, gerr := pipeline.GroupStart(ctx, k, missing)
 	first, ferr := pipeline.FirstOffsets(ctx, k)
 	base := lakehouse.Offsets{}
 	for t, ps := range start {
@@ -252,9 +252,11 @@ func progressBase(ctx context.Context, k pipeline.KafkaConfig, start lakehouse.O
 		}
 		if g, known := group[int32(p)]; gerr == nil && known {
 			from, ok = max(g, from), true
-		} else if k.StartOffset == "latest" && len(start[k.Topic]) == 0 {
-			// With watermarks of other partitions, one without a group
-			// offset was added to the topic: read from its log start.
+		} else if k.StartOffset == "latest" && len(start[k.Topic]) == 0 && (started == 0 || p < started) {
+			// Read from where "latest" resolves. With watermarks of other
+			// partitions, or at or above the partition count the group's
+			// pins recorded, one without a group offset was added to the
+			// topic since the job first started: read from its log start.
 			from, ok = end[int32(p)], true
 		}
 		if ok {
