@@ -785,8 +785,10 @@ func TestUnansweredOffsetCommitHoldsNothing(t *testing.T) {
 			t.Fatal(err)
 		}
 		waitCaughtUp(t, j.tbl, end, 5*time.Second) // flushes every 300 ms
-		if round == 0 && commits.Load() == 0 {
-			t.Fatal("no offset commit reached the broker")
+		if round == 0 {
+			// Sent in the background after the table's commit: it may
+			// come a moment later.
+			waitFor(t, 5*time.Second, "an offset commit to reach the broker", func() bool { return commits.Load() > 0 })
 		}
 	}
 	stop()
