@@ -893,10 +893,10 @@ func partitionCount(offsets map[int32]int64) int {
 // emptied it) may end without joining: the job has started before, so the
 // table holds offsets of the topic or the group holds a pin for every
 // partition the topic had when the job first started (startPartitions;
-// one added since is read from its start, unpinned). Else the run joins once, for the generation to pin where the
-// job first started: without a pin the next run resolved "latest" anew and
-// skipped what was written between the runs. A failed read of the group's
-// offsets joins too.
+// one added since is read from its start, unpinned). Else the run joins
+// once, for the generation to pin where the job first started: without a
+// pin the next run resolved "latest" anew and skipped what was written
+// between the runs. A failed read of the group's offsets joins too.
 func (m *Member) started(ctx context.Context, wm lakehouse.Offsets) bool {
 	k := m.cfg.Kafka
 	if k.StartOffset != "latest" || len(wm[k.Topic]) > 0 {
