@@ -29,3 +29,14 @@ func SetCheckTopicAgain(tb testing.TB, d time.Duration) {
 	checkTopicAgain = d
 	tb.Cleanup(func() { checkTopicAgain = old })
 }
+
+// SetPinRefresh sets, until tb ends, the age at which a scheduled run
+// commits start_offset latest pins again, in place of half the brokers'
+// offsets.retention.minutes: kfake expires offsets after milliseconds only
+// through a setting of its own (offset.retention.ms), which floe does not
+// read.
+func SetPinRefresh(tb testing.TB, d time.Duration) {
+	old := pinRefresh
+	pinRefresh = d
+	tb.Cleanup(func() { pinRefresh = old })
+}

@@ -184,10 +184,12 @@ func (m *Member) Run(ctx context.Context) error {
 				}
 			}
 			m.markPinned(ctx, wm)
-			if m.caughtUp(wm) && m.started(ctx, wm) {
-				m.log.Info("scheduled run: the table holds every end offset already")
-				m.done.Store(true)
-				return nil
+			if m.caughtUp(wm) {
+				if started, _ := m.started(ctx, wm); started {
+					m.log.Info("scheduled run: the table holds every end offset already")
+					m.done.Store(true)
+					return nil
+				}
 			}
 		}
 	}
@@ -409,8 +411,18 @@ func (m *Member) generation(ctx, genCtx context.Context, gen *kafka.Generation, 
 			return err
 		}
 	}
-	if m.caughtUp(wm) && m.started(stopCtx, wm) {
-		return errCaughtUp
+	// repin: the partition count of pins this caught-up run commits again
+	// for their age (see started).
+	repin := 0
+	if m.caughtUp(wm) {
+		started, n := m.started(stopCtx, wm)
+		if started {
+			return errCaughtUp
+		}
+		if repin = n; repin > 0 {
+			m.log.Info("committing the start_offset latest pins again: the brokers delete an empty group's offsets (offsets.retention.minutes after its last member left)",
+				"group", k.Group, "topic", k.Topic)
+		}
 	}
 	committed := make(map[int32]int64, len(assigned))
 	for _, a := range assigned {
@@ -503,6 +515,8 @@ func (m *Member) generation(ctx, genCtx context.Context, gen *kafka.Generation, 
 				// first started (pinMetadata).
 				seek = e
 				pinned[int(p)] = e
+			} else if seek >= 0 && int(p) < repin {
+				pinned[int(p)] = seek // committed again, for its age
 			}
 			base := seek
 			if seek == kafka.FirstOffset && (lag[p] != nil || m.until != nil) {
@@ -613,8 +627,14 @@ func (m *Member) generation(ctx, genCtx context.Context, gen *kafka.Generation, 
 	})
 	flushed, flushesDone := context.WithCancel(context.WithoutCancel(ctx))
 	go kafkaOffsets.run(flushed, flushCtx)
+	// refreshOnly: the pins are the group's, committed again for their
+	// age; losing them loses nothing yet.
+	refreshOnly := started == 0
 	if len(pinned) > 0 {
-		kafkaOffsets.addWith(pinned, pinMetadata(started))
+		if refreshOnly {
+			started = repin
+		}
+		kafkaOffsets.addWith(pinned, pinMetadata(started, time.Now()))
 	}
 	defer func() {
 		flushesDone()
@@ -631,7 +651,12 @@ func (m *Member) generation(ctx, genCtx context.Context, gen *kafka.Generation, 
 		kafkaOffsets.retryPins.Store(true)
 		flushesDone()
 		kafkaOffsets.close(flushCtx)
-		if lost := kafkaOffsets.pinsLost(); lost != nil {
+		lost := kafkaOffsets.pinsLost()
+		if lost != nil && refreshOnly {
+			m.log.Warn("committing the start_offset latest pins again failed until commit.grace; the next run tries again", "err", lost)
+			return err
+		}
+		if lost != nil {
 			return fmt.Errorf("%w: committing where start_offset latest first started to the group's Kafka offsets failed until commit.grace: %w; the next run would start from the end and skip what is written until then", errPinLost, lost)
 		}
 		return err
@@ -893,14 +918,22 @@ func partitionCount(offsets map[int32]int64) int {
 // emptied it) may end without joining: the job has started before, so the
 // table holds offsets of the topic or the group holds a pin for every
 // partition the topic had when the job first started (startPartitions;
-// one added since is read from its start, unpinned). Else the run joins
-// once, for the generation to pin where the job first started: without a
-// pin the next run resolved "latest" anew and skipped what was written
-// between the runs. A failed read of the group's offsets joins too.
-func (m *Member) started(ctx context.Context, wm lakehouse.Offsets) bool {
+// one added since is read from its start, unpinned), and the pins are
+// fresh. Else the run joins once, for the generation to pin where the job
+// first started: without a pin the next run resolved "latest" anew and
+// skipped what was written between the runs. A failed read of the group's
+// offsets joins too.
+//
+// Pins are group offsets, which the brokers delete offsets.retention.minutes
+// after the group last became empty: after the last run that joined it. A
+// run that does not join does not extend that, so a job whose topic stayed
+// empty for a week lost its pins. Once the newest pin is older than half
+// that (pinRefreshAfter), the run joins anyway, and its generation commits
+// them again (repin: the partition count they record).
+func (m *Member) started(ctx context.Context, wm lakehouse.Offsets) (ok bool, repin int) {
 	k := m.cfg.Kafka
 	if k.StartOffset != "latest" || len(wm[k.Topic]) > 0 {
-		return true
+		return true, 0
 	}
 	parts := make([]int, 0, len(m.until))
 	for p := range m.until {
@@ -908,21 +941,24 @@ func (m *Member) started(ctx context.Context, wm lakehouse.Offsets) bool {
 	}
 	commits, err := groupCommits(ctx, k, parts)
 	if err != nil {
-		return false
+		return false, 0
 	}
 	// A partition added since the job first started is read from its
 	// start (the generation's rule, by the same count): it has no pin to
 	// wait for, and a run that joined for it pinned nothing.
 	n, ok := startPartitions(commits)
 	if !ok {
-		return false
+		return false, 0
 	}
 	for p := range m.until {
 		if _, pinned := commits[p]; !pinned && int(p) < n {
-			return false
+			return false, 0
 		}
 	}
-	return true
+	if time.Since(lastPinned(commits)) >= pinRefreshAfter(ctx, k) {
+		return false, n
+	}
+	return true, 0
 }
 
 // markPinned marks idle, for a scheduled run of a start_offset "latest"

@@ -12,6 +12,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/segmentio/kafka-go"
+	"github.com/twmb/franz-go/pkg/kfake"
 
 	"github.com/floe-dev/floe/lakehouse"
 	"github.com/floe-dev/floe/lakehouse/faultcat"
@@ -340,13 +341,74 @@ func TestStartPartitions(t *testing.T) {
 		ok      bool
 	}{
 		{"no offsets", map[int32]groupCommit{}, 0, false},
-		{"pins", map[int32]groupCommit{0: {5, pinMetadata(4)}, 1: {7, pinMetadata(4)}}, 4, true},
-		{"a later pin", map[int32]groupCommit{0: {5, pinMetadata(4)}, 2: {7, pinMetadata(6)}}, 4, true},
+		{"pins", map[int32]groupCommit{0: {5, pinMetadata(4, time.Unix(1, 0))}, 1: {7, pinMetadata(4, time.Unix(1, 0))}}, 4, true},
+		{"a later pin", map[int32]groupCommit{0: {5, pinMetadata(4, time.Unix(1, 0))}, 2: {7, pinMetadata(6, time.Unix(1, 0))}}, 4, true},
 		{"without the count", map[int32]groupCommit{0: {5, ""}, 2: {7, "other"}}, 3, true},
 		{"a bad count", map[int32]groupCommit{1: {5, pinPrefix + "x"}}, 2, true},
 	} {
 		if got, ok := startPartitions(tc.commits); got != tc.want || ok != tc.ok {
 			t.Errorf("%s: startPartitions = %d, %v; want %d, %v", tc.name, got, ok, tc.want, tc.ok)
 		}
+	}
+}
+
+// TestParsePin: a pin's metadata gives its partition count and when it was
+// committed; a pin committed before the time was recorded, or metadata of
+// another kind, gives a zero time, which counts as old (see started).
+func TestParsePin(t *testing.T) {
+	at := time.UnixMilli(1764672000123)
+	for _, tc := range []struct {
+		metadata string
+		n        int
+		at       time.Time
+	}{
+		{pinMetadata(12, at), 12, at},
+		{pinPrefix + "12", 12, time.Time{}}, // before the time was recorded
+		{pinPrefix + "12" + pinStamp + "x", 12, time.Time{}},
+		{pinPrefix + "x" + pinStamp + "1764672000123", 0, at},
+		{"", 0, time.Time{}},
+		{"other", 0, time.Time{}},
+	} {
+		if n, got := parsePin(tc.metadata); n != tc.n || !got.Equal(tc.at) {
+			t.Errorf("parsePin(%q) = %d, %v; want %d, %v", tc.metadata, n, got, tc.n, tc.at)
+		}
+	}
+	commits := map[int32]groupCommit{0: {5, pinMetadata(4, at)}, 1: {7, pinMetadata(4, at.Add(time.Hour))}, 2: {9, ""}}
+	if got := lastPinned(commits); !got.Equal(at.Add(time.Hour)) {
+		t.Errorf("lastPinned = %v, want the newer pin's %v", got, at.Add(time.Hour))
+	}
+	if got := lastPinned(map[int32]groupCommit{0: {5, pinPrefix + "4"}}); !got.IsZero() {
+		t.Errorf("lastPinned of a pin without its time = %v, want zero", got)
+	}
+}
+
+// TestOffsetsRetention: the pins' refresh age is half the broker's
+// offsets.retention.minutes, read from the broker: Kafka's default, and one
+// the broker was started with.
+func TestOffsetsRetention(t *testing.T) {
+	for _, tc := range []struct {
+		configs map[string]string
+		want    time.Duration
+	}{
+		{nil, 7 * 24 * time.Hour},
+		{map[string]string{"offsets.retention.minutes": "90"}, 90 * time.Minute},
+	} {
+		cl, err := embedded.Start(1, kfake.BrokerConfigs(tc.configs))
+		if err != nil {
+			t.Fatal(err)
+		}
+		k := KafkaConfig{Brokers: cl.Addrs()}
+		got, err := offsetsRetention(t.Context(), k)
+		if err != nil || got != tc.want {
+			t.Errorf("broker configs %v: offsetsRetention = %v, %v; want %v", tc.configs, got, err, tc.want)
+		}
+		if got := pinRefreshAfter(t.Context(), k); got != tc.want/2 {
+			t.Errorf("broker configs %v: pinRefreshAfter = %v, want %v", tc.configs, got, tc.want/2)
+		}
+		cl.Close()
+	}
+	// Brokers that do not answer: the default.
+	if got := pinRefreshAfter(t.Context(), KafkaConfig{Brokers: []string{"127.0.0.1:1"}}); got != 12*time.Hour {
+		t.Errorf("pinRefreshAfter without brokers = %v, want 12h", got)
 	}
 }

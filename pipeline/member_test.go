@@ -30,6 +30,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
@@ -160,12 +161,18 @@ type job struct {
 
 func newJob(t *testing.T, n int, commit pipeline.CommitConfig, enrichCfg *enrich.Config) *job {
 	t.Helper()
-	ctx := t.Context()
-	cl, err := embedded.StartTopic(ctx, "clicks", 4)
+	cl, err := embedded.StartTopic(t.Context(), "clicks", 4)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(cl.Close)
+	return newJobOn(t, cl, n, commit, enrichCfg)
+}
+
+// newJobOn is newJob on cl, which has the topic "clicks".
+func newJobOn(t *testing.T, cl *embedded.Cluster, n int, commit pipeline.CommitConfig, enrichCfg *enrich.Config) *job {
+	t.Helper()
+	ctx := t.Context()
 	if n > 0 {
 		if _, err := cl.ProduceRate(ctx, "clicks", clickgen.New(clickgen.Config{Sessions: 100, Seed: 3}), n, 0); err != nil {
 			t.Fatal(err)
@@ -991,7 +998,8 @@ func TestLatestPinsOfConcurrentFirstStarts(t *testing.T) {
 	}
 	for p := range int32(4) {
 		o, ok := got.Lookup("clicks", p)
-		if !ok || o.At != j.end[p] || o.Metadata != "floe.start_partitions=4" {
+		// Pins committed before pins recorded their time have none.
+		if !ok || o.At != j.end[p] || !strings.HasPrefix(o.Metadata+";", "floe.start_partitions=4;") {
 			t.Errorf("partition %d: group offset %+v (found %v), want %d with metadata floe.start_partitions=4", p, o, ok, j.end[p])
 		}
 	}
@@ -1910,6 +1918,89 @@ func TestLatestPinLostEndsTheScheduledRun(t *testing.T) {
 		}
 	case <-time.After(60 * time.Second):
 		t.Fatal("the run did not end")
+	}
+}
+
+// TestLatestPinsOutliveTheBrokersOffsetRetention: the pins of a scheduled
+// start_offset "latest" job whose topic stays empty are group offsets,
+// which the broker deletes a retention period (offsets.retention.minutes)
+// after the group last became empty — after the last run that joined it,
+// as kfake does here in 4 s. Runs caught up before joining did not join,
+// so the pins went, and the first run after something was written resolved
+// "latest" anew and skipped it (0 rows of 50). A run now joins and commits
+// them again once the newest is older than half the retention, and a run
+// that finds them fresh does not join.
+func TestLatestPinsOutliveTheBrokersOffsetRetention(t *testing.T) {
+	const retention, refresh = 4 * time.Second, 2 * time.Second
+	pipeline.SetPinRefresh(t, refresh)
+	cl, err := embedded.Start(1, kfake.BrokerConfigs(map[string]string{
+		"offset.retention.ms":                 strconv.Itoa(int(retention.Milliseconds())),
+		"offsets.retention.check.interval.ms": "100",
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Close)
+	if err := cl.CreateTopic(t.Context(), "clicks", 4); err != nil {
+		t.Fatal(err)
+	}
+	j := newJobOn(t, cl, 0, fastCommit, nil)
+	j.cfg.Kafka.StartOffset = "latest"
+	var joins atomic.Int32
+	kf := cl.Kfake()
+	kf.ControlKey(kmsg.JoinGroup.Int16(), func(kmsg.Request) (kmsg.Response, error, bool) {
+		kf.KeepControl()
+		joins.Add(1)
+		return nil, nil, false // counted, then handled by kfake
+	})
+	run := func(what string) int32 {
+		before := joins.Load()
+		if m := runScheduled(t, j, what); !m.CaughtUp() {
+			t.Fatalf("%s: not caught up", what)
+		}
+		return joins.Load() - before
+	}
+	run("the first run") // pins the job's start
+	began := time.Now()
+	time.Sleep(refresh + 100*time.Millisecond)
+	if n := run("a run after the refresh age"); n == 0 {
+		t.Errorf("a caught-up run %v after the pins were committed did not join to commit them again", refresh+100*time.Millisecond)
+	}
+	if n := run("a run right after"); n != 0 {
+		t.Errorf("a run right after the pins were committed again joined the group (%d JoinGroup); want none", n)
+	}
+	// Past the retention since the first run, the last one that joined
+	// without the refresh.
+	time.Sleep(refresh + 100*time.Millisecond)
+	gen := clickgen.New(clickgen.Config{Sessions: 5, Seed: 9})
+	if _, err := cl.ProduceRate(t.Context(), "clicks", gen, 50, 0); err != nil {
+		t.Fatal(err)
+	}
+	run("the run after 50 were written")
+	if got := distinctIDs(t, j.tbl); got != 50 {
+		t.Fatalf("%d rows %v after the first run, want the 50 written since the job first started", got, time.Since(began))
+	}
+}
+
+// TestLatestPinRefreshThatFailsEndsCaughtUp: a caught-up run that joins
+// only to commit the group's pins again for their age, and cannot (the
+// coordinator refusing every commit until commit.grace), ends caught up,
+// with a warning: the pins are still the group's, and the next run tries
+// again. (A pin the job's first run cannot commit ends that run with
+// status 2: TestLatestPinLostEndsTheScheduledRun.)
+func TestLatestPinRefreshThatFailsEndsCaughtUp(t *testing.T) {
+	j := newJob(t, 0, fastCommit, nil) // an empty topic of 4 partitions
+	j.cfg.Kafka.StartOffset = "latest"
+	runScheduled(t, j, "the first run")
+	pipeline.SetPinRefresh(t, time.Nanosecond)
+	j.cfg.Commit.Grace = pipeline.Duration(time.Second)
+	failed := j.cl.FailOffsetCommits(1000)
+	if m := runScheduled(t, j, "the refreshing run"); !m.CaughtUp() || failed() == 0 {
+		t.Fatalf("the refreshing run: caught up %v after %d failed commits; want caught up after some", m.CaughtUp(), failed())
+	}
+	offs, err := pipeline.GroupOffsets(t.Context(), j.cfg.Kafka, []int{0, 1, 2, 3})
+	if err != nil || len(offs) != 4 {
+		t.Fatalf("group offsets after the failed refresh: %v, %v; want the 4 pins", offs, err)
 	}
 }
 

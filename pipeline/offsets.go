@@ -204,12 +204,49 @@ func groupCommits(ctx context.Context, k KafkaConfig, partitions []int) (map[int
 }
 
 // pinPrefix starts the metadata of a start_offset "latest" pin: the number
-// of partitions the topic had when the job first started follows.
-const pinPrefix = "floe.start_partitions="
+// of partitions the topic had when the job first started follows, then
+// pinStamp and the time of the pin's commit, in Unix milliseconds.
+const (
+	pinPrefix = "floe.start_partitions="
+	pinStamp  = ";pinned_at="
+)
 
-// pinMetadata is the metadata committed with the pins of a job that first
-// started when the topic had n partitions.
-func pinMetadata(n int) string { return pinPrefix + strconv.Itoa(n) }
+// pinMetadata is the metadata committed at time at with the pins of a job
+// that first started when the topic had n partitions.
+func pinMetadata(n int, at time.Time) string {
+	return pinPrefix + strconv.Itoa(n) + pinStamp + strconv.FormatInt(at.UnixMilli(), 10)
+}
+
+// parsePin reads a pin's metadata: the partition count (0 when it is not a
+// pin's or the count is bad) and when the pin was committed (zero for a pin
+// committed without it, by a floe before pins recorded it).
+func parsePin(metadata string) (n int, at time.Time) {
+	v, pin := strings.CutPrefix(metadata, pinPrefix)
+	if !pin {
+		return 0, time.Time{}
+	}
+	v, stamp, _ := strings.Cut(v, pinStamp)
+	if n, _ = strconv.Atoi(v); n < 0 {
+		n = 0
+	}
+	if ms, err := strconv.ParseInt(stamp, 10, 64); err == nil && ms > 0 {
+		at = time.UnixMilli(ms)
+	}
+	return n, at
+}
+
+// lastPinned returns when the newest of the pins among commits was
+// committed: zero when none says (no pin, or pins committed without the
+// time).
+func lastPinned(commits map[int32]groupCommit) time.Time {
+	var last time.Time
+	for _, c := range commits {
+		if _, at := parsePin(c.metadata); at.After(last) {
+			last = at
+		}
+	}
+	return last
+}
 
 // startPartitions returns how many partitions the topic had when the job
 // first started, as far as the group's committed offsets of the topic
@@ -222,8 +259,7 @@ func startPartitions(commits map[int32]groupCommit) (int, bool) {
 	least, highest := -1, -1
 	for p, c := range commits {
 		highest = max(highest, int(p))
-		v, pin := strings.CutPrefix(c.metadata, pinPrefix)
-		if n, err := strconv.Atoi(v); pin && err == nil && n > 0 && (least < 0 || n < least) {
+		if n, _ := parsePin(c.metadata); n > 0 && (least < 0 || n < least) {
 			least = n
 		}
 	}
@@ -234,6 +270,65 @@ func startPartitions(commits map[int32]groupCommit) (int, bool) {
 		return highest + 1, true
 	}
 	return 0, false
+}
+
+// pinRefresh, when not 0, replaces half the brokers' offsets retention as
+// the age at which pins are refreshed (see Member.started).
+var pinRefresh time.Duration
+
+// pinRefreshAfter returns the age at which a scheduled run refreshes the
+// group's pins: half of offsets.retention.minutes, how long the brokers
+// keep an empty group's offsets, or 12 hours when they do not say (the
+// broker's config may be closed to this principal): Kafka's default has
+// been 7 days since 2.0, 1 day before.
+func pinRefreshAfter(ctx context.Context, k KafkaConfig) time.Duration {
+	if pinRefresh != 0 {
+		return pinRefresh
+	}
+	ret, err := offsetsRetention(ctx, k)
+	if err != nil || ret <= 0 {
+		return 12 * time.Hour
+	}
+	return ret / 2
+}
+
+// offsetsRetention returns a broker's offsets.retention.minutes.
+func offsetsRetention(ctx context.Context, k KafkaConfig) (time.Duration, error) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	c, done, err := k.Client()
+	if err != nil {
+		return 0, err
+	}
+	defer done()
+	md, err := c.Metadata(ctx, &kafka.MetadataRequest{Topics: []string{}})
+	if err != nil {
+		return 0, err
+	}
+	if len(md.Brokers) == 0 {
+		return 0, errors.New("the cluster's metadata lists no broker")
+	}
+	const name = "offsets.retention.minutes"
+	res, err := c.DescribeConfigs(ctx, &kafka.DescribeConfigsRequest{Resources: []kafka.DescribeConfigRequestResource{{
+		ResourceType: kafka.ResourceTypeBroker, ResourceName: strconv.Itoa(md.Brokers[0].ID), ConfigNames: []string{name}}}})
+	if err != nil {
+		return 0, err
+	}
+	for _, r := range res.Resources {
+		if r.Error != nil {
+			return 0, r.Error
+		}
+		for _, e := range r.ConfigEntries {
+			if e.ConfigName == name {
+				m, err := strconv.ParseInt(e.ConfigValue, 10, 64)
+				if err != nil {
+					return 0, fmt.Errorf("%s %q: %w", name, e.ConfigValue, err)
+				}
+				return time.Duration(m) * time.Minute, nil
+			}
+		}
+	}
+	return 0, fmt.Errorf("the broker did not answer %s", name)
 }
 
 // timestampType returns k.Topic's message.timestamp.type: "CreateTime" or
