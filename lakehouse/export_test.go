@@ -28,3 +28,11 @@ func SetOutcomeTimeout(tb testing.TB, d time.Duration) {
 	outcomeTimeout = d
 	tb.Cleanup(func() { outcomeTimeout = old })
 }
+
+// SetVerifySpillRows sets, until tb ends, how many rows Verify holds in
+// memory before it moves them to its spill files.
+func SetVerifySpillRows(tb testing.TB, n int) {
+	old := verifySpillRows
+	verifySpillRows = n
+	tb.Cleanup(func() { verifySpillRows = old })
+}

@@ -414,10 +414,11 @@ func (t *Table) Verify(ctx context.Context, topic string, readDL DeadLetterReade
 		return nil, err
 	}
 
-	var rows []verifyRow
+	rows := newRowStore()
+	defer rows.close()
 	if snap := tbl.CurrentSnapshot(); snap != nil {
 		r.SnapshotID = snap.SnapshotID
-		if rows, err = t.scanIDsKeys(ctx, tbl, topic, sessions, keys, rowsHint(snap)); err != nil {
+		if err = t.scanIDsKeys(ctx, tbl, topic, sessions, keys, rows); err != nil {
 			return nil, fmt.Errorf("verifying %s: %w", t.Name(), err)
 		}
 	}
@@ -426,12 +427,9 @@ func (t *Table) Verify(ctx context.Context, topic string, readDL DeadLetterReade
 		r.DistinctKeys, r.DuplicateKeys, r.KeysBeyondWindow = int64(len(keys.first)), keys.dups, keys.beyond
 		r.DuplicateKeyExamples = keys.examples()
 	}
-	slices.SortFunc(rows, func(a, b verifyRow) int {
-		return cmp.Or(cmp.Compare(a.part, b.part), cmp.Compare(a.off, b.off))
-	})
 
 	// Every partition with rows, dead letters or a watermark gets a line.
-	parts := make(map[int32]struct{})
+	parts := rows.partitionSet()
 	for p := range wm[topic] {
 		parts[p] = struct{}{}
 	}
@@ -441,24 +439,16 @@ func (t *Table) Verify(ctx context.Context, topic string, readDL DeadLetterReade
 	for p := range r.skipped {
 		parts[p] = struct{}{}
 	}
-	for i := range rows {
-		if i == 0 || rows[i].part != rows[i-1].part {
-			parts[rows[i].part] = struct{}{}
-		}
-	}
 
 	ord := newOrderChecker(len(sessions.names))
 	if dl != nil {
 		r.DeadLetters = 0
 	}
-	rest := rows
 	for _, p := range slices.Sorted(maps.Keys(parts)) {
-		n := 0
-		for n < len(rest) && rest[n].part == p {
-			n++
+		prows, err := rows.rows(p)
+		if err != nil {
+			return nil, err
 		}
-		prows := rest[:n]
-		rest = rest[n:]
 		w, ok := wm.Get(topic, p)
 		if !ok {
 			w = NoWatermark
@@ -572,25 +562,10 @@ func groupsOf(tbl *table.Table, topic string) ([]string, error) {
 	return out, nil
 }
 
-// rowsHint sizes the row slice from the snapshot summary so that it is
-// allocated once rather than grown by copying. The summary counts every
-// topic's rows, so the hint is capped (16 M rows, 384 MB) lest a small topic
-// in a big shared table reserve memory it never uses.
-func rowsHint(snap *table.Snapshot) int {
-	if snap.Summary == nil {
-		return 0
-	}
-	n, err := strconv.ParseInt(snap.Summary.Properties["total-records"], 10, 64)
-	if err != nil || n < 0 {
-		return 0
-	}
-	return int(min(n, 1<<24))
-}
-
 // scanIDsKeys streams the topic's rows of the current snapshot, keeping a
-// verifyRow for each, interning sessions and, unless keys is nil, indexing
-// the business keys.
-func (t *Table) scanIDsKeys(ctx context.Context, tbl *table.Table, topic string, sessions *sessionIndex, keys *keyIndex, hint int) ([]verifyRow, error) {
+// verifyRow for each in rows, interning sessions and, unless keys is nil,
+// indexing the business keys.
+func (t *Table) scanIDsKeys(ctx context.Context, tbl *table.Table, topic string, sessions *sessionIndex, keys *keyIndex, rows *rowStore) error {
 	cols := []string{TopicColumn, PartitionColumn, OffsetColumn}
 	if keys != nil {
 		for _, c := range []string{keys.column, keys.timeColumn} {
@@ -598,7 +573,7 @@ func (t *Table) scanIDsKeys(ctx context.Context, tbl *table.Table, topic string,
 				continue
 			}
 			if _, ok := tbl.Schema().FindFieldByName(c); !ok {
-				return nil, fmt.Errorf("business-key check: column %q is not a column of the table", c)
+				return fmt.Errorf("business-key check: column %q is not a column of the table", c)
 			}
 			cols = append(cols, c)
 		}
@@ -621,23 +596,22 @@ func (t *Table) scanIDsKeys(ctx context.Context, tbl *table.Table, topic string,
 	defer scan.Close()
 	_, batches, err := scan.ToArrowRecords(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("scanning %s: %w", topic, err)
+		return fmt.Errorf("scanning %s: %w", topic, err)
 	}
-	rows := make([]verifyRow, 0, hint)
 	for b, err := range batches {
 		if err != nil {
-			return nil, fmt.Errorf("reading %s: %w", topic, err)
+			return fmt.Errorf("reading %s: %w", topic, err)
 		}
-		rows, err = appendVerifyRows(rows, b, topic, key, seq, sessions)
+		err = addVerifyRows(rows, b, topic, key, seq, sessions)
 		if err == nil && keys != nil {
 			err = keys.add(b, topic)
 		}
 		b.Release()
 		if err != nil {
-			return nil, err
+			return err
 		}
 	}
-	return rows, nil
+	return nil
 }
 
 // stringColumn is what Verify needs of a string-like Arrow array (String,
@@ -647,7 +621,7 @@ type stringColumn interface {
 	Value(int) string
 }
 
-func appendVerifyRows(rows []verifyRow, b arrow.RecordBatch, topic, key, seq string, sessions *sessionIndex) ([]verifyRow, error) {
+func addVerifyRows(rows *rowStore, b arrow.RecordBatch, topic, key, seq string, sessions *sessionIndex) error {
 	col := func(name string) (arrow.Array, error) {
 		idx := b.Schema().FieldIndices(name)
 		if len(idx) != 1 {
@@ -666,37 +640,37 @@ func appendVerifyRows(rows []verifyRow, b arrow.RecordBatch, topic, key, seq str
 	)
 	a, err := col(TopicColumn)
 	if err != nil {
-		return rows, err
+		return err
 	}
 	if topics, ok = a.(stringColumn); !ok {
-		return rows, wrongType(TopicColumn, a)
+		return wrongType(TopicColumn, a)
 	}
 	if a, err = col(PartitionColumn); err != nil {
-		return rows, err
+		return err
 	}
 	if parts, ok = a.(*array.Int32); !ok {
-		return rows, wrongType(PartitionColumn, a)
+		return wrongType(PartitionColumn, a)
 	}
 	if a, err = col(OffsetColumn); err != nil {
-		return rows, err
+		return err
 	}
 	if offs, ok = a.(*array.Int64); !ok {
-		return rows, wrongType(OffsetColumn, a)
+		return wrongType(OffsetColumn, a)
 	}
 	if key != "" {
 		if a, err = col(key); err != nil {
-			return rows, err
+			return err
 		}
 		if keys, ok = a.(stringColumn); !ok {
-			return rows, wrongType(key, a)
+			return wrongType(key, a)
 		}
 	}
 	if seq != "" {
 		if a, err = col(seq); err != nil {
-			return rows, err
+			return err
 		}
 		if seqs, ok = a.(*array.Int64); !ok {
-			return rows, wrongType(seq, a)
+			return wrongType(seq, a)
 		}
 	}
 	for i := range int(b.NumRows()) {
@@ -712,9 +686,11 @@ func appendVerifyRows(rows []verifyRow, b arrow.RecordBatch, topic, key, seq str
 				vr.sess, vr.seq = id, seqs.Value(i)
 			}
 		}
-		rows = append(rows, vr)
+		if err := rows.add(vr); err != nil {
+			return err
+		}
 	}
-	return rows, nil
+	return nil
 }
 
 // orderChecker holds, per session, the seq of its last row in the partition

@@ -106,11 +106,18 @@ type RoutesPartition struct {
 // dead-letter topic (only those these tables' routes wrote, when routes of
 // other tables share it: pipeline.ReadDeadLetters with their names) once
 // every table is loaded, or is nil or returns nil when they are not read
-// (dead letters are then gaps). It reads the same columns as Verify and keeps
-// 24 bytes per row.
+// (dead letters are then gaps). It reads the same columns as Verify and
+// keeps its rows as Verify does (rowStore).
 func VerifyRoutes(ctx context.Context, topic string, tables []*Table, readDL DeadLetterReader) (*RoutesReport, error) {
 	r := &RoutesReport{Topic: topic, DeadLetters: -1, Tables: make([]RouteTableReport, len(tables)), Partitions: []RoutesPartition{}}
-	rows := make([][]verifyRow, len(tables))
+	rows := make([]*rowStore, len(tables))
+	defer func() {
+		for _, rs := range rows {
+			if rs != nil {
+				rs.close()
+			}
+		}
+	}()
 	wms := make([]Offsets, len(tables))
 	firsts := make([]Offsets, len(tables))
 	skipped := make([]map[int32][]int64, len(tables))
@@ -156,34 +163,38 @@ func VerifyRoutes(ctx context.Context, topic string, tables []*Table, readDL Dea
 		tr := RouteTableReport{Table: t.Name(), Group: t.group, SnapshotID: -1, DuplicateExamples: []string{}}
 		sessions := &sessionIndex{ids: make(map[string]uint32)}
 		keys := t.newKeyIndex()
+		rows[i] = newRowStore()
 		if snap := tbl.CurrentSnapshot(); snap != nil {
 			tr.SnapshotID = snap.SnapshotID
-			if rows[i], err = t.scanIDsKeys(ctx, tbl, topic, sessions, keys, rowsHint(snap)); err != nil {
+			if err = t.scanIDsKeys(ctx, tbl, topic, sessions, keys, rows[i]); err != nil {
 				return nil, fmt.Errorf("verifying %s: %w", t.Name(), err)
 			}
 		}
 		tr.Keys = keys.check()
-		rs := rows[i]
-		slices.SortFunc(rs, func(a, b verifyRow) int { return cmp.Or(cmp.Compare(a.part, b.part), cmp.Compare(a.off, b.off)) })
 		ord := newOrderChecker(len(sessions.names))
-		for k := 0; k < len(rs); {
-			n := skipOffset(rs, k)
-			tr.DistinctIDs++
-			if copies := n - k; copies > 1 && len(tr.DuplicateExamples) < maxExamples {
-				tr.DuplicateExamples = append(tr.DuplicateExamples, fmt.Sprintf("%s/%d@%d×%d", topic, rs[k].part, rs[k].off, copies))
+		for _, p := range rows[i].partitions() {
+			parts[p] = struct{}{}
+			rs, err := rows[i].rows(p)
+			if err != nil {
+				return nil, err
 			}
-			if w, ok := wms[i].Get(topic, rs[k].part); !ok || rs[k].off >= w {
-				tr.AboveWatermark += int64(n - k)
+			w, ok := wms[i].Get(topic, p)
+			for k := 0; k < len(rs); {
+				n := skipOffset(rs, k)
+				tr.DistinctIDs++
+				if copies := n - k; copies > 1 && len(tr.DuplicateExamples) < maxExamples {
+					tr.DuplicateExamples = append(tr.DuplicateExamples, fmt.Sprintf("%s/%d@%d×%d", topic, p, rs[k].off, copies))
+				}
+				if !ok || rs[k].off >= w {
+					tr.AboveWatermark += int64(n - k)
+				}
+				if ord.next(rs[k]) {
+					tr.OrderViolations++
+				}
+				k = n
 			}
-			if ord.next(rs[k]) {
-				tr.OrderViolations++
-			}
-			if k == 0 || rs[k].part != rs[k-1].part {
-				parts[rs[k].part] = struct{}{}
-			}
-			k = n
+			tr.Rows += int64(len(rs))
 		}
-		tr.Rows = int64(len(rs))
 		tr.DuplicateIDs = tr.Rows - tr.DistinctIDs
 		for _, other := range sessions.other {
 			if other >= 0 {
@@ -205,7 +216,7 @@ func VerifyRoutes(ctx context.Context, topic string, tables []*Table, readDL Dea
 	if dl != nil {
 		r.DeadLetters = 0
 	}
-	rest := slices.Clone(rows)
+	prows := make([][]verifyRow, len(tables)) // each table's rows of the partition
 	for _, p := range slices.Sorted(maps.Keys(parts)) {
 		pr := RoutesPartition{Partition: p, Watermark: -1, First: -1, Rows: make([]int64, len(tables)), MinOffset: -1, MaxOffset: -1,
 			Coverage: Coverage{Gaps: []Gap{}}, InSeveralExamples: []string{}}
@@ -234,12 +245,11 @@ func VerifyRoutes(ctx context.Context, topic string, tables []*Table, readDL Dea
 			case i == 0 || (pr.Watermark != NoWatermark && w < pr.Watermark):
 				pr.Watermark = w
 			}
-			n := 0
-			for n < len(rest[i]) && rest[i][n].part == p {
-				n++
+			prow, err := rows[i].rows(p)
+			if err != nil {
+				return nil, err
 			}
-			prow := rest[i][:n]
-			rest[i] = rest[i][n:]
+			prows[i] = prow
 			pr.Rows[i] = int64(len(prow))
 			for k := 0; k < len(prow); k = skipOffset(prow, k) {
 				offs = append(offs, placed{off: prow[k].off, passed: ok && prow[k].off < w})
@@ -287,7 +297,7 @@ func VerifyRoutes(ctx context.Context, topic string, tables []*Table, readDL Dea
 			} else if passed > 1 {
 				pr.InSeveral++
 				if len(pr.InSeveralExamples) < maxExamples {
-					pr.InSeveralExamples = append(pr.InSeveralExamples, r.places(topic, p, off, tables, rows, skipped, dl))
+					pr.InSeveralExamples = append(pr.InSeveralExamples, r.places(topic, p, off, tables, prows, skipped, dl))
 				}
 			}
 			// Coverage only below the least watermark, where every table has
@@ -322,12 +332,11 @@ type placed struct {
 
 // places describes where offset off of partition p is: "events/0@17 in
 // shop.orders, dead letters" (a row of shop.orders and dead-lettered).
+// rows holds each table's rows of p, sorted by offset.
 func (r *RoutesReport) places(topic string, p int32, off int64, tables []*Table, rows [][]verifyRow, skipped []map[int32][]int64, dl DeadLetters) string {
 	var in []string
 	for i, rs := range rows {
-		if _, found := slices.BinarySearchFunc(rs, verifyRow{part: p, off: off}, func(a, b verifyRow) int {
-			return cmp.Or(cmp.Compare(a.part, b.part), cmp.Compare(a.off, b.off))
-		}); found {
+		if _, found := slices.BinarySearchFunc(rs, verifyRow{off: off}, byOffset); found {
 			in = append(in, tables[i].Name())
 		}
 		if slices.Contains(skipped[i][p], off) {

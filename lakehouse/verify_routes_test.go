@@ -75,6 +75,19 @@ func TestVerifyRoutes(t *testing.T) {
 	}
 	out := buf.String()
 	t.Log(out)
+	// The same with the rows moved to spill files at every row.
+	lakehouse.SetVerifySpillRows(t, 1)
+	spilled, err := lakehouse.VerifyRoutes(t.Context(), topic, []*lakehouse.Table{a, b}, dl.Read)
+	if err != nil {
+		t.Fatal(err)
+	}
+	buf.Reset()
+	if err := spilled.WriteText(&buf); err != nil {
+		t.Fatal(err)
+	}
+	if buf.String() != out {
+		t.Fatalf("verify with its rows spilled to files:\n%s\nin memory:\n%s", buf.String(), out)
+	}
 	p = rep.Partitions[0]
 	if rep.OK() || p.InSeveral != 2 || rep.Tables[1].DuplicateIDs != 1 || p.Watermark != 12 {
 		t.Fatalf("broken routing: in several %d, duplicates in b %d, least watermark %d\n%s",

@@ -416,6 +416,13 @@ func TestVerifyFindsProblems(t *testing.T) {
 			r := verify(t, tbl, tc.dl)
 			tc.check(t, r)
 			s := text(t, r)
+			// The same with the rows moved to spill files every 2 rows.
+			lakehouse.SetVerifySpillRows(t, 2)
+			spilled := verify(t, tbl, tc.dl)
+			tc.check(t, spilled)
+			if s2 := text(t, spilled); s2 != s {
+				t.Fatalf("verify with its rows spilled to files:\n%s\nin memory:\n%s", s2, s)
+			}
 			if r.OK() != tc.ok {
 				t.Fatalf("OK() = %v, want %v:\n%s", r.OK(), tc.ok, s)
 			}
@@ -574,8 +581,26 @@ func BenchmarkVerify(b *testing.B) {
 		}
 	}
 
+	// In memory (the default budget holds the 1.2 M rows), and with the
+	// rows moved to spill files every 100,000 (a partition's worth).
+	for _, spill := range []int{0, 100_000} {
+		name := "memory"
+		if spill > 0 {
+			name = fmt.Sprintf("spill-%d", spill)
+		}
+		b.Run(name, func(b *testing.B) {
+			if spill > 0 {
+				lakehouse.SetVerifySpillRows(b, spill)
+			}
+			benchVerify(b, tbl, partitions*perPartition)
+		})
+	}
+}
+
+// benchVerify verifies tbl, of rows rows, reporting its rate and the most
+// heap it held above what was live before.
+func benchVerify(b *testing.B, tbl *lakehouse.Table, rows int) {
 	var peak uint64
-	b.ResetTimer()
 	for b.Loop() {
 		b.StopTimer()
 		runtime.GC()
@@ -605,11 +630,11 @@ func BenchmarkVerify(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		if !r.OK() || r.Rows != partitions*perPartition {
+		if !r.OK() || r.Rows != int64(rows) {
 			b.Fatalf("OK %v rows %d", r.OK(), r.Rows)
 		}
 	}
-	b.ReportMetric(float64(partitions*perPartition)*float64(b.N)/b.Elapsed().Seconds(), "rows/s")
+	b.ReportMetric(float64(rows)*float64(b.N)/b.Elapsed().Seconds(), "rows/s")
 	b.ReportMetric(float64(peak)/(1<<20), "peak-heap-MiB")
 }
 
