@@ -185,7 +185,14 @@ func (m *Member) Run(ctx context.Context) error {
 			}
 			m.markPinned(ctx, wm)
 			if m.caughtUp(wm) {
-				if started, _ := m.started(ctx, wm); started {
+				// Pins due for a refresh need none while the group has
+				// members (a long-running job beside the scheduled runs):
+				// joining would rebalance them twice for nothing.
+				started, repin := m.started(ctx, wm)
+				if !started && repin > 0 {
+					started, _ = groupHasMembers(ctx, k)
+				}
+				if started {
 					m.log.Info("scheduled run: the table holds every end offset already")
 					m.done.Store(true)
 					return nil
@@ -452,8 +459,10 @@ func (m *Member) generation(ctx, genCtx context.Context, gen *kafka.Generation, 
 	// for the final flush instead of waiting for the interval.
 	var behind atomic.Int32
 	// pinned: where start_offset "latest" resolved, for the group's Kafka
-	// offsets (see below).
+	// offsets (see below), and the group's pins committed again for their
+	// age (repin); firstPins: it holds some of the former.
 	pinned := map[int]int64{}
+	firstPins := false
 	// firsts: the log start offsets, read at most once per generation, for
 	// the lag gauges of partitions read from the log start.
 	var firsts map[int32]int64
@@ -515,6 +524,7 @@ func (m *Member) generation(ctx, genCtx context.Context, gen *kafka.Generation, 
 				// first started (pinMetadata).
 				seek = e
 				pinned[int(p)] = e
+				firstPins = true
 			} else if seek >= 0 && int(p) < repin {
 				pinned[int(p)] = seek // committed again, for its age
 			}
@@ -629,9 +639,9 @@ func (m *Member) generation(ctx, genCtx context.Context, gen *kafka.Generation, 
 	go kafkaOffsets.run(flushed, flushCtx)
 	// refreshOnly: the pins are the group's, committed again for their
 	// age; losing them loses nothing yet.
-	refreshOnly := started == 0
+	refreshOnly := !firstPins
 	if len(pinned) > 0 {
-		if refreshOnly {
+		if started == 0 {
 			started = repin
 		}
 		kafkaOffsets.addWith(pinned, pinMetadata(started, time.Now()))

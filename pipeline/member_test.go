@@ -1986,21 +1986,56 @@ func TestLatestPinsOutliveTheBrokersOffsetRetention(t *testing.T) {
 // only to commit the group's pins again for their age, and cannot (the
 // coordinator refusing every commit until commit.grace), ends caught up,
 // with a warning: the pins are still the group's, and the next run tries
-// again. (A pin the job's first run cannot commit ends that run with
-// status 2: TestLatestPinLostEndsTheScheduledRun.)
+// again — also when partitions were added since the job first started,
+// which it reads from their start, pinning nothing new (it ended with
+// status 2, "its start was not recorded"). A pin the job's first run
+// cannot commit ends that run with status 2:
+// TestLatestPinLostEndsTheScheduledRun.
 func TestLatestPinRefreshThatFailsEndsCaughtUp(t *testing.T) {
+	for _, grow := range []bool{false, true} {
+		t.Run(fmt.Sprintf("partitions added %v", grow), func(t *testing.T) {
+			j := newJob(t, 0, fastCommit, nil) // an empty topic of 4 partitions
+			j.cfg.Kafka.StartOffset = "latest"
+			runScheduled(t, j, "the first run")
+			if grow {
+				if err := j.cl.AddPartitions(t.Context(), "clicks", 6); err != nil {
+					t.Fatal(err)
+				}
+			}
+			pipeline.SetPinRefresh(t, time.Nanosecond)
+			j.cfg.Commit.Grace = pipeline.Duration(time.Second)
+			failed := j.cl.FailOffsetCommits(1000)
+			if m := runScheduled(t, j, "the refreshing run"); !m.CaughtUp() || failed() == 0 {
+				t.Fatalf("the refreshing run: caught up %v after %d failed commits; want caught up after some", m.CaughtUp(), failed())
+			}
+			offs, err := pipeline.GroupOffsets(t.Context(), j.cfg.Kafka, []int{0, 1, 2, 3})
+			if err != nil || len(offs) != 4 {
+				t.Fatalf("group offsets after the failed refresh: %v, %v; want the 4 pins", offs, err)
+			}
+		})
+	}
+}
+
+// TestLatestPinRefreshLeavesALiveMemberAlone: pins older than the refresh
+// age need no refresh while the group has a member (a long-running job
+// beside the scheduled runs): the brokers keep such a group's offsets. A
+// caught-up scheduled run joined all the same, rebalancing the live
+// member twice, at every run, since that member never commits them again.
+func TestLatestPinRefreshLeavesALiveMemberAlone(t *testing.T) {
 	j := newJob(t, 0, fastCommit, nil) // an empty topic of 4 partitions
 	j.cfg.Kafka.StartOffset = "latest"
 	runScheduled(t, j, "the first run")
+	live := runMember(t, j.cfg, j.tbl, j.sc)
+	waitFor(t, 30*time.Second, "the live member was not assigned the 4 partitions", func() bool { return live.Stats().Assigned.Load() == 4 })
 	pipeline.SetPinRefresh(t, time.Nanosecond)
-	j.cfg.Commit.Grace = pipeline.Duration(time.Second)
-	failed := j.cl.FailOffsetCommits(1000)
-	if m := runScheduled(t, j, "the refreshing run"); !m.CaughtUp() || failed() == 0 {
-		t.Fatalf("the refreshing run: caught up %v after %d failed commits; want caught up after some", m.CaughtUp(), failed())
+	before := live.Stats().Generations.Load()
+	for i := range 3 {
+		if m := runScheduled(t, j, fmt.Sprintf("scheduled run %d", i)); !m.CaughtUp() || m.Stats().Generations.Load() != 0 {
+			t.Fatalf("scheduled run %d: caught up %v after %d generations; want caught up without joining", i, m.CaughtUp(), m.Stats().Generations.Load())
+		}
 	}
-	offs, err := pipeline.GroupOffsets(t.Context(), j.cfg.Kafka, []int{0, 1, 2, 3})
-	if err != nil || len(offs) != 4 {
-		t.Fatalf("group offsets after the failed refresh: %v, %v; want the 4 pins", offs, err)
+	if after := live.Stats().Generations.Load(); after != before {
+		t.Errorf("the live member went through %d generations during three caught-up scheduled runs; want none", after-before)
 	}
 }
 

@@ -292,6 +292,31 @@ func pinRefreshAfter(ctx context.Context, k KafkaConfig) time.Duration {
 	return ret / 2
 }
 
+// groupHasMembers reports whether k.Group has members: the brokers keep
+// the offsets of such a group, whatever their age.
+func groupHasMembers(ctx context.Context, k KafkaConfig) (bool, error) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	c, done, err := k.Client()
+	if err != nil {
+		return false, err
+	}
+	defer done()
+	res, err := c.DescribeGroups(ctx, &kafka.DescribeGroupsRequest{GroupIDs: []string{k.Group}})
+	if err != nil {
+		return false, fmt.Errorf("describing group %s: %w", k.Group, err)
+	}
+	for _, g := range res.Groups {
+		if g.Error != nil {
+			return false, fmt.Errorf("describing group %s: %w", k.Group, g.Error)
+		}
+		if g.GroupID == k.Group && len(g.Members) > 0 {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
 // offsetsRetention returns a broker's offsets.retention.minutes.
 func offsetsRetention(ctx context.Context, k KafkaConfig) (time.Duration, error) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
