@@ -414,13 +414,16 @@ func (t *Table) Verify(ctx context.Context, topic string, readDL DeadLetterReade
 		return nil, err
 	}
 
-	rows := newRowStore()
+	rows := newRowStore(verifySpillRows)
 	defer rows.close()
 	if snap := tbl.CurrentSnapshot(); snap != nil {
 		r.SnapshotID = snap.SnapshotID
 		if err = t.scanIDsKeys(ctx, tbl, topic, sessions, keys, rows); err != nil {
 			return nil, fmt.Errorf("verifying %s: %w", t.Name(), err)
 		}
+	}
+	if err := rows.finish(); err != nil {
+		return nil, err
 	}
 	if keys != nil {
 		keys.finish()
@@ -429,7 +432,7 @@ func (t *Table) Verify(ctx context.Context, topic string, readDL DeadLetterReade
 	}
 
 	// Every partition with rows, dead letters or a watermark gets a line.
-	parts := rows.partitionSet()
+	parts := rows.partitions()
 	for p := range wm[topic] {
 		parts[p] = struct{}{}
 	}
@@ -445,7 +448,10 @@ func (t *Table) Verify(ctx context.Context, topic string, readDL DeadLetterReade
 		r.DeadLetters = 0
 	}
 	for _, p := range slices.Sorted(maps.Keys(parts)) {
-		prows, err := rows.rows(p)
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		prows, err := rows.take(p)
 		if err != nil {
 			return nil, err
 		}

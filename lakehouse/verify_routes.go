@@ -111,6 +111,7 @@ type RoutesPartition struct {
 func VerifyRoutes(ctx context.Context, topic string, tables []*Table, readDL DeadLetterReader) (*RoutesReport, error) {
 	r := &RoutesReport{Topic: topic, DeadLetters: -1, Tables: make([]RouteTableReport, len(tables)), Partitions: []RoutesPartition{}}
 	rows := make([]*rowStore, len(tables))
+	ords := make([]*orderChecker, len(tables)) // each table's, walked partition by partition
 	defer func() {
 		for _, rs := range rows {
 			if rs != nil {
@@ -163,39 +164,22 @@ func VerifyRoutes(ctx context.Context, topic string, tables []*Table, readDL Dea
 		tr := RouteTableReport{Table: t.Name(), Group: t.group, SnapshotID: -1, DuplicateExamples: []string{}}
 		sessions := &sessionIndex{ids: make(map[string]uint32)}
 		keys := t.newKeyIndex()
-		rows[i] = newRowStore()
+		// The tables share the budget of rows in memory.
+		rows[i] = newRowStore(verifySpillRows / len(tables))
 		if snap := tbl.CurrentSnapshot(); snap != nil {
 			tr.SnapshotID = snap.SnapshotID
 			if err = t.scanIDsKeys(ctx, tbl, topic, sessions, keys, rows[i]); err != nil {
 				return nil, fmt.Errorf("verifying %s: %w", t.Name(), err)
 			}
 		}
-		tr.Keys = keys.check()
-		ord := newOrderChecker(len(sessions.names))
-		for _, p := range rows[i].partitions() {
-			parts[p] = struct{}{}
-			rs, err := rows[i].rows(p)
-			if err != nil {
-				return nil, err
-			}
-			w, ok := wms[i].Get(topic, p)
-			for k := 0; k < len(rs); {
-				n := skipOffset(rs, k)
-				tr.DistinctIDs++
-				if copies := n - k; copies > 1 && len(tr.DuplicateExamples) < maxExamples {
-					tr.DuplicateExamples = append(tr.DuplicateExamples, fmt.Sprintf("%s/%d@%d×%d", topic, p, rs[k].off, copies))
-				}
-				if !ok || rs[k].off >= w {
-					tr.AboveWatermark += int64(n - k)
-				}
-				if ord.next(rs[k]) {
-					tr.OrderViolations++
-				}
-				k = n
-			}
-			tr.Rows += int64(len(rs))
+		if err := rows[i].finish(); err != nil {
+			return nil, err
 		}
-		tr.DuplicateIDs = tr.Rows - tr.DistinctIDs
+		for p := range rows[i].partitions() {
+			parts[p] = struct{}{}
+		}
+		tr.Keys = keys.check()
+		ords[i] = newOrderChecker(len(sessions.names))
 		for _, other := range sessions.other {
 			if other >= 0 {
 				tr.SplitSessions++
@@ -218,6 +202,10 @@ func VerifyRoutes(ctx context.Context, topic string, tables []*Table, readDL Dea
 	}
 	prows := make([][]verifyRow, len(tables)) // each table's rows of the partition
 	for _, p := range slices.Sorted(maps.Keys(parts)) {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		clear(prows) // the previous partition's go before this one's come
 		pr := RoutesPartition{Partition: p, Watermark: -1, First: -1, Rows: make([]int64, len(tables)), MinOffset: -1, MaxOffset: -1,
 			Coverage: Coverage{Gaps: []Gap{}}, InSeveralExamples: []string{}}
 		// Below the least first offset no route's job read; a route that
@@ -245,12 +233,13 @@ func VerifyRoutes(ctx context.Context, topic string, tables []*Table, readDL Dea
 			case i == 0 || (pr.Watermark != NoWatermark && w < pr.Watermark):
 				pr.Watermark = w
 			}
-			prow, err := rows[i].rows(p)
+			prow, err := rows[i].take(p)
 			if err != nil {
 				return nil, err
 			}
 			prows[i] = prow
 			pr.Rows[i] = int64(len(prow))
+			r.Tables[i].addRows(topic, p, prow, w, ok, ords[i])
 			for k := 0; k < len(prow); k = skipOffset(prow, k) {
 				offs = append(offs, placed{off: prow[k].off, passed: ok && prow[k].off < w})
 			}
@@ -320,6 +309,28 @@ func VerifyRoutes(ctx context.Context, topic string, tables []*Table, readDL Dea
 		r.Partitions = append(r.Partitions, pr)
 	}
 	return r, nil
+}
+
+// addRows accounts for rows, a partition's of the table sorted by offset:
+// rows, duplicates, rows at or above the watermark w (all of them when the
+// partition has none: !hasW) and seq order, by ord.
+func (tr *RouteTableReport) addRows(topic string, p int32, rows []verifyRow, w int64, hasW bool, ord *orderChecker) {
+	for k := 0; k < len(rows); {
+		n := skipOffset(rows, k)
+		tr.DistinctIDs++
+		if copies := n - k; copies > 1 && len(tr.DuplicateExamples) < maxExamples {
+			tr.DuplicateExamples = append(tr.DuplicateExamples, fmt.Sprintf("%s/%d@%d×%d", topic, p, rows[k].off, copies))
+		}
+		if !hasW || rows[k].off >= w {
+			tr.AboveWatermark += int64(n - k)
+		}
+		if ord.next(rows[k]) {
+			tr.OrderViolations++
+		}
+		k = n
+	}
+	tr.Rows += int64(len(rows))
+	tr.DuplicateIDs = tr.Rows - tr.DistinctIDs
 }
 
 // placed is one place an offset of a partition is in (a table's row or
