@@ -469,13 +469,25 @@ func (rp *replayer) commit(ctx context.Context, buf *partitionBuffer) error {
 // offsets-for-times: From is the first offset whose timestamp is at or
 // after from, To the first at or after to (the end offset when there is
 // none). Partitions with nothing in the range are left out.
-func ResolveTimes(ctx context.Context, k KafkaConfig, partitions []int32, from, to time.Time) ([]ReplayRange, error) {
+//
+// trimmed lists the partitions whose range may have lost its first
+// records to retention: it starts at the log start, above 0 (an offset
+// range below the log start is refused, see CheckReplay; a time range is
+// not, since "the last 7 days" of a topic kept 7 days is a usual request,
+// but the caller should say so). Whether the records deleted were of the
+// range, their times gone, nothing tells: kafka-go's ListOffsets answers
+// the time asked, not the found record's.
+func ResolveTimes(ctx context.Context, k KafkaConfig, partitions []int32, from, to time.Time) (ranges []ReplayRange, trimmed []TrimmedStart, err error) {
 	if !from.Before(to) {
-		return nil, fmt.Errorf("replay: --from-time %s is not before --to-time %s", from.Format(time.RFC3339), to.Format(time.RFC3339))
+		return nil, nil, fmt.Errorf("replay: --from-time %s is not before --to-time %s", from.Format(time.RFC3339), to.Format(time.RFC3339))
 	}
 	end, err := EndOffsets(ctx, k)
 	if err != nil {
-		return nil, fmt.Errorf("kafka %v: %w", k.Brokers, err)
+		return nil, nil, fmt.Errorf("kafka %v: %w", k.Brokers, err)
+	}
+	first, err := FirstOffsets(ctx, k)
+	if err != nil {
+		return nil, nil, fmt.Errorf("kafka %v: %w", k.Brokers, err)
 	}
 	if len(partitions) == 0 {
 		for p := range end {
@@ -485,19 +497,24 @@ func ResolveTimes(ctx context.Context, k KafkaConfig, partitions []int32, from, 
 	}
 	for _, p := range partitions {
 		if _, ok := end[p]; !ok {
-			return nil, fmt.Errorf("replay: topic %s has no partition %d", k.Topic, p)
+			return nil, nil, fmt.Errorf("replay: topic %s has no partition %d", k.Topic, p)
 		}
 	}
 	tr, err := k.transport()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	defer tr.CloseIdleConnections()
 	c := &kafka.Client{Addr: kafka.TCP(k.Brokers...), Timeout: 10 * time.Second, Transport: tr}
+	// at returns each partition's first offset at or after t.
 	at := func(t time.Time) (map[int32]int64, error) {
 		reqs := make([]kafka.OffsetRequest, len(partitions))
 		for i, p := range partitions {
-			reqs[i] = kafka.TimeOffsetOf(int(p), t)
+			// In milliseconds, not kafka.TimeOffsetOf's nanoseconds, which
+			// overflow past 2262 (a --to-time of 9999-12-31 asked for
+			// 1816); before 1970, 0: Kafka takes negative times for
+			// earliest or latest.
+			reqs[i] = kafka.OffsetRequest{Partition: int(p), Timestamp: max(t.UnixMilli(), 0)}
 		}
 		// Read committed, as replay reads: no offset past the last
 		// stable one, where a range would end beyond what it can read.
@@ -523,19 +540,29 @@ func ResolveTimes(ctx context.Context, k KafkaConfig, partitions []int32, from, 
 	}
 	starts, err := at(from)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	ends, err := at(to)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	var ranges []ReplayRange
 	for _, p := range partitions {
 		if ends[p] > starts[p] {
 			ranges = append(ranges, ReplayRange{Partition: p, From: starts[p], To: ends[p]})
 		}
+		if f := first[p]; f > 0 && starts[p] == f {
+			trimmed = append(trimmed, TrimmedStart{Partition: p, LogStart: f})
+		}
 	}
-	return ranges, nil
+	return ranges, trimmed, nil
+}
+
+// TrimmedStart is a partition whose replayed time range starts at its
+// log start, LogStart: retention deleted the records below it, which may
+// have been of the range.
+type TrimmedStart struct {
+	Partition int32
+	LogStart  int64
 }
 
 // watermarkText describes a partition's watermark w (ok: the table has one).

@@ -134,9 +134,9 @@ func TestReplayTimeRange(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ranges, err := pipeline.ResolveTimes(ctx, j.cfg.Kafka, nil, start, start.Add(time.Hour))
-	if err != nil {
-		t.Fatal(err)
+	ranges, trimmed, err := pipeline.ResolveTimes(ctx, j.cfg.Kafka, nil, start, start.Add(time.Hour))
+	if err != nil || len(trimmed) != 0 {
+		t.Fatalf("resolving: %v; trimmed %v, want none", err, trimmed)
 	}
 	var total int64
 	for _, r := range ranges {
@@ -152,11 +152,67 @@ func TestReplayTimeRange(t *testing.T) {
 	if err != nil || res.Inserted != 300 {
 		t.Fatalf("replay of the time range: %+v, %v; want 300 inserted", res, err)
 	}
-	if _, err := pipeline.ResolveTimes(ctx, j.cfg.Kafka, nil, start, start); err == nil {
+	if _, _, err := pipeline.ResolveTimes(ctx, j.cfg.Kafka, nil, start, start); err == nil {
 		t.Fatal("an empty time range was accepted")
 	}
-	if _, err := pipeline.ResolveTimes(ctx, j.cfg.Kafka, []int32{7}, start, start.Add(time.Hour)); err == nil || !strings.Contains(err.Error(), "no partition 7") {
+	if _, _, err := pipeline.ResolveTimes(ctx, j.cfg.Kafka, []int32{7}, start, start.Add(time.Hour)); err == nil || !strings.Contains(err.Error(), "no partition 7") {
 		t.Fatalf("unknown partition: %v", err)
+	}
+}
+
+// TestResolveTimesFarBounds: a time range's bounds far from now resolve
+// like near ones. kafka-go's TimeOffsetOf counts nanoseconds, which
+// overflow past 2262: a --to-time of 2600 asked for 2015 (nothing in the
+// range, exit 0), one of 9999-12-31 for 1816, a negative time the broker
+// refused (Unsupported Version), as it did a --from-time before 1970.
+func TestResolveTimesFarBounds(t *testing.T) {
+	j := newJob(t, 200, pipeline.CommitConfig{}, nil)
+	date := func(s string) time.Time {
+		d, err := time.Parse(time.RFC3339, s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	hourAgo := time.Now().Add(-time.Hour)
+	for _, tc := range []struct{ from, to time.Time }{
+		{hourAgo, date("2200-01-01T00:00:00Z")},
+		{hourAgo, date("2600-01-01T00:00:00Z")},
+		{hourAgo, date("9999-12-31T23:59:59Z")},
+		{date("1960-01-01T00:00:00Z"), date("9999-12-31T23:59:59Z")},
+		{date("1677-01-01T00:00:00Z"), date("2600-01-01T00:00:00Z")},
+	} {
+		ranges, _, err := pipeline.ResolveTimes(t.Context(), j.cfg.Kafka, nil, tc.from, tc.to)
+		var total int64
+		for _, r := range ranges {
+			total += r.To - r.From
+		}
+		if err != nil || total != 200 {
+			t.Errorf("[%s, %s): %d offsets in %v, %v; want the 200 records", tc.from.Format(time.RFC3339), tc.to.Format(time.RFC3339), total, ranges, err)
+		}
+	}
+}
+
+// TestResolveTimesNamesTrimmedStarts: a time range that starts at a
+// partition's log start, retention having deleted records below, resolves
+// from there — what is left — and says so (floe replay warns),
+// where an offset range below the log start is refused. It was silent:
+// "the last 7 days" of a topic kept 7 days replayed less than asked, exit
+// 0. A partition whose log starts at 0 is not named.
+func TestResolveTimesNamesTrimmedStarts(t *testing.T) {
+	j := newJob(t, 200, pipeline.CommitConfig{}, nil)
+	if err := j.cl.DeleteRecords(t.Context(), "clicks", map[int32]int64{0: 30}); err != nil {
+		t.Fatal(err)
+	}
+	ranges, trimmed, err := pipeline.ResolveTimes(t.Context(), j.cfg.Kafka, nil, time.Now().Add(-time.Hour), time.Now().Add(time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(trimmed) != 1 || trimmed[0].Partition != 0 || trimmed[0].LogStart != 30 {
+		t.Fatalf("trimmed %+v, want partition 0 from its log start 30", trimmed)
+	}
+	if ranges[0].Partition != 0 || ranges[0].From != 30 || ranges[0].To != j.end[0] {
+		t.Fatalf("ranges %v, want partition 0 from 30 to %d", ranges, j.end[0])
 	}
 }
 

@@ -206,7 +206,7 @@ func TestReplayTimesBeforeAnOpenTransaction(t *testing.T) {
 	j := newJob(t, 0, fastCommit, nil)
 	now := time.Now().Truncate(time.Millisecond)
 	openTxnLog(t, j, func(i int) time.Time { return now.Add(time.Duration(i-3) * time.Hour) })
-	ranges, err := pipeline.ResolveTimes(t.Context(), j.cfg.Kafka, []int32{0}, now.Add(-4*time.Hour), now.Add(-90*time.Minute))
+	ranges, _, err := pipeline.ResolveTimes(t.Context(), j.cfg.Kafka, []int32{0}, now.Add(-4*time.Hour), now.Add(-90*time.Minute))
 	if err != nil {
 		t.Fatal(err)
 	}

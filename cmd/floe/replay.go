@@ -80,8 +80,13 @@ With routes, --table picks the route; a route with where replays only the record
 					ranges = append(ranges, pipeline.ReplayRange{Partition: p, From: from, To: to})
 				}
 			} else {
-				if ranges, err = pipeline.ResolveTimes(ctx, cfg.Kafka, partitions, t1, t2); err != nil {
+				var trimmed []pipeline.TrimmedStart
+				if ranges, trimmed, err = pipeline.ResolveTimes(ctx, cfg.Kafka, partitions, t1, t2); err != nil {
 					return err
+				}
+				for _, tr := range trimmed {
+					j.log.Warn("the time range starts at the partition's log start: retention deleted the records below it, which may have been of the range; they cannot be replayed",
+						"partition", tr.Partition, "log_start", tr.LogStart, "from", fromTime)
 				}
 				if len(ranges) == 0 {
 					j.log.Info("no records in the time range", "from", fromTime, "to", toTime)
