@@ -792,7 +792,9 @@ var carriedPrefixes = []string{OffsetsKeyPrefix, FirstKeyPrefix, PartitionsKeyPr
 // offsetMaps returns the newest value of every carried key (every group's
 // floe.offsets.<group> and floe.first.<group> maps, every topic's
 // floe.partitions.<topic> count) in the current branch's ancestry, keyed
-// by summary key, and under BusinessCarriedKey and AbsentCarriedKey the
+// by summary key, every topic's partition counts recorded so far once
+// there are two (PartitionCountsKeyPrefix), and under BusinessCarriedKey
+// and AbsentCarriedKey the
 // unions of the business-key MERGE's skipped offsets and of the offsets
 // absent from the log (each unless there are none, or a record is
 // unreadable: expiry then keeps the recording snapshots, offsetMapDepth).
@@ -831,7 +833,28 @@ func offsetMaps(tbl *table.Table) map[string]string {
 			out[k.carried] = runs.encode()
 		}
 	}
+	for _, topic := range countedTopics(out) {
+		if counts, _ := partitionCountHistory(tbl, topic); len(counts) > 1 {
+			fields := make([]string, len(counts))
+			for i, n := range counts {
+				fields[i] = strconv.Itoa(n)
+			}
+			out[PartitionCountsKeyPrefix+topic] = strings.Join(fields, ",")
+		}
+	}
 	return out
+}
+
+// countedTopics returns the topics whose partition count carried (the
+// PartitionsKeyPrefix keys of carried) records.
+func countedTopics(carried map[string]string) []string {
+	var topics []string
+	for k := range carried {
+		if topic, ok := strings.CutPrefix(k, PartitionsKeyPrefix); ok {
+			topics = append(topics, topic)
+		}
+	}
+	return topics
 }
 
 // newestCarried returns the newest value of every key with a
@@ -871,6 +894,12 @@ func offsetMapDepth(tbl *table.Table) int {
 		if err != nil {
 			return len(meta.Snapshots())
 		}
+		keep = max(keep, depth)
+	}
+	// So do those recording each partition count, down to the newest
+	// carrying them all.
+	for _, topic := range countedTopics(need) {
+		_, depth := partitionCountHistory(tbl, topic)
 		keep = max(keep, depth)
 	}
 	return max(keep, carriedDepth(meta, need))

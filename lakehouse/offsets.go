@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -74,6 +75,11 @@ const (
 	// snapshot was committed: a later, larger count means keys hashed to
 	// other partitions since (see PartitionCountOf).
 	PartitionsKeyPrefix = "floe.partitions."
+	// PartitionCountsKeyPrefix + topic holds, on maintenance snapshots,
+	// the topic's partition counts the ancestry recorded, oldest first
+	// ("4,6"), once there are two: expiry then may drop the snapshots that
+	// recorded the older ones (see PartitionCountsOf).
+	PartitionCountsKeyPrefix = "floe.partition-counts."
 	// RoutingKeyPrefix + topic holds the fingerprint of the topic's routing
 	// the commit was made under (which tables split the topic, by which
 	// field and values): `floe run` refuses a routing change that would not
@@ -215,6 +221,51 @@ func PartitionCountOf(tbl *table.Table, topic string) (int, bool) {
 	}
 	n, err := strconv.Atoi(raw)
 	return n, err == nil
+}
+
+// PartitionCountsOf returns the partition counts of topic that the
+// current ancestry recorded, oldest first, without repeats: more than one
+// means partitions were added while the table ingested the topic.
+func PartitionCountsOf(tbl *table.Table, topic string) []int {
+	counts, _ := partitionCountHistory(tbl, topic)
+	return counts
+}
+
+// partitionCountHistory returns PartitionCountsOf and how many parent
+// steps below the head the snapshots go that it is read from: the newest
+// carrying PartitionCountsKeyPrefix+topic, else the newest recording the
+// oldest count (0 with one count: PartitionsKeyPrefix carries it).
+func partitionCountHistory(tbl *table.Table, topic string) (counts []int, depth int) {
+	meta := tbl.Metadata()
+	var newestFirst []int
+	i := 0
+	for snap := meta.CurrentSnapshot(); snap != nil; i++ {
+		if snap.Summary != nil {
+			if n, err := strconv.Atoi(snap.Summary.Properties[PartitionsKeyPrefix+topic]); err == nil {
+				if len(newestFirst) > 0 && newestFirst[len(newestFirst)-1] != n {
+					depth = i
+				}
+				if len(newestFirst) == 0 || newestFirst[len(newestFirst)-1] != n {
+					newestFirst = append(newestFirst, n)
+				}
+			}
+			if raw, ok := snap.Summary.Properties[PartitionCountsKeyPrefix+topic]; ok {
+				for _, f := range slices.Backward(strings.Split(raw, ",")) {
+					if n, err := strconv.Atoi(f); err == nil && (len(newestFirst) == 0 || newestFirst[len(newestFirst)-1] != n) {
+						newestFirst = append(newestFirst, n)
+					}
+				}
+				depth = i
+				break
+			}
+		}
+		if snap.ParentSnapshotID == nil {
+			break
+		}
+		snap = meta.SnapshotByID(*snap.ParentSnapshotID)
+	}
+	slices.Reverse(newestFirst)
+	return newestFirst, depth
 }
 
 // RoutingOf returns the routing fingerprint of topic recorded by the newest

@@ -294,24 +294,6 @@ func (r *Report) problems() []string {
 	return out
 }
 
-// partitionCounts returns the partition counts of topic that tbl's
-// snapshots recorded, oldest first, without repeats.
-func partitionCounts(tbl *table.Table, topic string) []int {
-	snaps := slices.Clone(tbl.Metadata().Snapshots())
-	slices.SortFunc(snaps, func(a, b table.Snapshot) int { return cmp.Compare(a.TimestampMs, b.TimestampMs) })
-	out := []int{}
-	for _, s := range snaps {
-		if s.Summary == nil {
-			continue
-		}
-		n, err := strconv.Atoi(s.Summary.Properties[PartitionsKeyPrefix+topic])
-		if err == nil && (len(out) == 0 || out[len(out)-1] != n) {
-			out = append(out, n)
-		}
-	}
-	return out
-}
-
 // verifyRow is what Verify keeps of one row: 24 bytes, so 5 M rows fit in
 // 120 MB. sess is noSession for rows left out of the order check (null key or
 // null seq).
@@ -395,7 +377,7 @@ func (t *Table) Verify(ctx context.Context, topic string, readDL DeadLetterReade
 	r := &Report{
 		Table: t.Name(), Group: t.group, Topic: topic, SnapshotID: -1, DeadLetters: -1,
 		Partitions: []PartitionReport{}, SplitSessionExamples: []string{}, DuplicateExamples: []string{},
-		PartitionCounts: partitionCounts(tbl, topic), DuplicateKeyExamples: []string{},
+		PartitionCounts: PartitionCountsOf(tbl, topic), DuplicateKeyExamples: []string{},
 	}
 	sessions := &sessionIndex{ids: make(map[string]uint32)}
 	keys := t.newKeyIndex()

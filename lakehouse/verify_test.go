@@ -682,6 +682,63 @@ func TestVerifyReportsPartitionCountChange(t *testing.T) {
 	}
 }
 
+// TestPartitionCountChangeOutlivesExpiry: the partition counts the
+// commits recorded outlive the expiry of those commits' snapshots: verify
+// still says the count changed while ingesting (and doctor, from
+// PartitionCountsOf). Maintenance carried only the newest count, so once
+// the snapshots of the old one were expired verify reported the split
+// sessions without their cause. Expiry keeps the snapshots recording the
+// counts until a maintenance snapshot carries them all, then drops them.
+func TestPartitionCountChangeOutlivesExpiry(t *testing.T) {
+	f := newFixture(t)
+	tbl := f.open(t, "g")
+	ctx := t.Context()
+	for i, n := range []int{4, 4, 6, 6, 8} {
+		tbl.SetPartitionCount(topic, n)
+		from := int64(10 * i)
+		resume := from
+		if i == 0 {
+			resume = lakehouse.NoWatermark
+		}
+		if _, err := tbl.Commit(ctx, []lakehouse.Part{f.part(t, 0, from, from+10, resume)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	check := func(when string) {
+		t.Helper()
+		r, err := tbl.Verify(ctx, topic, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out strings.Builder
+		if err := r.WriteText(&out); err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(r.PartitionCounts, []int{4, 6, 8}) || !strings.Contains(out.String(), "partition count changed while ingesting: 4 → 6 → 8") {
+			t.Fatalf("%s: partition counts %v\n%s", when, r.PartitionCounts, out.String())
+		}
+	}
+	check("before maintenance")
+	for round := range 2 {
+		time.Sleep(20 * time.Millisecond)
+		rep, err := tbl.Maintain(ctx, lakehouse.MaintainOptions{ExpireOlderThan: time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		check(fmt.Sprintf("after maintenance %d (%d snapshots expired)", round, rep.SnapshotsExpired))
+		it, err := tbl.Load(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := lakehouse.PartitionCountsOf(it, topic); !slices.Equal(got, []int{4, 6, 8}) {
+			t.Fatalf("after maintenance %d: PartitionCountsOf = %v", round, got)
+		}
+		if round == 1 && len(it.Metadata().Snapshots()) > 2 {
+			t.Errorf("%d snapshots after two maintenance runs: the counts' snapshots were never expired", len(it.Metadata().Snapshots()))
+		}
+	}
+}
+
 // TestVerifyOffsetsAbsentFromLog: offsets a flush recorded as absent from
 // the log (Part.Absent: compacted, or deleted by retention before they were
 // read) are covered, whether they lie inside its range or between the

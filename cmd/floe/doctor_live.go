@@ -102,7 +102,7 @@ func diagnoseLive(ctx context.Context, g *globalFlags, every time.Duration, metr
 	if in.GroupState, in.Members, err = describeGroup(ctx, kc, cfg.Kafka.Group, cfg.Kafka.Topic); err != nil {
 		return nil, err
 	}
-	if in.Commits, err = commitHistory(ctx, j.tbl, cfg.Kafka.Group, cfg.Kafka.Topic); err != nil {
+	if in.Commits, in.PartitionCounts, err = commitHistory(ctx, j.tbl, cfg.Kafka.Group, cfg.Kafka.Topic); err != nil {
 		return nil, err
 	}
 	return doctor.DiagnoseLive(in)
@@ -142,11 +142,12 @@ func describeGroup(ctx context.Context, kc *kafka.Client, group, topic string) (
 
 // commitHistory returns the table snapshots that carry the group's offset
 // map, oldest first, with the topic's summed watermarks, rows and skipped
-// duplicates.
-func commitHistory(ctx context.Context, t *lakehouse.Table, group, topic string) ([]doctor.Commit, error) {
+// duplicates, and the topic's partition counts the table recorded
+// (lakehouse.PartitionCountsOf).
+func commitHistory(ctx context.Context, t *lakehouse.Table, group, topic string) ([]doctor.Commit, []int, error) {
 	tbl, err := t.Load(ctx)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	key := lakehouse.OffsetsKeyPrefix + group
 	var out []doctor.Commit
@@ -162,7 +163,7 @@ func commitHistory(ctx context.Context, t *lakehouse.Table, group, topic string)
 		}
 		var o lakehouse.Offsets
 		if err := json.Unmarshal([]byte(raw), &o); err != nil {
-			return nil, fmt.Errorf("snapshot %d: decoding %s: %w", s.SnapshotID, key, err)
+			return nil, nil, fmt.Errorf("snapshot %d: decoding %s: %w", s.SnapshotID, key, err)
 		}
 		c := doctor.Commit{At: time.UnixMilli(s.TimestampMs)}
 		for _, off := range o[topic] {
@@ -183,7 +184,7 @@ func commitHistory(ctx context.Context, t *lakehouse.Table, group, topic string)
 			live = append(live, c)
 		}
 	}
-	return live, nil
+	return live, lakehouse.PartitionCountsOf(tbl, topic), nil
 }
 
 // maxScrape bounds what scrape reads of an answer: a floe member's

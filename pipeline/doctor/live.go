@@ -72,6 +72,10 @@ type Live struct {
 	Members    []GroupMember
 	// Commits are the snapshots carrying the offset map, oldest first.
 	Commits []Commit
+	// PartitionCounts are the topic's partition counts the table recorded,
+	// oldest first (lakehouse.PartitionCountsOf): what expiry left of the
+	// commits' counts, and those maintenance carried.
+	PartitionCounts []int
 	// Enrich is nil when the job has no enrichment stage.
 	Enrich *EnrichLimits
 }
@@ -272,7 +276,7 @@ func DiagnoseLive(in Live) (*LiveReport, error) {
 	r.lagFinding(lagBefore, in.Second != nil, behind)
 	r.logBehindHazard(behind)
 	r.membersFinding()
-	r.partitionHazard(cur, in.Commits)
+	r.partitionHazard(cur, in.Commits, in.PartitionCounts)
 	r.commitFinding()
 	r.metricsFindings(in, cur)
 	// After metricsFindings, which reports partitions added only when no
@@ -474,16 +478,20 @@ func (r *LiveReport) membersFinding() {
 }
 
 // partitionHazard reports partitions added after ingestion began: keys
-// moved. The commits record the partition count they saw; the smallest one
-// in the history is the count ingestion began with. Tables written before
+// moved. The commits record the partition count they saw, and maintenance
+// carries those expiry drops (counts); the smallest one is the count
+// ingestion began with. Tables written before
 // floe recorded counts fall back to the offset map: partitions above the
 // highest one it knows were added (a low-numbered partition missing from
 // the map merely never had records).
-func (r *LiveReport) partitionHazard(cur Sample, commits []Commit) {
+func (r *LiveReport) partitionHazard(cur Sample, commits []Commit, counts []int) {
 	known := 0
 	for _, c := range commits {
-		if c.Partitions > 0 && (known == 0 || c.Partitions < known) {
-			known = c.Partitions
+		counts = append(counts, c.Partitions)
+	}
+	for _, n := range counts {
+		if n > 0 && (known == 0 || n < known) {
+			known = n
 		}
 	}
 	source := "the table's commits recorded"

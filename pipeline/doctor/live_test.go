@@ -75,6 +75,26 @@ func TestLiveStoppedGroupAndHazard(t *testing.T) {
 	}
 }
 
+// TestLiveHazardFromCarriedCounts: once expiry dropped the commits that
+// recorded the topic's first partition count, the counts maintenance
+// carried (Live.PartitionCounts) still tell that partitions were added:
+// the commits left, all at the new count, told nothing.
+func TestLiveHazardFromCarriedCounts(t *testing.T) {
+	s := Sample{At: t0, End: map[int32]int64{0: 100, 1: 100, 2: 40}, Watermarks: map[int32]int64{0: 100, 1: 70, 2: 40}}
+	commits := []Commit{{At: t0.Add(-time.Minute), Offsets: 210, Rows: 210, Partitions: 3}}
+	r, err := DiagnoseLive(Live{Topic: "clicks", First: s, Commits: commits, PartitionCounts: []int{2, 3}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(r.Hazards) != 1 {
+		t.Fatalf("hazards %v, want the partition added after ingestion began", r.Hazards)
+	}
+	mustContain(t, render(t, r), "topic clicks has 3 partitions, the table's commits recorded 2; partitions [2] were added")
+	if r, _ := DiagnoseLive(Live{Topic: "clicks", First: s, Commits: commits}); len(r.Hazards) != 0 {
+		t.Fatalf("hazards %v from commits all at 3 partitions", r.Hazards)
+	}
+}
+
 // TestLiveLagFromTheGroupOffsets: a partition the table has no watermark
 // for counts its lag from the group's Kafka offset, where start_offset
 // latest resolved (floe run pins it there and reads from there), or from
