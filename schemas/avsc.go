@@ -120,7 +120,14 @@ func (n *node) indexFields() {
 	}
 	n.index = make(map[string]int, len(n.fields))
 	for i, f := range n.fields {
-		n.index[f.source] = i
+		// The first of the fields a message field fills wins, as in
+		// fieldIndex's scan of fewer fields: a column renamed by
+		// floe.column and the table's column of its old name both read
+		// it, and past manyFields the old one took it, the new required
+		// one missing in every record.
+		if _, dup := n.index[f.source]; !dup {
+			n.index[f.source] = i
+		}
 	}
 }
 

@@ -46,6 +46,44 @@ var allTypesMessage = `{"s":"héllo","i":-7,"l":9007199254740993,"f":1.5,"d":-2.
  "renamed":5,"rec":{"x":1,"inner":{"y":"deep"}},"ints":[1,2,3],"opt_items":["a",null],
  "recs":[{"k":"k1"},{"k":"k2"}],"m":{"pi":3.25},"mm":{"outer":{"n":null,"one":1}},"ignored":[{}]}`
 
+// TestKafkaTimestampOutsideTheYearsIsNull: a record's Kafka timestamp
+// (its producer's CreateTime, unchecked by the broker) outside the years
+// 0001 to 9999 is stored null, by the clickstream builder and the generic
+// one alike. Year 10000 was stored as it came, and year 296,675 wrapped
+// UnixMicro to a negative value, about 290,000 BC.
+func TestKafkaTimestampOutsideTheYearsIsNull(t *testing.T) {
+	click := clickstream(t)
+	generic := loadSchema(t, "testdata/alltypes.avsc")
+	for _, tc := range []struct {
+		ms   int64
+		want string
+	}{
+		{1732860000999, "2024-11-29T06:00:00.999Z"},
+		{253402300799999, "9999-12-31T23:59:59.999Z"},
+		{253402300800000, "(null)"},  // 10000-01-01
+		{9300000000000000, "(null)"}, // 296675-04-08
+		{-62135596800001, "(null)"},  // just before 0001-01-01
+	} {
+		meta := schemas.Meta{Topic: "all", Partition: 2, Offset: 41, Timestamp: time.UnixMilli(tc.ms)}
+		for name, sc := range map[string]*schemas.Schema{"clickstream": click, "generic": generic} {
+			b := newRecordBuilder(t, sc)
+			msg := []byte(allTypesMessage)
+			if sc == click {
+				msg = message(0, 400)
+			}
+			if err := b.Append(msg, meta, time.Now(), "off"); err != nil {
+				t.Fatalf("%s, CreateTime %d: %v", name, tc.ms, err)
+			}
+			rec := b.NewRecord()
+			idx := rec.Schema().FieldIndices("_kafka_timestamp")
+			if got := rec.Column(idx[0]).ValueStr(0); got != tc.want {
+				t.Errorf("%s, CreateTime %d ms: _kafka_timestamp %s, want %s", name, tc.ms, got, tc.want)
+			}
+			rec.Release()
+		}
+	}
+}
+
 func TestGenericRoundTripEveryType(t *testing.T) {
 	sc := loadSchema(t, "testdata/alltypes.avsc")
 	b := newRecordBuilder(t, sc)

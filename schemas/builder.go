@@ -626,11 +626,12 @@ func wrongType(col int, want string, v *fastjson.Value) *DecodeError {
 }
 
 func appendTime(c *fixedColumn, n int, t time.Time) {
-	if t.IsZero() {
+	us, ok := recordTime(t)
+	if !ok {
 		c.appendNull(n)
 		return
 	}
-	c.append64(n, t.UnixMicro())
+	c.append64(n, us)
 }
 
 // stringBytes views s as bytes without copying, for appends that only read

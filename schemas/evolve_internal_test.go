@@ -729,3 +729,23 @@ func TestEvolveRefusesCaseOnlyTwins(t *testing.T) {
 		}
 	}
 }
+
+// TestFieldIndexFirstOfTwins: when two fields read one message field (a
+// column renamed by floe.column beside the table's column of its old
+// name), the first is found whether the struct looks fields up by scanning
+// (fewer than manyFields) or by its index. The index took the last: past
+// 11 fields the renamed, required column never saw its value, and every
+// record was dead-lettered as missing it.
+func TestFieldIndexFirstOfTwins(t *testing.T) {
+	for _, count := range []int{manyFields - 2, manyFields + 2} {
+		n := &node{}
+		for i := range count {
+			n.fields = append(n.fields, &node{name: fmt.Sprintf("c%d", i), source: fmt.Sprintf("f%d", i)})
+		}
+		n.fields = append(n.fields, &node{name: "old_f3", source: "f3"})
+		n.indexFields()
+		if got := n.fieldIndexName("f3"); got != 3 {
+			t.Errorf("%d fields: f3 found at %d, want 3 (the first that reads it)", len(n.fields), got)
+		}
+	}
+}

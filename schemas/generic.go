@@ -179,11 +179,12 @@ func (b *genericBuilder) validate(value []byte) (grown int, err error) {
 }
 
 func putTime(c array.Builder, t time.Time) {
-	if t.IsZero() {
+	us, ok := recordTime(t)
+	if !ok {
 		c.AppendNull()
 		return
 	}
-	c.(*array.TimestampBuilder).Append(arrow.Timestamp(t.UnixMicro()))
+	c.(*array.TimestampBuilder).Append(arrow.Timestamp(us))
 }
 
 // putExtra appends an enrichment value, or null when it is not set, as the
@@ -385,6 +386,19 @@ const (
 	minDateDays   = -719_162                // 0001-01-01
 	maxDateDays   = 2_932_896               // 9999-12-31
 )
+
+// recordTime returns a record's time (its Kafka timestamp, its ingestion
+// time) in microseconds since the epoch, and false when it has none or one
+// outside the years 0001 to 9999, which is stored null: a producer sets
+// CreateTime, and one of year 296,675 wrapped UnixMicro to 290,000 BC.
+func recordTime(t time.Time) (int64, bool) {
+	if t.IsZero() || t.Before(minRecordTime) || t.After(maxRecordTime) {
+		return 0, false
+	}
+	return t.UnixMicro(), true
+}
+
+var minRecordTime, maxRecordTime = time.UnixMicro(minTimeMicros), time.UnixMicro(maxTimeMicros)
 
 // timeMicros returns the timestamp x, in milliseconds if millis or else
 // microseconds since the epoch, in microseconds, or the error of one
