@@ -74,11 +74,14 @@ type node struct {
 	required bool
 	// element is set for a list's elements and a map's values: they are
 	// not fields, and a required string among them may be "".
-	element  bool
-	millis   bool // integer times and timestamps are milliseconds (else micros)
-	size     int  // kFixed: bytes
-	prec     int  // kDecimal
-	scale    int  // kDecimal
+	element bool
+	millis  bool // integer times and timestamps are milliseconds (else micros)
+	// noUnit: a time or timestamp column no schema file declares (nodeOf),
+	// whose unit for integers nothing records: only strings fill it.
+	noUnit   bool
+	size     int // kFixed: bytes
+	prec     int // kDecimal
+	scale    int // kDecimal
 	symbols  []string
 	fields   []*node        // kStruct
 	index    map[string]int // kStruct with many fields: source name → position

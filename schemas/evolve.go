@@ -711,6 +711,7 @@ func nodeOf(name string, t iceberg.Type, required bool) (*node, error) {
 	n := &node{name: name, source: name, required: required, typ: t}
 	if k, ok := primitiveKinds[t]; ok {
 		n.kind = k
+		n.noUnit = k == kTime || k == kTimestamp || k == kTimestampTz
 		return n, nil
 	}
 	switch x := t.(type) {

@@ -749,3 +749,57 @@ func TestFieldIndexFirstOfTwins(t *testing.T) {
 		}
 	}
 }
+
+// TestUndeclaredTimeColumnTakesStringsOnly: a timestamp (or time) column
+// the schema file no longer declares keeps filling from records that carry
+// the field, but only from RFC 3339 strings: whether an integer counts
+// milliseconds or microseconds nothing records. An integer is refused
+// naming the field; it was read as microseconds, so a timestamp-millis
+// field dropped from the file stored 2024 as January 1970.
+func TestUndeclaredTimeColumnTakesStringsOnly(t *testing.T) {
+	v1, err := ParseAvsc("orders", []byte(`{"type": "record", "name": "Order", "fields": [
+	  {"name": "id", "type": "string"},
+	  {"name": "paid_at", "type": ["null", {"type": "long", "logicalType": "timestamp-millis"}]},
+	  {"name": "at", "type": ["null", {"type": "int", "logicalType": "time-millis"}]}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	v2, err := ParseAvsc("orders", []byte(`{"type": "record", "name": "Order", "fields": [{"name": "id", "type": "string"}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc, err := v2.WithTable(v1.Iceberg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mem := memory.NewCheckedAllocator(memory.NewGoAllocator())
+	b := sc.NewRecordBuilder(mem, 0)
+	defer func() {
+		b.Release()
+		mem.AssertSize(t, 0)
+	}()
+	meta := Meta{Topic: "orders", Partition: 0, Timestamp: time.UnixMilli(1732860000123)}
+	for _, tc := range []struct{ msg, field string }{
+		{`{"id":"a","paid_at":1732860000123}`, "paid_at"},
+		{`{"id":"b","at":3600000}`, "at"},
+	} {
+		err := b.Append([]byte(tc.msg), meta, time.Now(), "")
+		var de *DecodeError
+		if !errors.As(err, &de) || de.Reason != ReasonInvalidField || de.Field != tc.field || !strings.Contains(de.Detail, "unit") {
+			t.Fatalf("%s: %v, want %s refused for its unknown unit", tc.msg, err, tc.field)
+		}
+	}
+	if err := b.Append([]byte(`{"id":"c","paid_at":"2024-11-29T06:00:00.123Z","at":"01:00:00"}`), meta, time.Now(), ""); err != nil {
+		t.Fatal(err)
+	}
+	rec := b.NewRecord()
+	defer rec.Release()
+	if rec.NumRows() != 1 {
+		t.Fatalf("%d rows, want the one with strings", rec.NumRows())
+	}
+	for col, want := range map[string]string{"paid_at": "2024-11-29T06:00:00.123Z", "at": "01:00:00.000000"} {
+		if got := rec.Column(rec.Schema().FieldIndices(col)[0]).ValueStr(0); got != want {
+			t.Errorf("%s = %s, want %s", col, got, want)
+		}
+	}
+}

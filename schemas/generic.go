@@ -416,6 +416,14 @@ func timeMicros(x int64, millis bool) (int64, *DecodeError) {
 	return x, nil
 }
 
+// unitUnknown is the error of an integer time or timestamp for a column
+// no schema file declares: whether it counts milliseconds or microseconds
+// nothing records (a timestamp-millis field dropped from the file stored
+// its values 1000 times too small).
+func unitUnknown() *DecodeError {
+	return invalid("the schema file does not declare this column, so the unit of an integer time (milliseconds or microseconds) is unknown: send an RFC 3339 string, or declare the field again")
+}
+
 func timeOutOfYears() *DecodeError {
 	return invalid("a timestamp must be within the years 0001 to 9999 (0001-01-01T00:00:00Z to 9999-12-31T23:59:59.999999Z)")
 }

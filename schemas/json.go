@@ -351,6 +351,9 @@ func (d *jsonDecoder) value(n *node, v *fastjson.Value, b array.Builder) *Decode
 			if err != nil {
 				return invalid("a numeric time must be an integer")
 			}
+			if n.noUnit {
+				return unitUnknown()
+			}
 			day := int64(microsPerDay)
 			if n.millis {
 				day /= 1000 // checked before scaling, which could wrap
@@ -391,6 +394,9 @@ func (d *jsonDecoder) value(n *node, v *fastjson.Value, b array.Builder) *Decode
 			}
 			if err != nil {
 				return invalid("a numeric timestamp must be an integer")
+			}
+			if n.noUnit {
+				return unitUnknown()
 			}
 			us, derr := timeMicros(x, n.millis)
 			if derr != nil {

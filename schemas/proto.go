@@ -510,6 +510,9 @@ func (p *protoFill) scalar(fd protoreflect.FieldDescriptor, v protoreflect.Value
 		case kFloat, kDouble:
 			s.f = float64(x)
 		case kTimestamp, kTimestampTz:
+			if t.noUnit {
+				return unitUnknown()
+			}
 			us, err := timeMicros(x, t.millis)
 			if err != nil {
 				return err
