@@ -545,6 +545,7 @@ func TestConfigPasswordInPlaceOfItsFile(t *testing.T) {
 	for value, want := range map[string]string{
 		secret:                    "kafka.sasl.password_file: no such file (the value is not shown",
 		"Zk9vY/mFyQmF6+cXV4":      "kafka.sasl.password_file: no such file (the value is not shown", // base64 holds '/'
+		"/Zk9vYmFyQmF6+cXV4==":    "kafka.sasl.password_file: no such file (the value is not shown", // first, too: its directory is the root
 		os.TempDir() + "/nope.pw": "kafka.sasl.password_file: open " + os.TempDir() + "/nope.pw: no such file or directory",
 	} {
 		cfg, err := pipeline.LoadConfig(writeConfig(t, securityConfig("  sasl:\n    mechanism: SCRAM-SHA-512\n    username: floe\n    password_file: "+value+"\n")))

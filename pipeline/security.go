@@ -88,11 +88,12 @@ func (k KafkaConfig) security() (security, error) {
 		case s.PasswordFile != "":
 			raw, err := os.ReadFile(s.PasswordFile)
 			switch {
-			case errors.Is(err, fs.ErrNotExist) && (!strings.ContainsRune(s.PasswordFile, filepath.Separator) || !isDir(filepath.Dir(s.PasswordFile))):
-				// Not named: a value without a directory, or in one that
-				// does not exist, that names no file may be the password
-				// itself, written in place of its file's path (base64
-				// holds '/' too).
+			case errors.Is(err, fs.ErrNotExist) && (!strings.ContainsRune(s.PasswordFile, filepath.Separator) ||
+				!isDir(filepath.Dir(s.PasswordFile)) || filepath.Dir(s.PasswordFile) == string(filepath.Separator)):
+				// Not named: a value without a directory, in one that does
+				// not exist, or in the root, that names no file may be the
+				// password itself, written in place of its file's path
+				// (base64 holds '/' too, first once in 64).
 				bad("kafka.sasl.password_file", "no such file (the value is not shown: it names no existing directory, so it may be the password itself; give the file's path)")
 			case err != nil:
 				bad("kafka.sasl.password_file", "%v", err)

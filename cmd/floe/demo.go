@@ -90,6 +90,15 @@ func runDemo(ctx context.Context, d *demoFlags, log *slog.Logger) error {
 	if d.records < 0 || d.rate < 0 || d.partitions < 1 {
 		return errors.New("--records and --rate must be >= 0, --partitions >= 1")
 	}
+	// Before the previous demo's table is emptied, and naming the flags
+	// (commit.interval and maintain.interval, which Finish checks, are
+	// the user's flags here).
+	if d.interval <= 0 {
+		return fmt.Errorf("--commit-interval %s: must be positive", d.interval)
+	}
+	if d.maintain < 0 {
+		return fmt.Errorf("--maintain-interval %s: must be positive, or 0 for no maintenance", d.maintain)
+	}
 	if err := emptyDemoDir(d.dir); err != nil {
 		return err
 	}

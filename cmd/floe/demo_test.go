@@ -76,6 +76,29 @@ func TestDemoRefusesBadGeneratorFlags(t *testing.T) {
 	}
 }
 
+// TestDemoRefusesBadIntervalsBeforeEmptyingItsDir: --commit-interval and
+// --maintain-interval out of range are refused naming the flag, before the
+// previous demo's table in --dir is replaced. They were checked last, as
+// commit.interval and maintain.interval (keys the user never wrote), once
+// that table was gone.
+func TestDemoRefusesBadIntervalsBeforeEmptyingItsDir(t *testing.T) {
+	for _, args := range [][]string{{"--commit-interval", "-1s"}, {"--commit-interval", "0s"}, {"--maintain-interval", "-5m0s"}} {
+		dir := t.TempDir()
+		for _, p := range []string{demoMarker, "catalog.db"} {
+			if err := os.WriteFile(filepath.Join(dir, p), []byte("a previous demo's\n"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		err := runDemoCmd(t, append(args, "--dir", dir, "--no-enrich")...)
+		if want := strings.Join(args, " "); err == nil || exitCode(err) != 2 || !strings.Contains(err.Error(), want) {
+			t.Errorf("floe demo %s: %v (status %d); want status 2 naming %q", want, err, exitCode(err), want)
+		}
+		if _, err := os.Stat(filepath.Join(dir, "catalog.db")); err != nil {
+			t.Errorf("floe demo %s, refused, removed the previous demo's catalog: %v", strings.Join(args, " "), err)
+		}
+	}
+}
+
 // TestDemoMaintainsItsTable: a demo compacts its table while it runs
 // (--maintain-interval), and its verify at the end still reconciles. A demo
 // left running never did: planning each flush's scan over ever more small

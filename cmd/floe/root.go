@@ -69,7 +69,10 @@ func rootCmd() *cobra.Command {
 	pf.StringVar(&g.memProf, "memprofile", "", "write a Go allocation profile to this file on exit")
 	_ = pf.MarkHidden("memprofile")
 	var prof *os.File
-	root.PersistentPreRunE = func(*cobra.Command, []string) error {
+	root.PersistentPreRunE = func(cmd *cobra.Command, _ []string) error {
+		if err := refuseEmptyFlags(cmd); err != nil {
+			return err
+		}
 		if g.cpuProf == "" {
 			return nil
 		}
@@ -92,6 +95,23 @@ func rootCmd() *cobra.Command {
 	}
 	root.AddCommand(runCmd(g), replayCmd(g), verifyCmd(g), demoCmd(g), enrichdCmd(g), doctorCmd(g), maintainCmd(g))
 	return root
+}
+
+// refuseEmptyFlags returns an error naming a configuration flag given an
+// empty value (--table "$ROUTE" with ROUTE unset): an empty value is what
+// "not given" looks like to the command, which then worked on the config
+// file's topic, group or table (every route, for --table) without a word.
+func refuseEmptyFlags(cmd *cobra.Command) error {
+	for _, name := range []string{"config", "brokers", "topic", "group", "table"} {
+		f := cmd.Flags().Lookup(name)
+		if f == nil || !f.Changed {
+			continue
+		}
+		if v := strings.Trim(f.Value.String(), "[] "); v == "" {
+			return fmt.Errorf("--%s: empty value", name)
+		}
+	}
+	return nil
 }
 
 // refuseConfigFlags returns an error naming the root's configuration flag

@@ -59,3 +59,19 @@ func TestLogJSONCoversLibrariesAndTheExitError(t *testing.T) {
 		t.Errorf("want the driver's warning and the exit error as JSON, without the password:\n%s", stderr)
 	}
 }
+
+// TestEmptyConfigFlagsRefused: a configuration flag given an empty value
+// (--table "$ROUTE" with ROUTE unset) is refused naming it, status 2. An
+// empty value read as "not given": the command worked on the config file's
+// topic, group or table — with routes, --table "" ran every route.
+func TestEmptyConfigFlagsRefused(t *testing.T) {
+	for _, flag := range []string{"--config", "--brokers", "--topic", "--group", "--table"} {
+		root := rootCmd()
+		args := []string{"verify", "--config", "floe.yaml", flag, ""}
+		root.SetArgs(args)
+		err := root.ExecuteContext(t.Context())
+		if want := flag + ": empty value"; err == nil || exitCode(err) != 2 || err.Error() != want {
+			t.Errorf("floe %s: %v (status %d); want status 2, %q", strings.Join(args, " "), err, exitCode(err), want)
+		}
+	}
+}
