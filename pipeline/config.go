@@ -630,8 +630,8 @@ func (c *Config) validate() error {
 		bad("kafka.brokers", "at least one broker address is required")
 	}
 	for _, b := range k.Brokers {
-		if !strings.Contains(b, ":") {
-			bad("kafka.brokers", "%q has no port (want host:port)", b)
+		if err := brokerAddr(b); err != nil {
+			bad("kafka.brokers", "%q: %v (want host:port)", b, err)
 		}
 	}
 	if k.Topic == "" {
@@ -722,4 +722,23 @@ func (c *Config) validate() error {
 		bad("maintain.orphan_older_than", "%s is below 1h: younger unreferenced files may belong to a commit in flight", mt.OrphanOlderThan.D())
 	}
 	return errors.Join(errs...)
+}
+
+// brokerAddr checks a broker address: host:port, the port a number from 1
+// to 65535. "host:" and "kafka://host:9092" passed a check for a colon and
+// failed only when the member connected.
+func brokerAddr(b string) error {
+	host, port, err := net.SplitHostPort(b)
+	switch {
+	case err != nil && !strings.Contains(b, ":"):
+		return errors.New("no port")
+	case err != nil:
+		return errors.New("not an address (no scheme such as kafka://)")
+	case host == "":
+		return errors.New("no host")
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+		return fmt.Errorf("port %q is not a number from 1 to 65535", port)
+	}
+	return nil
 }

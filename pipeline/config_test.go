@@ -536,6 +536,33 @@ func TestConfigKafkaSecurity(t *testing.T) {
 	}
 }
 
+// TestConfigBrokerAddresses: a broker address is host:port, the port a
+// number from 1 to 65535, and no URL. "host:" and "kafka://host:9092"
+// passed a check for a colon and failed only when the member connected.
+func TestConfigBrokerAddresses(t *testing.T) {
+	for addr, want := range map[string]string{
+		"localhost:9092":         "",
+		"[::1]:9092":             "",
+		"kafka-0.kafka:29092":    "",
+		"localhost":              `"localhost": no port`,
+		"localhost:":             `port "" is not a number`,
+		":9092":                  `":9092": no host`,
+		"localhost:99999":        `port "99999" is not a number from 1 to 65535`,
+		"kafka://localhost:9092": `"kafka://localhost:9092": not an address (no scheme such as kafka://)`,
+	} {
+		cfg, err := pipeline.LoadConfig(writeConfig(t, strings.Replace(validConfig, "127.0.0.1:9092", `"`+addr+`"`, 1)))
+		if err == nil {
+			err = cfg.Finish()
+		}
+		switch {
+		case want == "" && err != nil:
+			t.Errorf("broker %s: %v, want it accepted", addr, err)
+		case want != "" && (err == nil || !strings.Contains(err.Error(), "kafka.brokers: ") || !strings.Contains(err.Error(), want)):
+			t.Errorf("broker %s: %v, want kafka.brokers refused: %s", addr, err, want)
+		}
+	}
+}
+
 // TestConfigPasswordInPlaceOfItsFile: a password written in place of its
 // file's path (password_file: the password) is refused without showing it;
 // before, the error quoted it ("open pa55-w0rd: no such file or
