@@ -235,6 +235,35 @@ func (c CommitConfig) warnTiny(log *slog.Logger) {
 	}
 }
 
+// warnTiny logs, once at start-up, settings so small they are usually a
+// unit left off (memory_limit: 512 is 512 bytes) and make the job crawl or
+// dead-letter everything: commit.max_bytes and commit.max_records (see
+// CommitConfig.warnTiny), memory_limit below 64MiB (the collector runs
+// without pause), kafka.max_message_bytes below 1KiB (nearly every record
+// a dead letter), kafka.heartbeat_interval below 100ms, and a
+// target_file_bytes below 1MiB (a data file every few records).
+func (c Config) warnTiny(log *slog.Logger) {
+	c.Commit.warnTiny(log)
+	for _, s := range []struct {
+		key, why  string
+		v, bound  int64
+		threshold string
+	}{
+		{"memory_limit", "the garbage collector runs without pause", int64(c.MemoryLimit), 64 << 20, "64MiB"},
+		{"kafka.max_message_bytes", "larger records are dead letters", int64(c.Kafka.MaxMessageBytes), 1 << 10, "1KiB"},
+		{"table.target_file_bytes", "a data file every few records", int64(c.Table.TargetFileBytes), 1 << 20, "1MiB"},
+		{"maintain.target_file_bytes", "compaction writes files of a few records", int64(c.Maintain.TargetFileBytes), 1 << 20, "1MiB"},
+	} {
+		if s.v > 0 && s.v < s.bound {
+			log.Warn(s.key+" is below "+s.threshold+": "+s.why+" (a size without a unit is bytes; write 512MiB)", s.key, s.v)
+		}
+	}
+	if h := c.Kafka.HeartbeatInterval.D(); h > 0 && h < 100*time.Millisecond {
+		log.Warn("kafka.heartbeat_interval is below 100ms: a heartbeat request to the coordinator that often (a duration needs a unit: 3s)",
+			"kafka.heartbeat_interval", h)
+	}
+}
+
 // MetricsConfig configures the HTTP endpoint for /metrics, /livez, /readyz.
 type MetricsConfig struct {
 	Listen string `yaml:"listen"` // empty: no endpoint

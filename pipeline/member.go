@@ -105,7 +105,7 @@ func NewMember(cfg Config, tbl *lakehouse.Table, sc *schemas.Schema, opts ...Opt
 		m.log = slog.New(slog.DiscardHandler)
 	}
 	cfg.Kafka.warnInsecure(m.log)
-	cfg.Commit.warnTiny(m.log)
+	cfg.warnTiny(m.log)
 	if m.stats == nil {
 		m.stats = newStats(cfg.Kafka.Topic)
 	}
