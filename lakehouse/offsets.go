@@ -238,22 +238,25 @@ func PartitionCountsOf(tbl *table.Table, topic string) []int {
 func partitionCountHistory(tbl *table.Table, topic string) (counts []int, depth int) {
 	meta := tbl.Metadata()
 	var newestFirst []int
+	// push adds an older count unless it repeats the last; it reports
+	// whether it did.
+	push := func(raw string) bool {
+		n, err := strconv.Atoi(raw)
+		if err != nil || len(newestFirst) > 0 && newestFirst[len(newestFirst)-1] == n {
+			return false
+		}
+		newestFirst = append(newestFirst, n)
+		return true
+	}
 	i := 0
 	for snap := meta.CurrentSnapshot(); snap != nil; i++ {
 		if snap.Summary != nil {
-			if n, err := strconv.Atoi(snap.Summary.Properties[PartitionsKeyPrefix+topic]); err == nil {
-				if len(newestFirst) > 0 && newestFirst[len(newestFirst)-1] != n {
-					depth = i
-				}
-				if len(newestFirst) == 0 || newestFirst[len(newestFirst)-1] != n {
-					newestFirst = append(newestFirst, n)
-				}
+			if push(snap.Summary.Properties[PartitionsKeyPrefix+topic]) && len(newestFirst) > 1 {
+				depth = i
 			}
 			if raw, ok := snap.Summary.Properties[PartitionCountsKeyPrefix+topic]; ok {
 				for _, f := range slices.Backward(strings.Split(raw, ",")) {
-					if n, err := strconv.Atoi(f); err == nil && (len(newestFirst) == 0 || newestFirst[len(newestFirst)-1] != n) {
-						newestFirst = append(newestFirst, n)
-					}
+					push(f)
 				}
 				depth = i
 				break

@@ -637,9 +637,6 @@ func (m *Member) generation(ctx, genCtx context.Context, gen *kafka.Generation, 
 	})
 	flushed, flushesDone := context.WithCancel(context.WithoutCancel(ctx))
 	go kafkaOffsets.run(flushed, flushCtx)
-	// refreshOnly: the pins are the group's, committed again for their
-	// age; losing them loses nothing yet.
-	refreshOnly := !firstPins
 	if len(pinned) > 0 {
 		if started == 0 {
 			started = repin
@@ -662,7 +659,9 @@ func (m *Member) generation(ctx, genCtx context.Context, gen *kafka.Generation, 
 		flushesDone()
 		kafkaOffsets.close(flushCtx)
 		lost := kafkaOffsets.pinsLost()
-		if lost != nil && refreshOnly {
+		if lost != nil && !firstPins {
+			// Only the group's pins, committed again for their age:
+			// losing them loses nothing yet.
 			m.log.Warn("committing the start_offset latest pins again failed until commit.grace; the next run tries again", "err", lost)
 			return err
 		}

@@ -97,12 +97,15 @@ func rootCmd() *cobra.Command {
 	return root
 }
 
+// configFlags are the root's flags that name or override configuration.
+var configFlags = []string{"config", "brokers", "topic", "group", "table"}
+
 // refuseEmptyFlags returns an error naming a configuration flag given an
 // empty value (--table "$ROUTE" with ROUTE unset): an empty value is what
 // "not given" looks like to the command, which then worked on the config
 // file's topic, group or table (every route, for --table) without a word.
 func refuseEmptyFlags(cmd *cobra.Command) error {
-	for _, name := range []string{"config", "brokers", "topic", "group", "table"} {
+	for _, name := range configFlags {
 		f := cmd.Flags().Lookup(name)
 		if f == nil || !f.Changed {
 			continue
@@ -119,7 +122,7 @@ func refuseEmptyFlags(cmd *cobra.Command) error {
 // ran as if they were not given (floe demo --config floe.yaml ran the
 // embedded demo without a word).
 func refuseConfigFlags(cmd *cobra.Command) error {
-	for _, name := range []string{"config", "brokers", "topic", "group", "table"} {
+	for _, name := range configFlags {
 		if cmd.Flags().Changed(name) {
 			return fmt.Errorf("--%s: %s reads no configuration", name, cmd.CommandPath())
 		}

@@ -486,13 +486,16 @@ func (r *LiveReport) membersFinding() {
 // the map merely never had records).
 func (r *LiveReport) partitionHazard(cur Sample, commits []Commit, counts []int) {
 	known := 0
-	for _, c := range commits {
-		counts = append(counts, c.Partitions)
-	}
-	for _, n := range counts {
+	least := func(n int) {
 		if n > 0 && (known == 0 || n < known) {
 			known = n
 		}
+	}
+	for _, c := range commits {
+		least(c.Partitions)
+	}
+	for _, n := range counts {
+		least(n)
 	}
 	source := "the table's commits recorded"
 	if known == 0 {
